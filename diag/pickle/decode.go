@@ -1,0 +1,673 @@
+package pickle
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/big"
+	"unicode/utf8"
+)
+
+// Limits bound the work and memory a hostile pickle can cost. Zero fields
+// take the defaults of DefaultLimits.
+type Limits struct {
+	MaxDepth     int // container nesting
+	MaxValues    int // values created (each costs ~40 bytes)
+	MaxMarkDepth int // open MARKs
+	MaxBigIntLen int // bytes of one LONG1/LONG4 operand
+}
+
+// DefaultLimits are generous for Flight Recorder dumps (a 2000-entry dump is
+// about 10^5 values and 5 levels deep) and small enough to refuse bombs.
+var DefaultLimits = Limits{MaxDepth: 64, MaxValues: 1 << 25, MaxMarkDepth: 1024, MaxBigIntLen: 1024}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxDepth <= 0 {
+		l.MaxDepth = DefaultLimits.MaxDepth
+	}
+	if l.MaxValues <= 0 {
+		l.MaxValues = DefaultLimits.MaxValues
+	}
+	if l.MaxMarkDepth <= 0 {
+		l.MaxMarkDepth = DefaultLimits.MaxMarkDepth
+	}
+	if l.MaxBigIntLen <= 0 {
+		l.MaxBigIntLen = DefaultLimits.MaxBigIntLen
+	}
+	return l
+}
+
+// Error is a decoding failure at a byte offset of the input.
+type Error struct {
+	Offset int
+	Op     byte // the opcode being executed, 0 if none
+	Msg    string
+}
+
+func (e *Error) Error() string {
+	if name := opName(e.Op); name != "" {
+		return fmt.Sprintf("pickle: offset %d: %s: %s", e.Offset, name, e.Msg)
+	}
+	return fmt.Sprintf("pickle: offset %d: %s", e.Offset, e.Msg)
+}
+
+// Stats describe what a decode saw; callers use them for data-quality notes.
+type Stats struct {
+	Protocol    int  // from PROTO, 0 if absent
+	InvalidUTF8 int  // strings holding invalid UTF-8 (kept byte for byte)
+	Globals     bool // allow-listed callables were used (torch typed lists)
+}
+
+// Decode runs the pickle in data and returns the value left by STOP.
+// Bytes after STOP are ignored, as Python does.
+func Decode(data []byte, lim Limits) (Value, Stats, error) {
+	d := decoder{data: data, lim: lim.withDefaults()}
+	v, err := d.run()
+	return v, d.stats, err
+}
+
+type decoder struct {
+	data   []byte
+	pos    int
+	op     byte
+	opPos  int
+	stack  []Value
+	marks  []int
+	memo   []Value
+	nvals  int
+	lim    Limits
+	stats  Stats
+	frozen map[*container]bool // tuples and frozensets: immutable once built
+}
+
+func (d *decoder) fail(format string, args ...any) error {
+	return &Error{Offset: d.opPos, Op: d.op, Msg: fmt.Sprintf(format, args...)}
+}
+
+// need makes sure n more operand bytes exist, before anything is allocated
+// from a length the input claims.
+func (d *decoder) need(n uint64) error {
+	if n > uint64(len(d.data)-d.pos) {
+		return d.fail("truncated: operand needs %d bytes, %d left", n, len(d.data)-d.pos)
+	}
+	return nil
+}
+
+func (d *decoder) take(n uint64) ([]byte, error) {
+	if err := d.need(n); err != nil {
+		return nil, err
+	}
+	b := d.data[d.pos : d.pos+int(n)]
+	d.pos += int(n)
+	return b, nil
+}
+
+func (d *decoder) push(v Value) error {
+	d.nvals++
+	if d.nvals > d.lim.MaxValues {
+		return d.fail("more than %d values", d.lim.MaxValues)
+	}
+	d.stack = append(d.stack, v)
+	return nil
+}
+
+func (d *decoder) pop() (Value, error) {
+	if len(d.stack) == 0 || (len(d.marks) > 0 && len(d.stack) <= d.marks[len(d.marks)-1]) {
+		return Value{}, d.fail("stack underflow")
+	}
+	v := d.stack[len(d.stack)-1]
+	d.stack = d.stack[:len(d.stack)-1]
+	return v, nil
+}
+
+func (d *decoder) top() (*Value, error) {
+	if len(d.stack) == 0 || (len(d.marks) > 0 && len(d.stack) <= d.marks[len(d.marks)-1]) {
+		return nil, d.fail("stack underflow")
+	}
+	return &d.stack[len(d.stack)-1], nil
+}
+
+// popMark returns the values pushed since the last MARK and removes them and
+// the mark. The returned slice aliases the stack; copy before pushing.
+func (d *decoder) popMark() ([]Value, error) {
+	if len(d.marks) == 0 {
+		return nil, d.fail("no MARK on the stack")
+	}
+	m := d.marks[len(d.marks)-1]
+	d.marks = d.marks[:len(d.marks)-1]
+	items := d.stack[m:]
+	d.stack = d.stack[:m]
+	return items, nil
+}
+
+func (d *decoder) newContainer(kind Kind, items []Value) (Value, error) {
+	c := &container{items: items, depth: 1}
+	for i := range items {
+		if err := d.nest(c, items[i]); err != nil {
+			return Value{}, err
+		}
+	}
+	return Value{kind: kind, c: c}, nil
+}
+
+// nest records that child now lives inside parent and enforces the depth
+// limit. Walkers of decoded values still bound their own depth: a memo
+// reference can close a cycle that this bookkeeping cannot see.
+func (d *decoder) nest(parent *container, child Value) error {
+	if child.c == nil {
+		return nil
+	}
+	if child.c == parent {
+		return d.fail("container contains itself")
+	}
+	if child.c.depth+1 > parent.depth {
+		parent.depth = child.c.depth + 1
+		if parent.depth > d.lim.MaxDepth {
+			return d.fail("nesting deeper than %d", d.lim.MaxDepth)
+		}
+	}
+	return nil
+}
+
+func hashable(v Value) bool {
+	switch v.kind {
+	case None, Bool, Int, BigInt, Float, String, Bytes:
+		return true
+	case Tuple:
+		for _, it := range v.c.items {
+			if !hashable(it) {
+				return false
+			}
+		}
+		return true
+	case Set: // only frozensets reach a key position through FROZENSET
+		return true
+	}
+	return false
+}
+
+func (d *decoder) appendTo(target Value, items []Value) error {
+	if target.kind != List || target.c == nil {
+		return d.fail("append to %v, want list", target.kind)
+	}
+	for i := range items {
+		if err := d.nest(target.c, items[i]); err != nil {
+			return err
+		}
+	}
+	target.c.items = append(target.c.items, items...)
+	return nil
+}
+
+func (d *decoder) setItems(target Value, kv []Value) error {
+	if target.kind != Dict || target.c == nil {
+		return d.fail("set item on %v, want dict", target.kind)
+	}
+	if len(kv)%2 != 0 {
+		return d.fail("odd number of items (%d) for key/value pairs", len(kv))
+	}
+	for i := 0; i < len(kv); i += 2 {
+		if !hashable(kv[i]) {
+			return d.fail("unhashable dict key of type %v", kv[i].kind)
+		}
+		if err := d.nest(target.c, kv[i+1]); err != nil {
+			return err
+		}
+	}
+	target.c.items = append(target.c.items, kv...)
+	return nil
+}
+
+func (d *decoder) addItems(target Value, items []Value) error {
+	if target.kind != Set || target.c == nil || d.frozen[target.c] {
+		return d.fail("add items to %v, want set", target.kind)
+	}
+	for _, it := range items {
+		if !hashable(it) {
+			return d.fail("unhashable set element of type %v", it.kind)
+		}
+	}
+	target.c.items = append(target.c.items, items...)
+	return nil
+}
+
+func (d *decoder) memoGet(idx uint64) error {
+	if idx >= uint64(len(d.memo)) || d.memo[idx].kind == global && d.memo[idx].s == "" {
+		return d.fail("memo key %d was never stored", idx)
+	}
+	return d.push(d.memo[idx])
+}
+
+func (d *decoder) memoPut(idx uint64) error {
+	v, err := d.top()
+	if err != nil {
+		return err
+	}
+	// Writers number memo slots densely from 0, so an index beyond the input
+	// length is an attack on the memo table, not a dump.
+	if idx > uint64(len(d.data)) {
+		return d.fail("memo key %d out of range", idx)
+	}
+	for uint64(len(d.memo)) <= idx {
+		d.memo = append(d.memo, Value{kind: global}) // hole marker: global with empty name
+	}
+	d.memo[idx] = *v
+	return nil
+}
+
+func (d *decoder) str(n uint64, kind Kind) error {
+	b, err := d.take(n)
+	if err != nil {
+		return err
+	}
+	if kind == String && !utf8.Valid(b) {
+		d.stats.InvalidUTF8++
+	}
+	return d.push(Value{kind: kind, s: string(b)})
+}
+
+func (d *decoder) long(n uint64) error {
+	if n > uint64(d.lim.MaxBigIntLen) {
+		return d.fail("integer of %d bytes is longer than the %d-byte limit", n, d.lim.MaxBigIntLen)
+	}
+	b, err := d.take(n)
+	if err != nil {
+		return err
+	}
+	if n <= 8 {
+		var u uint64
+		for i := int(n) - 1; i >= 0; i-- {
+			u = u<<8 | uint64(b[i])
+		}
+		if n > 0 && n < 8 && b[n-1]&0x80 != 0 { // sign-extend
+			u |= ^uint64(0) << (8 * n)
+		}
+		return d.push(Value{kind: Int, n: int64(u)})
+	}
+	// Two's complement little-endian of arbitrary length.
+	be := make([]byte, n)
+	for i := range b {
+		be[int(n)-1-i] = b[i]
+	}
+	x := new(big.Int).SetBytes(be)
+	if b[n-1]&0x80 != 0 {
+		x.Sub(x, new(big.Int).Lsh(big.NewInt(1), uint(8*n)))
+	}
+	if x.IsInt64() {
+		return d.push(Value{kind: Int, n: x.Int64()})
+	}
+	return d.push(Value{kind: BigInt, s: x.String()})
+}
+
+func (d *decoder) run() (Value, error) {
+	data := d.data
+	for {
+		if d.pos >= len(data) {
+			d.opPos, d.op = d.pos, 0
+			return Value{}, d.fail("truncated: no STOP opcode")
+		}
+		d.opPos = d.pos
+		op := data[d.pos]
+		d.op = op
+		d.pos++
+		var err error
+		switch op {
+		case opProto:
+			var b []byte
+			if b, err = d.take(1); err == nil {
+				if b[0] < 2 || b[0] > 5 {
+					err = d.fail("unsupported protocol %d (want 2 to 5)", b[0])
+				}
+				d.stats.Protocol = int(b[0])
+			}
+		case opFrame:
+			_, err = d.take(8) // framing is a hint for buffered readers; we hold it all
+		case opStop:
+			v, err := d.pop()
+			if err != nil {
+				return Value{}, err
+			}
+			if v.kind == global {
+				return Value{}, d.fail("result is a bare callable")
+			}
+			return v, nil
+		case opMark:
+			if len(d.marks) >= d.lim.MaxMarkDepth {
+				return Value{}, d.fail("more than %d nested MARKs", d.lim.MaxMarkDepth)
+			}
+			d.marks = append(d.marks, len(d.stack))
+		case opPop:
+			if len(d.marks) > 0 && d.marks[len(d.marks)-1] == len(d.stack) {
+				d.marks = d.marks[:len(d.marks)-1] // Python pops a mark when it is on top
+			} else {
+				_, err = d.pop()
+			}
+		case opPopMark:
+			_, err = d.popMark()
+		case opDup:
+			var v *Value
+			if v, err = d.top(); err == nil {
+				err = d.push(*v)
+			}
+		case opNone:
+			err = d.push(Value{})
+		case opNewTrue:
+			err = d.push(Value{kind: Bool, n: 1})
+		case opNewFalse:
+			err = d.push(Value{kind: Bool})
+		case opBinInt1:
+			var b []byte
+			if b, err = d.take(1); err == nil {
+				err = d.push(Value{kind: Int, n: int64(b[0])})
+			}
+		case opBinInt2:
+			var b []byte
+			if b, err = d.take(2); err == nil {
+				err = d.push(Value{kind: Int, n: int64(binary.LittleEndian.Uint16(b))})
+			}
+		case opBinInt:
+			var b []byte
+			if b, err = d.take(4); err == nil {
+				err = d.push(Value{kind: Int, n: int64(int32(binary.LittleEndian.Uint32(b)))})
+			}
+		case opLong1:
+			var b []byte
+			if b, err = d.take(1); err == nil {
+				err = d.long(uint64(b[0]))
+			}
+		case opLong4:
+			var b []byte
+			if b, err = d.take(4); err == nil {
+				n := int32(binary.LittleEndian.Uint32(b))
+				if n < 0 {
+					err = d.fail("negative length %d", n)
+				} else {
+					err = d.long(uint64(n))
+				}
+			}
+		case opBinFloat:
+			var b []byte
+			if b, err = d.take(8); err == nil {
+				err = d.push(Value{kind: Float, n: int64(binary.BigEndian.Uint64(b))})
+			}
+		case opShortBinUnicode, opShortBinBytes:
+			var b []byte
+			if b, err = d.take(1); err == nil {
+				err = d.str(uint64(b[0]), strKind(op))
+			}
+		case opBinUnicode, opBinBytes:
+			var b []byte
+			if b, err = d.take(4); err == nil {
+				err = d.str(uint64(binary.LittleEndian.Uint32(b)), strKind(op))
+			}
+		case opBinUnicode8, opBinBytes8:
+			var b []byte
+			if b, err = d.take(8); err == nil {
+				err = d.str(binary.LittleEndian.Uint64(b), strKind(op))
+			}
+		case opEmptyList:
+			err = d.push(Value{kind: List, c: &container{depth: 1}})
+		case opEmptyDict:
+			err = d.push(Value{kind: Dict, c: &container{depth: 1}})
+		case opEmptySet:
+			err = d.push(Value{kind: Set, c: &container{depth: 1}})
+		case opEmptyTuple:
+			err = d.push(Value{kind: Tuple, c: &container{depth: 1}})
+		case opAppend:
+			var v Value
+			if v, err = d.pop(); err == nil {
+				var t *Value
+				if t, err = d.top(); err == nil {
+					err = d.appendTo(*t, []Value{v})
+				}
+			}
+		case opAppends, opSetItems, opAddItems:
+			var items []Value
+			if items, err = d.popMark(); err == nil {
+				var t *Value
+				if t, err = d.top(); err == nil {
+					switch op {
+					case opAppends:
+						err = d.appendTo(*t, items)
+					case opSetItems:
+						err = d.setItems(*t, items)
+					default:
+						err = d.addItems(*t, items)
+					}
+				}
+			}
+		case opSetItem:
+			var k, v Value
+			if v, err = d.pop(); err == nil {
+				if k, err = d.pop(); err == nil {
+					var t *Value
+					if t, err = d.top(); err == nil {
+						err = d.setItems(*t, []Value{k, v})
+					}
+				}
+			}
+		case opTuple, opFrozenSet:
+			var items []Value
+			if items, err = d.popMark(); err == nil {
+				err = d.pushTuple(op, append([]Value(nil), items...))
+			}
+		case opTuple1, opTuple2, opTuple3:
+			n := int(op-opTuple1) + 1
+			if len(d.stack) < n || (len(d.marks) > 0 && len(d.stack)-n < d.marks[len(d.marks)-1]) {
+				err = d.fail("stack underflow")
+			} else {
+				items := append([]Value(nil), d.stack[len(d.stack)-n:]...)
+				d.stack = d.stack[:len(d.stack)-n]
+				err = d.pushTuple(op, items)
+			}
+		case opBinGet:
+			var b []byte
+			if b, err = d.take(1); err == nil {
+				err = d.memoGet(uint64(b[0]))
+			}
+		case opLongBinGet:
+			var b []byte
+			if b, err = d.take(4); err == nil {
+				err = d.memoGet(uint64(binary.LittleEndian.Uint32(b)))
+			}
+		case opBinPut:
+			var b []byte
+			if b, err = d.take(1); err == nil {
+				err = d.memoPut(uint64(b[0]))
+			}
+		case opLongBinPut:
+			var b []byte
+			if b, err = d.take(4); err == nil {
+				err = d.memoPut(uint64(binary.LittleEndian.Uint32(b)))
+			}
+		case opMemoize:
+			err = d.memoPut(uint64(len(d.memo)))
+		case opGlobal:
+			err = d.global()
+		case opStackGlobal:
+			var mod, name Value
+			if name, err = d.pop(); err == nil {
+				if mod, err = d.pop(); err == nil {
+					if mod.kind != String || name.kind != String {
+						err = d.fail("module and name must be strings")
+					} else {
+						err = d.lookupGlobal(mod.s, name.s)
+					}
+				}
+			}
+		case opReduce:
+			err = d.reduce()
+		default:
+			switch op {
+			case opFloat, opInt, opLong, opString, opBinString, opShortBinString, opUnicode, opDict, opGet, opList, opPut:
+				return Value{}, d.fail("text-protocol opcode not supported (dumps are pickled with protocol 2 or later)")
+			}
+			if opName(op) != "" {
+				return Value{}, d.fail("refused: the decoder never builds objects or runs code from a dump")
+			}
+			return Value{}, d.fail("unknown opcode 0x%02x", op)
+		}
+		if err != nil {
+			return Value{}, err
+		}
+	}
+}
+
+func strKind(op byte) Kind {
+	switch op {
+	case opShortBinBytes, opBinBytes, opBinBytes8:
+		return Bytes
+	}
+	return String
+}
+
+func (d *decoder) pushTuple(op byte, items []Value) error {
+	kind := Tuple
+	if op == opFrozenSet {
+		kind = Set
+		for _, it := range items {
+			if !hashable(it) {
+				return d.fail("unhashable set element of type %v", it.kind)
+			}
+		}
+	}
+	v, err := d.newContainer(kind, items)
+	if err != nil {
+		return err
+	}
+	if kind == Set {
+		if d.frozen == nil {
+			d.frozen = map[*container]bool{}
+		}
+		d.frozen[v.c] = true
+	}
+	return d.push(v)
+}
+
+// global reads GLOBAL's two newline-terminated operands.
+func (d *decoder) global() error {
+	readLine := func() (string, error) {
+		for i := d.pos; i < len(d.data) && i-d.pos < 256; i++ {
+			if d.data[i] == '\n' {
+				s := string(d.data[d.pos:i])
+				d.pos = i + 1
+				return s, nil
+			}
+		}
+		return "", d.fail("truncated or overlong module/name line")
+	}
+	mod, err := readLine()
+	if err != nil {
+		return err
+	}
+	name, err := readLine()
+	if err != nil {
+		return err
+	}
+	return d.lookupGlobal(mod, name)
+}
+
+// allowedGlobals are the only callables a dump may name. Each is a pure
+// constructor of a plain value.
+var allowedGlobals = map[string]bool{
+	"torch.jit._pickle.build_intlist":    true,
+	"torch.jit._pickle.build_doublelist": true,
+	"torch.jit._pickle.build_boollist":   true,
+	"torch.jit._pickle.restore_type_tag": true,
+	"builtins.set":                       true,
+	"builtins.frozenset":                 true,
+	"__builtin__.set":                    true,
+	"__builtin__.frozenset":              true,
+	"collections.OrderedDict":            true,
+}
+
+func (d *decoder) lookupGlobal(mod, name string) error {
+	full := mod + "." + name
+	if !allowedGlobals[full] {
+		return d.fail("forbidden global %s: a dump may only use torch.jit._pickle list builders, set and OrderedDict; it is never executed", printable(full))
+	}
+	d.stats.Globals = true
+	return d.push(Value{kind: global, s: full})
+}
+
+func printable(s string) string {
+	if len(s) > 120 {
+		s = s[:120] + "..."
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+func (d *decoder) reduce() error {
+	args, err := d.pop()
+	if err != nil {
+		return err
+	}
+	fn, err := d.pop()
+	if err != nil {
+		return err
+	}
+	if fn.kind != global {
+		return d.fail("REDUCE of a %v, want an allowed callable", fn.kind)
+	}
+	if args.kind != Tuple {
+		return d.fail("REDUCE arguments are a %v, want a tuple", args.kind)
+	}
+	a := args.c.items
+	switch fn.s {
+	case "torch.jit._pickle.build_intlist", "torch.jit._pickle.build_doublelist", "torch.jit._pickle.build_boollist":
+		if len(a) != 1 || a[0].kind != List {
+			return d.fail("%s expects one list argument", fn.s)
+		}
+		return d.push(a[0])
+	case "torch.jit._pickle.restore_type_tag":
+		if len(a) < 1 {
+			return d.fail("%s expects a value and a type string", fn.s)
+		}
+		return d.push(a[0])
+	case "builtins.set", "builtins.frozenset", "__builtin__.set", "__builtin__.frozenset":
+		var items []Value
+		if len(a) > 1 {
+			return d.fail("%s takes at most one argument", fn.s)
+		}
+		if len(a) == 1 {
+			switch a[0].kind {
+			case List, Tuple, Set:
+				items = append(items, a[0].c.items...)
+			default:
+				return d.fail("%s of a %v, want an iterable", fn.s, a[0].kind)
+			}
+		}
+		for _, it := range items {
+			if !hashable(it) {
+				return d.fail("unhashable set element of type %v", it.kind)
+			}
+		}
+		v, err := d.newContainer(Set, items)
+		if err != nil {
+			return err
+		}
+		return d.push(v)
+	case "collections.OrderedDict":
+		dict, err := d.newContainer(Dict, nil)
+		if err != nil {
+			return err
+		}
+		if len(a) > 1 {
+			return d.fail("OrderedDict takes at most one argument")
+		}
+		if len(a) == 1 {
+			if a[0].kind != List && a[0].kind != Tuple {
+				return d.fail("OrderedDict of a %v, want a list of pairs", a[0].kind)
+			}
+			for _, p := range a[0].c.items {
+				if (p.kind != Tuple && p.kind != List) || len(p.c.items) != 2 {
+					return d.fail("OrderedDict item is not a pair")
+				}
+				if err := d.setItems(dict, p.c.items); err != nil {
+					return err
+				}
+			}
+		}
+		return d.push(dict)
+	}
+	return d.fail("no reducer for %s", fn.s)
+}
