@@ -18,6 +18,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // Kind is the type of a decoded Value.
@@ -244,3 +245,9 @@ func BoolValue(b bool) Value {
 	}
 	return Value{kind: Bool}
 }
+
+// ID identifies the container behind a list, tuple, dict or set value (0
+// for scalars). Pickles share one container through the memo (torch shares
+// stack-frame dicts between entries); callers use ID to convert a shared
+// container once.
+func (v Value) ID() uintptr { return uintptr(unsafe.Pointer(v.c)) }

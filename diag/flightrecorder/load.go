@@ -1,0 +1,369 @@
+package flightrecorder
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// DefaultMaxFileBytes caps one dump file. A 2000-entry dump with stacks is
+// about 1 MiB; 64 MiB leaves room for 100k-entry rings.
+const DefaultMaxFileBytes = 64 << 20
+
+// LoadOptions say where ranks come from and how much to read.
+type LoadOptions struct {
+	// Prefix is the file-name prefix before the rank, as fr_trace's
+	// --prefix; empty means infer it from the file names.
+	Prefix string
+	// RankOf maps a file path to its rank, overriding the name.
+	RankOf map[string]int
+	// MaxFileBytes caps each file; 0 means DefaultMaxFileBytes.
+	MaxFileBytes int64
+	// Workers decode files in parallel; 0 means GOMAXPROCS.
+	Workers int
+}
+
+// FileProblem is a file that was not analysed, and why.
+type FileProblem struct {
+	Path    string `json:"path"`
+	Rank    *int   `json:"rank,omitempty"`
+	Problem string `json:"problem"`
+}
+
+// Loaded is the outcome of Load: the dumps that decoded, sorted by rank, and
+// everything that went wrong on the way.
+type Loaded struct {
+	Dumps    []*Dump
+	Prefix   string        // the prefix used (inferred or given)
+	Problems []FileProblem // files that looked like dumps but were not used
+	Ignored  int           // files that were not dumps at all (no digits suffix, wrong content)
+}
+
+// fr_trace's rank pattern: a [\w-] prefix, lazily, then the trailing digits.
+var rankSuffix = regexp.MustCompile(`([\w\-]*?)(\d+)$`)
+
+type candidate struct {
+	path    string
+	name    string
+	prefix  string
+	rank    int
+	explict bool // named on the command line, not found by walking
+}
+
+// Load finds and decodes the dumps under paths (files or directories,
+// walked recursively). It fails only when no dump could be loaded at all;
+// per-file failures are listed in Loaded.Problems.
+func Load(paths []string, opt LoadOptions) (*Loaded, error) {
+	if opt.MaxFileBytes <= 0 {
+		opt.MaxFileBytes = DefaultMaxFileBytes
+	}
+	res := &Loaded{}
+	var files []candidate
+	for _, p := range paths {
+		found, err := collect(p, opt, res)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, found...)
+	}
+	files = choosePrefix(files, opt, res)
+	files = dropDuplicates(files, res)
+	res.Dumps = decodeAll(files, opt, res)
+	slices.SortFunc(res.Problems, func(a, b FileProblem) int { return cmp.Compare(a.Path, b.Path) })
+	if len(res.Dumps) == 0 {
+		return res, noDumpsError(paths, res)
+	}
+	return res, nil
+}
+
+func noDumpsError(paths []string, res *Loaded) error {
+	where := strings.Join(paths, ", ")
+	if len(res.Problems) == 0 {
+		if res.Ignored == 0 {
+			return fmt.Errorf("no Flight Recorder dumps in %s: no files found", where)
+		}
+		return fmt.Errorf("no Flight Recorder dumps in %s: %d files, none named like a dump (<prefix><rank>, e.g. nccl_trace_rank_0) with pickle or JSON content", where, res.Ignored)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "no Flight Recorder dump in %s could be used:", where)
+	for i, p := range res.Problems {
+		if i == 5 {
+			fmt.Fprintf(&b, "\n  ... and %d more", len(res.Problems)-5)
+			break
+		}
+		fmt.Fprintf(&b, "\n  %s: %s", p.Path, p.Problem)
+	}
+	return errors.New(b.String())
+}
+
+// collect lists the candidate dump files under one path.
+func collect(path string, opt LoadOptions, res *Loaded) ([]candidate, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s does not exist", path)
+		}
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	if !info.IsDir() {
+		c, ok, problem := classify(path, info, opt, true)
+		if !ok {
+			return nil, fmt.Errorf("%s: %s", path, problem)
+		}
+		return []candidate{c}, nil
+	}
+	var out []candidate
+	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			res.Problems = append(res.Problems, FileProblem{Path: p, Problem: "unreadable: " + err.Error()})
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() {
+			return nil
+		}
+		info, err := os.Stat(p) // follows a symlink to a file; WalkDir never follows one to a directory
+		if err != nil {
+			res.Problems = append(res.Problems, FileProblem{Path: p, Problem: "unreadable: " + err.Error()})
+			return nil
+		}
+		c, ok, problem := classify(p, info, opt, false)
+		switch {
+		case ok:
+			out = append(out, c)
+		case problem != "":
+			res.Problems = append(res.Problems, FileProblem{Path: p, Problem: problem})
+		default:
+			res.Ignored++
+		}
+		return nil
+	})
+	return out, err
+}
+
+// classify decides whether a file is a dump candidate. A walked file that is
+// plainly not a dump (no rank suffix, a FIFO such as torch's ".pipe"
+// trigger) is ignored without a problem; a file named on the command line
+// must be usable.
+func classify(path string, info fs.FileInfo, opt LoadOptions, explicit bool) (candidate, bool, string) {
+	c := candidate{path: path, name: filepath.Base(path), explict: explicit}
+	if !info.Mode().IsRegular() {
+		if explicit {
+			return c, false, "not a regular file (a FIFO such as torch's debug-info .pipe is never read)"
+		}
+		return c, false, ""
+	}
+	if r, ok := opt.RankOf[path]; ok {
+		c.rank, c.prefix = r, "\x00explicit"
+		return c, true, ""
+	}
+	if opt.Prefix != "" {
+		i := strings.Index(c.name, opt.Prefix)
+		if i < 0 {
+			if explicit {
+				return c, false, fmt.Sprintf("file name does not contain the prefix %q", opt.Prefix)
+			}
+			return c, false, ""
+		}
+		r, err := strconv.Atoi(c.name[i+len(opt.Prefix):])
+		if err != nil || r < 0 {
+			if explicit {
+				return c, false, fmt.Sprintf("no rank after the prefix %q in the file name", opt.Prefix)
+			}
+			return c, false, ""
+		}
+		c.rank, c.prefix = r, opt.Prefix
+	} else {
+		m := rankSuffix.FindStringSubmatch(c.name)
+		if m == nil {
+			if explicit {
+				return c, false, "cannot tell the rank: the file name does not end in digits (name files <prefix><rank>, or map files to ranks explicitly)"
+			}
+			return c, false, ""
+		}
+		r, err := strconv.Atoi(m[2])
+		if err != nil {
+			return c, false, fmt.Sprintf("rank %s in the file name is out of range", m[2])
+		}
+		c.rank, c.prefix = r, m[1]
+	}
+	if !explicit && !looksLikeDump(path) {
+		return c, false, ""
+	}
+	return c, true, ""
+}
+
+// looksLikeDump sniffs the first bytes: a pickle starts with PROTO (0x80),
+// a JSON dump with '{'.
+func looksLikeDump(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return true // let decoding report the error
+	}
+	defer f.Close()
+	buf := make([]byte, 64)
+	n, _ := io.ReadFull(f, buf)
+	b := bytes.TrimLeft(buf[:n], " \t\r\n")
+	return n > 0 && (buf[0] == 0x80 || (len(b) > 0 && b[0] == '{'))
+}
+
+// choosePrefix keeps one family of files. fr_trace insists on a single
+// prefix; a directory holding two prefixes usually mixes two jobs, so the
+// larger family is analysed and the other listed as a problem.
+func choosePrefix(files []candidate, opt LoadOptions, res *Loaded) []candidate {
+	count := map[string]int{}
+	for _, f := range files {
+		if !f.explict && f.prefix != "\x00explicit" {
+			count[f.prefix]++
+		}
+	}
+	if len(count) == 0 {
+		res.Prefix = opt.Prefix
+		return files
+	}
+	prefixes := make([]string, 0, len(count))
+	for p := range count {
+		prefixes = append(prefixes, p)
+	}
+	sort.Slice(prefixes, func(i, j int) bool {
+		if count[prefixes[i]] != count[prefixes[j]] {
+			return count[prefixes[i]] > count[prefixes[j]]
+		}
+		return prefixes[i] < prefixes[j]
+	})
+	res.Prefix = prefixes[0]
+	if len(prefixes) == 1 {
+		return files
+	}
+	kept := files[:0]
+	for _, f := range files {
+		if f.explict || f.prefix == "\x00explicit" || f.prefix == res.Prefix {
+			kept = append(kept, f)
+			continue
+		}
+		r := f.rank
+		res.Problems = append(res.Problems, FileProblem{Path: f.path, Rank: &r, Problem: fmt.Sprintf(
+			"not analysed: its prefix %q differs from %q (%d files); the input seems to mix dumps of different jobs, pass the prefix to choose",
+			f.prefix, res.Prefix, count[res.Prefix])})
+	}
+	return kept
+}
+
+// dropDuplicates refuses ranks claimed by two files: we cannot know which
+// one belongs to the job, so neither is used.
+func dropDuplicates(files []candidate, res *Loaded) []candidate {
+	byRank := map[int][]string{}
+	for _, f := range files {
+		byRank[f.rank] = append(byRank[f.rank], f.path)
+	}
+	kept := files[:0]
+	for _, f := range files {
+		if paths := byRank[f.rank]; len(paths) > 1 {
+			r := f.rank
+			others := slices.DeleteFunc(slices.Clone(paths), func(p string) bool { return p == f.path })
+			res.Problems = append(res.Problems, FileProblem{Path: f.path, Rank: &r, Problem: fmt.Sprintf(
+				"rank %d also comes from %s: two dumps for one rank (two jobs in one directory?); neither is used", r, strings.Join(others, ", "))})
+			continue
+		}
+		kept = append(kept, f)
+	}
+	return kept
+}
+
+func decodeAll(files []candidate, opt LoadOptions, res *Loaded) []*Dump {
+	workers := opt.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	dumps := make([]*Dump, len(files))
+	problems := make([]string, len(files))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				d, err := readDump(files[i].path, opt.MaxFileBytes)
+				if err != nil {
+					problems[i] = err.Error()
+					continue
+				}
+				d.Rank = files[i].rank
+				dumps[i] = d
+			}
+		}()
+	}
+	for i := range files {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	out := make([]*Dump, 0, len(files))
+	for i, d := range dumps {
+		if d != nil {
+			out = append(out, d)
+			continue
+		}
+		r := files[i].rank
+		res.Problems = append(res.Problems, FileProblem{Path: files[i].path, Rank: &r, Problem: problems[i]})
+	}
+	slices.SortFunc(out, func(a, b *Dump) int { return cmp.Compare(a.Rank, b.Rank) })
+	return out
+}
+
+// readDump reads and decodes one file, refusing files over the limit before
+// reading them (and files that grow past it while being read).
+func readDump(path string, limit int64) (*Dump, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
+	if info.Size() > limit {
+		return nil, fmt.Errorf("file is %d bytes, over the %d-byte limit (raise PROBING_MAX_FILE_SIZE or --max-file-size)", info.Size(), limit)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("file grew past the %d-byte limit while being read", limit)
+	}
+	d, err := Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	d.Path = path
+	return d, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
