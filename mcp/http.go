@@ -1,0 +1,789 @@
+package mcp
+
+// The HTTP transport: MCP Streamable HTTP at <base>/mcp plus /health and
+// /live, behind the same middleware as the Probing agent's HTTP API
+// (probing-contract.md §2.1-2.3), so clients and proxies written for Probing
+// see the same auth, limits and error envelope here.
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// Defaults mirror the Probing agent's.
+const (
+	defaultAuthUsername    = "admin"
+	defaultAuthRealm       = "Probe Server"
+	defaultMaxRequestBytes = 4 << 20
+	defaultHTTPTimeout     = 30 * time.Second
+	defaultMaxInFlight     = 128
+)
+
+// HTTPConfig configures the HTTP transport. Zero values mean the defaults
+// above, so a literal HTTPConfig{Addr: ...} is usable as is; BasePath is
+// normalised like PROBING_BASE_PATH.
+type HTTPConfig struct {
+	Addr            string        // listen address, host:port
+	BasePath        string        // URL prefix such as "/probing"; "" for none
+	AuthToken       string        // shared secret; "" turns auth off (loopback binds only)
+	AuthUsername    string        // user name Basic credentials must carry
+	AuthRealm       string        // realm in the WWW-Authenticate challenge
+	MaxRequestBytes int64         // request body cap (413 beyond it)
+	Timeout         time.Duration // end-to-end deadline per request (504 beyond it)
+	MaxInFlight     int           // concurrent requests before 503
+	AllowedOrigins  []string      // extra browser origins, "scheme://host[:port]", or "*"
+	Version         string        // reported by /health when set
+}
+
+// resolve fills in defaults and normalises BasePath, which ends up in mux
+// patterns: "probing/" unchecked would register host "probing" instead.
+func (c HTTPConfig) resolve() (HTTPConfig, error) {
+	base, err := parseBasePath(c.BasePath)
+	if err != nil {
+		return HTTPConfig{}, err
+	}
+	c.BasePath = base
+	if c.AuthUsername == "" {
+		c.AuthUsername = defaultAuthUsername
+	}
+	if c.AuthRealm == "" {
+		c.AuthRealm = defaultAuthRealm
+	}
+	if c.MaxRequestBytes <= 0 {
+		c.MaxRequestBytes = defaultMaxRequestBytes
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = defaultHTTPTimeout
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = defaultMaxInFlight
+	}
+	return c, nil
+}
+
+// HTTPConfigFromEnv builds an HTTPConfig for addr from the PROBING_*
+// variables the Probing agent reads. A bad value is an error naming the
+// variable, rather than a silent fallback to the default.
+func HTTPConfigFromEnv(addr string, getenv func(string) string) (HTTPConfig, error) {
+	cfg := HTTPConfig{
+		Addr:         addr,
+		AuthToken:    strings.TrimSpace(getenv("PROBING_AUTH_TOKEN")),
+		AuthUsername: getenv("PROBING_AUTH_USERNAME"),
+		AuthRealm:    getenv("PROBING_AUTH_REALM"),
+	}
+	var err error
+	if cfg.BasePath, err = parseBasePath(getenv("PROBING_BASE_PATH")); err != nil {
+		return HTTPConfig{}, err
+	}
+	if v := getenv("PROBING_MAX_REQUEST_SIZE"); v != "" {
+		n, ok := httpByteSize(v)
+		if !ok {
+			return HTTPConfig{}, httpEnvError("PROBING_MAX_REQUEST_SIZE", v,
+				"a positive number of bytes, optionally with a unit such as 512KB, 8MiB or 8M")
+		}
+		cfg.MaxRequestBytes = n
+	}
+	if v := getenv("PROBING_SERVER_TIMEOUT_SECS"); v != "" {
+		n, ok := httpPositiveInt(v)
+		if !ok || n > math.MaxInt64/int64(time.Second) {
+			return HTTPConfig{}, httpEnvError("PROBING_SERVER_TIMEOUT_SECS", v, "a positive integer number of seconds")
+		}
+		cfg.Timeout = time.Duration(n) * time.Second
+	}
+	if v := getenv("PROBING_MAX_CONNECTIONS"); v != "" {
+		n, ok := httpPositiveInt(v)
+		if !ok || n > math.MaxInt32 {
+			return HTTPConfig{}, httpEnvError("PROBING_MAX_CONNECTIONS", v, "a positive integer number of concurrent requests")
+		}
+		cfg.MaxInFlight = int(n)
+	}
+	if v := getenv("PROBING_ALLOWED_ORIGINS"); v != "" {
+		for item := range strings.SplitSeq(v, ",") {
+			item = strings.TrimSpace(item)
+			if item == "" {
+				continue
+			}
+			origin, ok := normalizeOrigin(item)
+			if !ok {
+				return HTTPConfig{}, httpEnvError("PROBING_ALLOWED_ORIGINS", v,
+					fmt.Sprintf("comma-separated origins like https://host:8080 or *, and %q is not one", item))
+			}
+			cfg.AllowedOrigins = append(cfg.AllowedOrigins, origin)
+		}
+	}
+	return cfg.resolve()
+}
+
+func httpEnvError(name, value, want string) error {
+	return fmt.Errorf("%s=%q: want %s", name, value, want)
+}
+
+func httpPositiveInt(s string) (int64, bool) {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	return n, err == nil && n > 0
+}
+
+// httpByteUnits follows the usual conventions: KB/MB/GB are decimal, KiB/MiB/GiB
+// binary, and bare K/M/G binary as in nginx or Docker.
+var httpByteUnits = map[string]int64{
+	"": 1, "b": 1,
+	"k": 1 << 10, "kib": 1 << 10, "kb": 1e3,
+	"m": 1 << 20, "mib": 1 << 20, "mb": 1e6,
+	"g": 1 << 30, "gib": 1 << 30, "gb": 1e9,
+}
+
+// httpByteSize accepts "4194304", "512KB", "8MiB", "8 M" and the like.
+func httpByteSize(s string) (int64, bool) {
+	s = strings.TrimSpace(s)
+	digits := strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	if digits < 0 {
+		digits = len(s)
+	}
+	n, err := strconv.ParseInt(s[:digits], 10, 64)
+	mult, known := httpByteUnits[strings.ToLower(strings.TrimSpace(s[digits:]))]
+	if err != nil || n <= 0 || !known || n > math.MaxInt64/mult {
+		return 0, false
+	}
+	return n * mult, true
+}
+
+// parseBasePath normalises PROBING_BASE_PATH to "" or "/a/b". Only URL path
+// characters that need no escaping are accepted: the prefix ends up in
+// http.ServeMux patterns, where spaces, braces and the like mean something.
+func parseBasePath(v string) (string, error) {
+	p := strings.TrimSpace(v)
+	for _, r := range p {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/-._~", r)
+		if !ok {
+			return "", httpEnvError("PROBING_BASE_PATH", v,
+				"a URL path prefix such as /probing (letters, digits, '-', '.', '_', '~' and '/')")
+		}
+	}
+	p = path.Clean("/" + p)
+	if p == "/" {
+		return "", nil
+	}
+	return p, nil
+}
+
+// normalizeOrigin returns "*" or the lower-case "scheme://host[:port]" form
+// of an http(s) origin, without a default port, so that comparisons are
+// plain string equality.
+func normalizeOrigin(s string) (string, bool) {
+	if s == "*" {
+		return s, true
+	}
+	u, err := url.Parse(strings.TrimSuffix(s, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", false
+	}
+	return u.Scheme + "://" + canonicalHostPort(u.Host, u.Scheme), true
+}
+
+// canonicalHostPort lower-cases host[:port] and drops the scheme's default
+// port, so "Example.com:443" and "example.com" compare equal under https.
+func canonicalHostPort(hostport, scheme string) string {
+	hostport = strings.ToLower(hostport)
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return hostport // no port
+	}
+	if port == "" || (scheme == "http" && port == "80") || (scheme == "https" && port == "443") {
+		if strings.Contains(host, ":") {
+			return "[" + host + "]"
+		}
+		return host
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// isLoopbackHost reports whether a host or host:port names this machine's
+// loopback interface: localhost, 127.0.0.0/8 or ::1.
+func isLoopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// CheckListenAddr refuses to expose an unauthenticated server beyond this
+// machine: without a token, only a loopback bind is allowed. An empty host
+// (":8080") binds every interface and is refused like 0.0.0.0.
+func CheckListenAddr(addr string, token string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("invalid HTTP listen address %q: %w", addr, err)
+	}
+	if token != "" || isLoopbackHost(host) {
+		return nil
+	}
+	return fmt.Errorf("refusing to serve MCP over HTTP on %q without authentication: "+
+		"set PROBING_AUTH_TOKEN, or bind a loopback address such as 127.0.0.1:%s",
+		addr, listenPort(addr))
+}
+
+func listenPort(addr string) string {
+	if _, port, err := net.SplitHostPort(addr); err == nil && port != "" {
+		return port
+	}
+	return "8080"
+}
+
+// ServeHTTP serves s over Streamable HTTP on cfg.Addr until ctx is cancelled,
+// then shuts down gracefully and returns nil.
+func ServeHTTP(ctx context.Context, s *server.MCPServer, cfg HTTPConfig, logger *slog.Logger) error {
+	// Check before binding, so a refused configuration never opens a port.
+	if _, err := cfg.resolve(); err != nil {
+		return err
+	}
+	if err := CheckListenAddr(cfg.Addr, cfg.AuthToken); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	return ServeHTTPListener(ctx, ln, s, cfg, logger)
+}
+
+// ServeHTTPListener is ServeHTTP on a listener the caller opened, e.g. on
+// port 0 to learn the bound address from ln.Addr(). It takes ownership of ln
+// and ignores cfg.Addr.
+func ServeHTTPListener(ctx context.Context, ln net.Listener, s *server.MCPServer, cfg HTTPConfig, logger *slog.Logger) error {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	cfg, err := cfg.resolve()
+	if err == nil {
+		err = CheckListenAddr(ln.Addr().String(), cfg.AuthToken)
+	}
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	addr := ln.Addr().String()
+
+	mcpHandler := server.NewStreamableHTTPServer(s,
+		// No Mcp-Session-Id: any request can go to any instance, and nothing
+		// leaks when clients vanish.
+		server.WithStateLess(true),
+		// GET would open a standalone SSE stream for server-initiated
+		// messages, which our tools never send; it would only sit on an
+		// in-flight slot until the deadline cut it. Clients get 405, which
+		// the spec allows. POST responses can still stream (progress).
+		server.WithDisableStreaming(true),
+		// mcp-go's own DNS-rebinding check rejects any loopback connection
+		// whose Host is not localhost. That breaks a token-protected server
+		// reached by its hostname when the hostname resolves to 127.0.1.1
+		// (Debian's /etc/hosts), or behind a same-host reverse proxy. The
+		// Host guard in NewHTTPHandler covers the case that needs it: no
+		// token.
+		server.WithDisableLocalhostProtection(true),
+		server.WithStreamableHTTPLogger(logger),
+	)
+	srv := &http.Server{
+		Handler:           NewHTTPHandler(mcpHandler, cfg, logger),
+		ReadHeaderTimeout: min(10*time.Second, cfg.Timeout),
+		// No ReadTimeout: when it expires net/http cancels the request
+		// context, racing the deadline middleware's 504. That middleware
+		// bounds body reads itself.
+		IdleTimeout: 2 * time.Minute,
+		ErrorLog:    slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+
+	logger.Info("MCP HTTP server listening",
+		"addr", addr, "url", "http://"+addr+cfg.BasePath+"/mcp", "auth", cfg.AuthToken != "")
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve HTTP on %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+
+	// Let requests in flight finish; none may legitimately outlive the
+	// request deadline, so that is also how long we wait.
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Timeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		logger.Warn("MCP HTTP server did not drain in time; closing connections", "err", err)
+		_ = srv.Close()
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve HTTP on %s: %w", addr, err)
+	}
+	logger.Info("MCP HTTP server stopped", "addr", addr)
+	return nil
+}
+
+// NewHTTPHandler routes <base>/mcp to mcpHandler (normally a
+// *server.StreamableHTTPServer) and serves <base>/health and <base>/live,
+// behind these middlewares, outermost first: in-flight limit, deadline, body
+// limit, Host/Origin guard, auth (which records the caller for WithCaller).
+// It panics on a BasePath that HTTPConfigFromEnv would reject, as
+// http.ServeMux does on a bad pattern.
+func NewHTTPHandler(mcpHandler http.Handler, cfg HTTPConfig, logger *slog.Logger) http.Handler {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	cfg, err := cfg.resolve()
+	if err != nil {
+		panic(err)
+	}
+	base := cfg.BasePath
+	public := map[string]bool{base + "/health": true, base + "/live": true}
+
+	mux := http.NewServeMux()
+	mux.Handle(base+"/mcp", httpMCPMethods(httpBufferBody(mcpHandler, logger)))
+	mux.Handle(base+"/health", httpStaticJSON(httpHealthBody(cfg.Version)))
+	mux.Handle(base+"/live", httpStaticJSON([]byte(`{"status":"alive"}`)))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeHTTPError(w, http.StatusNotFound, "no route for "+r.URL.Path, "")
+	})
+
+	var h http.Handler = mux
+	h = newHTTPAuth(cfg).middleware(h, public, logger)
+	h = httpOriginGuard(h, cfg, logger)
+	h = httpBodyLimit(h, cfg.MaxRequestBytes, logger)
+	h = httpDeadline(h, cfg.Timeout, logger)
+	h = httpInFlightLimit(h, cfg.MaxInFlight, logger)
+	return h
+}
+
+func httpHealthBody(version string) []byte {
+	body, _ := json.Marshal(struct {
+		Status  string `json:"status"`
+		Version string `json:"version,omitempty"`
+	}{"ok", version})
+	return body
+}
+
+func httpStaticJSON(body []byte) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeHTTPError(w, http.StatusMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path, "use GET")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write(body)
+	})
+}
+
+// httpMCPMethods answers methods the Streamable HTTP transport has no use for
+// with our envelope; mcp-go would answer a plain-text 404.
+func httpMCPMethods(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodPost, http.MethodGet, http.MethodDelete, http.MethodHead:
+			next.ServeHTTP(w, r)
+		default:
+			w.Header().Set("Allow", "POST, GET, DELETE, HEAD")
+			writeHTTPError(w, http.StatusMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path, "use POST")
+		}
+	})
+}
+
+// --- error envelope ---
+
+// httpErrorCodes maps a status to the Probing error code; anything else is
+// INTERNAL_ERROR.
+var httpErrorCodes = map[int]string{
+	http.StatusBadRequest:            "BAD_REQUEST",
+	http.StatusUnauthorized:          "UNAUTHORIZED",
+	http.StatusForbidden:             "FORBIDDEN",
+	http.StatusNotFound:              "NOT_FOUND",
+	http.StatusMethodNotAllowed:      "METHOD_NOT_ALLOWED",
+	http.StatusRequestEntityTooLarge: "PAYLOAD_TOO_LARGE",
+	http.StatusTooManyRequests:       "TOO_MANY_REQUESTS",
+	http.StatusBadGateway:            "BAD_GATEWAY",
+	http.StatusServiceUnavailable:    "SERVICE_UNAVAILABLE",
+	http.StatusGatewayTimeout:        "GATEWAY_TIMEOUT",
+}
+
+type httpErrorEnvelope struct {
+	Error httpErrorDetail `json:"error"`
+}
+
+type httpErrorDetail struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	Retryable bool   `json:"retryable"`
+	Action    string `json:"action,omitempty"`
+}
+
+func httpErrorBody(status int, message, action string) []byte {
+	code, ok := httpErrorCodes[status]
+	if !ok {
+		code = "INTERNAL_ERROR"
+	}
+	retryable := false
+	switch status {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		retryable = true
+	}
+	body, _ := json.Marshal(httpErrorEnvelope{httpErrorDetail{code, message, retryable, action}})
+	return append(body, '\n')
+}
+
+func writeHTTPError(w http.ResponseWriter, status int, message, action string) {
+	body := httpErrorBody(status, message, action)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// logRejected logs a request the middleware turned away. Query strings are left
+// out: they are not ours to log.
+func logRejected(logger *slog.Logger, r *http.Request, status int, reason string) {
+	logger.Warn("HTTP request rejected", "status", status, "reason", reason,
+		"method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+}
+
+// --- middleware, outermost first ---
+
+// httpInFlightLimit answers 503 at once when maxInFlight requests are running:
+// queueing would only turn overload into timeouts.
+func httpInFlightLimit(next http.Handler, maxInFlight int, logger *slog.Logger) http.Handler {
+	slots := make(chan struct{}, maxInFlight)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+			next.ServeHTTP(w, r)
+		default:
+			logRejected(logger, r, http.StatusServiceUnavailable, "in-flight limit")
+			w.Header().Set("Retry-After", "1")
+			writeHTTPError(w, http.StatusServiceUnavailable, "server request concurrency limit reached", "retry later")
+		}
+	})
+}
+
+// httpDeadline gives each request a context deadline and, if the handler
+// has not started its response by then, answers 504 itself. Unlike
+// http.TimeoutHandler it does not buffer the response, so SSE still streams,
+// and the request keeps its in-flight slot until the handler really returns.
+func httpDeadline(next http.Handler, timeout time.Duration, logger *slog.Logger) http.Handler {
+	message := "request exceeded " + strconv.FormatFloat(timeout.Seconds(), 'f', -1, 64) + "s deadline"
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		// A context cannot interrupt a body read from a client that trickles
+		// bytes; a connection read deadline can. It is set a second late so
+		// that the read error, which cancels r.Context(), cannot pre-empt
+		// the 504. net/http resets it before the next request.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout + time.Second))
+		dw := &deadlineWriter{w: w, header: make(http.Header), ctx: ctx, message: message,
+			onTimeout: func() { logRejected(logger, r, http.StatusGatewayTimeout, "deadline") }}
+		stop := context.AfterFunc(ctx, dw.timeOut)
+		defer func() {
+			stop()
+			dw.finish()
+		}()
+		next.ServeHTTP(dw, r.WithContext(ctx))
+	})
+}
+
+// deadlineWriter lets httpDeadline write a 504 from the AfterFunc goroutine
+// while the handler still runs. Every use of the real ResponseWriter is under
+// mu, and the response belongs to whoever claims it first: the handler by
+// starting it before the deadline, or the 504 at any point after. The
+// handler's later writes then fail with http.ErrHandlerTimeout. It gets its
+// own header map, copied out when it writes, so the 504 path never races
+// with a handler that is still setting headers.
+type deadlineWriter struct {
+	w         http.ResponseWriter
+	header    http.Header
+	ctx       context.Context
+	message   string
+	onTimeout func()
+
+	mu          sync.Mutex
+	wroteHeader bool // the handler has started the response
+	timedOut    bool // the 504 was sent
+	finished    bool // the handler returned; w must not be touched again
+}
+
+func (d *deadlineWriter) Header() http.Header { return d.header }
+
+func (d *deadlineWriter) WriteHeader(status int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.writeHeaderLocked(status)
+}
+
+func (d *deadlineWriter) writeHeaderLocked(status int) {
+	// Checking the deadline here, and not only in the AfterFunc, makes the
+	// outcome independent of goroutine scheduling: a handler that notices
+	// the deadline and answers at once still yields the 504.
+	if d.wroteHeader || d.timedOut || d.timeOutLocked() {
+		return
+	}
+	d.wroteHeader = true
+	maps.Copy(d.w.Header(), d.header)
+	d.w.WriteHeader(status)
+}
+
+func (d *deadlineWriter) Write(p []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.writeHeaderLocked(http.StatusOK)
+	if d.timedOut {
+		return 0, http.ErrHandlerTimeout
+	}
+	return d.w.Write(p)
+}
+
+// Flush keeps the writer streamable: mcp-go only upgrades a response to SSE
+// when its writer is an http.Flusher.
+func (d *deadlineWriter) Flush() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.writeHeaderLocked(http.StatusOK)
+	if f, ok := d.w.(http.Flusher); ok && !d.timedOut {
+		f.Flush()
+	}
+}
+
+// timeOut runs when ctx is done.
+func (d *deadlineWriter) timeOut() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.timeOutLocked()
+}
+
+// finish runs when the handler returns, which may be before the AfterFunc
+// goroutine got to run: a handler that returned without answering after the
+// deadline (mcp-go does that) gets its 504 from here.
+func (d *deadlineWriter) finish() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.timeOutLocked()
+	d.finished = true
+}
+
+// timeOutLocked sends the 504 if the deadline has passed and nobody has
+// answered yet, and reports whether it did. A client that went away cancels
+// ctx too, but only the deadline deserves a 504.
+func (d *deadlineWriter) timeOutLocked() bool {
+	if d.finished || d.wroteHeader || d.timedOut || !errors.Is(d.ctx.Err(), context.DeadlineExceeded) {
+		return false // a started response can only be cut short, via ctx
+	}
+	d.timedOut = true
+	writeHTTPError(d.w, http.StatusGatewayTimeout, d.message,
+		"retry with a narrower request, or raise PROBING_SERVER_TIMEOUT_SECS")
+	// Push the 504 out now: the handler may take a while to notice ctx.
+	if f, ok := d.w.(http.Flusher); ok {
+		f.Flush()
+	}
+	d.onTimeout()
+	return true
+}
+
+// httpBodyLimit rejects a declared oversized body at once and caps the rest;
+// httpBufferBody turns the cap, once hit, into 413.
+func httpBodyLimit(next http.Handler, maxBytes int64, logger *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > maxBytes {
+			logRejected(logger, r, http.StatusRequestEntityTooLarge, "content-length")
+			writeHTTPError(w, http.StatusRequestEntityTooLarge, bodyTooLargeMessage(maxBytes), "")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxBytes)
+		next.ServeHTTP(w, r)
+	})
+}
+
+func bodyTooLargeMessage(maxBytes int64) string {
+	return fmt.Sprintf("request body exceeds %d bytes", maxBytes)
+}
+
+// httpBufferBody reads an MCP POST body before mcp-go sees it. mcp-go reads the
+// body itself but reports any read error, the body cap included, as a
+// JSON-RPC parse error with status 200; reading it here lets an oversized
+// chunked body get its 413. It sits innermost, after auth, so bodies from
+// unauthenticated clients are never read.
+func httpBufferBody(next http.Handler, logger *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if tooBig, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			logRejected(logger, r, http.StatusRequestEntityTooLarge, "body")
+			writeHTTPError(w, http.StatusRequestEntityTooLarge, bodyTooLargeMessage(tooBig.Limit), "")
+			return
+		}
+		if err != nil {
+			logRejected(logger, r, http.StatusBadRequest, "body read: "+err.Error())
+			writeHTTPError(w, http.StatusBadRequest, "could not read the request body", "")
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// httpOriginGuard defends against browsers being used to reach the server.
+//
+// Origin: a browser names the page that made a request; it must be this
+// server itself, a page on this machine, or listed in AllowedOrigins. That
+// stops cross-site requests (CSRF), but not DNS rebinding, where the
+// attacker's name resolves to us and the request is "same-origin".
+//
+// Host: without a token, the server's only protection is being reachable
+// from this machine alone, which DNS rebinding defeats; so the Host header
+// must then be a loopback name (or the host of an allowed origin). With a
+// token, a rebound page cannot authenticate, and any Host is accepted so that
+// the server can be reached by its real hostname.
+func httpOriginGuard(next http.Handler, cfg HTTPConfig, logger *slog.Logger) http.Handler {
+	allowed := make(map[string]bool, len(cfg.AllowedOrigins))
+	allowedHosts := make(map[string]bool, len(cfg.AllowedOrigins))
+	for _, o := range cfg.AllowedOrigins {
+		norm, ok := normalizeOrigin(o)
+		if !ok {
+			continue // HTTPConfigFromEnv rejects these; a hand-built config just loses them
+		}
+		allowed[norm] = true
+		if u, err := url.Parse(norm); err == nil && norm != "*" {
+			allowedHosts[canonicalHostPort(u.Host, u.Scheme)] = true
+		}
+	}
+	checkHost := cfg.AuthToken == ""
+
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if checkHost && !isLoopbackHost(r.Host) &&
+			!allowedHosts[canonicalHostPort(r.Host, "http")] && !allowedHosts[canonicalHostPort(r.Host, "https")] {
+			logRejected(logger, r, http.StatusForbidden, "host "+strconv.Quote(r.Host))
+			writeHTTPError(w, http.StatusForbidden,
+				fmt.Sprintf("Host %q is not allowed: without PROBING_AUTH_TOKEN only localhost is served", r.Host),
+				"connect via 127.0.0.1 or localhost, or set PROBING_AUTH_TOKEN")
+			return
+		}
+		if origin := r.Header.Get("Origin"); origin != "" && !originAllowed(origin, r.Host, allowed) {
+			logRejected(logger, r, http.StatusForbidden, "origin "+strconv.Quote(origin))
+			writeHTTPError(w, http.StatusForbidden,
+				fmt.Sprintf("Origin %q is not allowed", origin),
+				"add the origin to PROBING_ALLOWED_ORIGINS")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func originAllowed(origin, host string, allowed map[string]bool) bool {
+	norm, ok := normalizeOrigin(origin)
+	if !ok || norm == "*" {
+		return false // e.g. "null" from a sandboxed page or a file: URL
+	}
+	if allowed["*"] || allowed[norm] {
+		return true
+	}
+	u, err := url.Parse(norm)
+	if err != nil {
+		return false
+	}
+	// A page on this machine, or this server itself. Same-origin does not
+	// compare schemes: a TLS-terminating proxy in front of us turns https
+	// into http.
+	return isLoopbackHost(u.Host) || canonicalHostPort(u.Host, u.Scheme) == canonicalHostPort(host, u.Scheme)
+}
+
+// httpAuth checks the three credential forms the Probing agent accepts.
+type httpAuth struct {
+	enabled  bool
+	tokenSum [sha256.Size]byte
+	username string
+	realm    string
+}
+
+func newHTTPAuth(cfg HTTPConfig) *httpAuth {
+	return &httpAuth{
+		enabled:  cfg.AuthToken != "",
+		tokenSum: sha256.Sum256([]byte(cfg.AuthToken)),
+		username: cfg.AuthUsername,
+		realm:    cfg.AuthRealm,
+	}
+}
+
+// tokenMatches compares digests in constant time: comparing the tokens
+// themselves would leak their length, and a byte-wise compare their prefix.
+func (a *httpAuth) tokenMatches(given string) bool {
+	sum := sha256.Sum256([]byte(given))
+	return subtle.ConstantTimeCompare(sum[:], a.tokenSum[:]) == 1
+}
+
+// authenticate returns how the request proved itself, checking the forms in
+// the agent's order; any one that matches is enough.
+func (a *httpAuth) authenticate(r *http.Request) (string, bool) {
+	authz := r.Header.Get("Authorization")
+	if scheme, cred, ok := strings.Cut(authz, " "); ok && strings.EqualFold(scheme, "Bearer") &&
+		a.tokenMatches(strings.TrimSpace(cred)) {
+		return "bearer", true
+	}
+	if user, pass, ok := r.BasicAuth(); ok && user == a.username && a.tokenMatches(pass) {
+		return "basic:" + user, true
+	}
+	if tok := r.Header.Get("X-Probing-Token"); tok != "" && a.tokenMatches(tok) {
+		return "x-probing-token", true
+	}
+	return "", false
+}
+
+// middleware enforces auth outside the public paths and records the caller
+// ("http:<method>@<remote>") for the audit log. mcp-go hands the request
+// context to tool handlers, so CallerFrom works there.
+func (a *httpAuth) middleware(next http.Handler, public map[string]bool, logger *slog.Logger) http.Handler {
+	challenge := fmt.Sprintf("Basic realm=%q", a.realm)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		method := "anonymous"
+		if a.enabled && !public[r.URL.Path] {
+			m, ok := a.authenticate(r)
+			if !ok {
+				logRejected(logger, r, http.StatusUnauthorized, "credentials")
+				w.Header().Set("WWW-Authenticate", challenge)
+				writeHTTPError(w, http.StatusUnauthorized, "Authentication is required for this resource",
+					"provide a Bearer token, Basic credentials, or X-Probing-Token")
+				return
+			}
+			method = m
+		}
+		ctx := WithCaller(r.Context(), "http:"+method+"@"+r.RemoteAddr)
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
