@@ -1,7 +1,253 @@
+// Command probing-mcp is an MCP server and command-line tool that diagnoses
+// hung, slow or crashed distributed PyTorch training jobs.
+//
+//	probing-mcp serve [--http ADDR]     MCP over stdio, or Streamable HTTP at ADDR/mcp
+//	probing-mcp analyze PATH... [--json] verdict from Flight Recorder dumps
+//	probing-mcp version
+//
+// This file only wires flags to the packages that do the work.
 package main
+
 import (
- _ "github.com/mark3labs/mcp-go/mcp"
- _ "github.com/mark3labs/mcp-go/server"
- _ "github.com/mark3labs/mcp-go/client"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+
+	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/mcp"
 )
-func main(){}
+
+// version is set at build time with -ldflags "-X main.version=..."; the
+// module version or VCS revision is used otherwise.
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `probing-mcp: diagnose hung, slow or crashed distributed PyTorch jobs.
+
+Usage:
+  probing-mcp serve [--http ADDR] [--log-file PATH]
+      Serve MCP over stdio (default), or Streamable HTTP at http://ADDR/mcp.
+  probing-mcp analyze PATH... [--json] [--prefix P] [--pg NAME] [--ranks 0-3] [--verbose]
+      Analyse Flight Recorder dumps (files or directories): which process
+      group, collective and ranks hang or disagree.
+  probing-mcp version
+
+Run "probing-mcp COMMAND --help" for a command's flags.
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stderr)
+	case "analyze", "analyse":
+		return analyze(args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "probing-mcp", versionString())
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "probing-mcp: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			return bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				return "dev-" + s.Value[:12]
+			}
+		}
+	}
+	return "dev"
+}
+
+// parseInterleaved lets flags follow positional arguments
+// ("analyze DIR --json"), which the flag package alone does not.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if rest[0] == "--" {
+			return append(pos, rest[1:]...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func newLogger(w io.Writer) (*slog.Logger, *slog.LevelVar, error) {
+	level := new(slog.LevelVar)
+	l, err := mcp.ParseLogLevel(os.Getenv("PROBING_LOGLEVEL"))
+	if err != nil {
+		return nil, nil, err
+	}
+	level.Set(l)
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), level, nil
+}
+
+func serve(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	httpAddr := fs.String("http", "", "serve Streamable HTTP on `ADDR` (e.g. 127.0.0.1:8080) instead of stdio")
+	logFile := fs.String("log-file", "", "append logs to `PATH` instead of stderr")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return 2
+	}
+	logOut := stderr
+	if *logFile != "" {
+		f, err := os.OpenFile(*logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			fmt.Fprintf(stderr, "probing-mcp serve: --log-file: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		logOut = f
+	}
+	logger, level, err := newLogger(logOut)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
+		return 2
+	}
+	cfg, err := mcp.ConfigFromEnv(os.Getenv, versionString(), level, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
+		return 2
+	}
+	s, err := mcp.New(cfg, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger.Info("starting", "version", versionString(), "write_tools", cfg.AllowWrite, "allowed_dirs", strings.Join(cfg.Env.Files.Dirs, ":"))
+	if *httpAddr == "" {
+		err = mcp.ServeStdio(ctx, s, logger)
+	} else {
+		var hc mcp.HTTPConfig
+		if hc, err = mcp.HTTPConfigFromEnv(*httpAddr, os.Getenv); err == nil {
+			hc.Version = versionString()
+			err = mcp.ServeHTTP(ctx, s, hc, logger)
+		}
+	}
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
+		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// rankFlags collects repeated --rank FILE=N mappings.
+type rankFlags map[string]int
+
+func (m rankFlags) String() string { return "" }
+
+func (m rankFlags) Set(v string) error {
+	path, n, ok := strings.Cut(v, "=")
+	r, err := strconv.Atoi(n)
+	if !ok || err != nil || r < 0 || path == "" {
+		return fmt.Errorf("want FILE=RANK, e.g. dumps/host3.pkl=12")
+	}
+	m[path] = r
+	return nil
+}
+
+func analyze(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("analyze", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the machine-readable report")
+	prefix := fs.String("prefix", "", "file-name `PREFIX` before the rank number (default: inferred, like fr_trace -p)")
+	pg := fs.String("pg", "", "only the process group with this `NAME` or description")
+	ranksFlag := fs.String("ranks", "", "only groups containing these `RANKS` (ranges: 0-3,7)")
+	maxSize := fs.String("max-file-size", "", "refuse dump files larger than `SIZE` (default $PROBING_MAX_FILE_SIZE or 64MiB)")
+	allowIncomplete := fs.Bool("allow-incomplete-ranks", false, "for the fr_trace side-by-side view: go on despite missing dumps, as fr_trace's flag")
+	mismatchCap := fs.Int("mismatch-cap", 10, "fr_trace's --mismatch_cap for the side-by-side view")
+	verbose := fs.Bool("verbose", false, "list healthy groups, every warning and fr_trace's transcript")
+	rankMap := rankFlags{}
+	fs.Var(rankMap, "rank", "map a dump `FILE=RANK` when its name does not end in the rank (repeatable)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: probing-mcp analyze PATH... [flags]\n\nAnalyse PyTorch Flight Recorder dumps (one per rank; files or directories).\nExit status: 0 when the analysis ran, whatever it found; 1 when it could not run; 2 on bad usage.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	paths, err := parseInterleaved(fs, args)
+	if err != nil {
+		return 2
+	}
+	if len(paths) == 0 {
+		fmt.Fprintln(stderr, "probing-mcp analyze: no PATH given: pass the dump directory or the dump files")
+		return 2
+	}
+	opt := fr.LoadOptions{Prefix: *prefix, RankOf: map[string]int(rankMap)}
+	size := *maxSize
+	if size == "" {
+		size = os.Getenv("PROBING_MAX_FILE_SIZE")
+	}
+	if size != "" {
+		n, err := mcp.ParseByteSize(size)
+		if err != nil {
+			fmt.Fprintf(stderr, "probing-mcp analyze: max file size: %v\n", err)
+			return 2
+		}
+		opt.MaxFileBytes = n
+	}
+	var ranks []int
+	if *ranksFlag != "" {
+		if ranks, err = rankset.Parse(*ranksFlag); err != nil {
+			fmt.Fprintf(stderr, "probing-mcp analyze: --ranks: %v\n", err)
+			return 2
+		}
+	}
+	loaded, err := fr.Load(paths, opt)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp analyze: %v\n", err)
+		return 1
+	}
+	rep := fr.AnalyzeLoaded(loaded, fr.Options{PG: *pg, Ranks: ranks, Transcript: *verbose || *asJSON,
+		Parity: fr.ParityOptions{AllowIncompleteRanks: *allowIncomplete, MismatchCap: *mismatchCap}})
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintf(stderr, "probing-mcp analyze: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	if err := rep.WriteText(stdout, *verbose); err != nil {
+		fmt.Fprintf(stderr, "probing-mcp analyze: %v\n", err)
+		return 1
+	}
+	return 0
+}

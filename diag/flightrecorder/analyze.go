@@ -124,11 +124,12 @@ type analysis struct {
 	timingOn  bool
 	dq        *DataQuality
 	unknownOp map[string][]int // op name -> ranks
+	pgid      map[*group]map[int]int64
 }
 
 func newAnalysis(dumps []*Dump, dq *DataQuality) *analysis {
 	a := &analysis{dumps: dumps, byRank: map[int]*Dump{}, data: map[*group]*pgData{}, wrapped: map[int]bool{},
-		dq: dq, unknownOp: map[string][]int{}, major: 99, minor: 99}
+		dq: dq, unknownOp: map[string][]int{}, major: 99, minor: 99, pgid: map[*group]map[int]int64{}}
 	for _, d := range dumps {
 		a.byRank[d.Rank] = d
 		if d.Major < a.major || (d.Major == a.major && d.Minor < a.minor) {
@@ -138,8 +139,68 @@ func newAnalysis(dumps []*Dump, dq *DataQuality) *analysis {
 	groups, notes, _ := buildGroups(dumps, false)
 	a.groups = groups
 	dq.Warnings = append(dq.Warnings, notes...)
+	a.inferGroups()
 	a.split()
 	return a
+}
+
+// inferGroups creates the groups that entries name but no pg_config
+// registers (gloo's recorder leaves pg_config unusable). Members are the
+// ranks whose entries name the group; the default group holds every rank.
+// A member that never recorded an op on such a group cannot be seen, and
+// the warning says so.
+func (a *analysis) inferGroups() {
+	type key struct{ name, desc string }
+	inferred := map[key][]int{}
+	var order []key
+	for _, d := range a.dumps {
+		for i := range d.Entries {
+			e := &d.Entries[i]
+			if a.resolve(e, d.Rank) != nil {
+				continue
+			}
+			k := key{e.PGName, e.PGDesc}
+			if _, ok := inferred[k]; !ok {
+				order = append(order, k)
+			}
+			inferred[k] = appendUnique(inferred[k], d.Rank)
+		}
+	}
+	all := map[int]bool{}
+	for _, d := range a.dumps {
+		all[d.Rank] = true
+	}
+	for _, g := range a.groups.order {
+		for _, r := range g.members {
+			all[r] = true
+		}
+	}
+	for _, k := range order {
+		members := inferred[k]
+		how := "the ranks whose entries name it"
+		if k.desc == "default_pg" {
+			members = members[:0]
+			for r := range all {
+				members = append(members, r)
+			}
+			how = "every rank (it is the default group)"
+		}
+		sort.Ints(members)
+		gk := groupKey(k.name, members)
+		g, ok := a.groups.byGUID[gk]
+		if !ok {
+			g = &group{guid: gk, pyGUID: k.name + fmt.Sprint(pyFrozensetHash(members)), name: k.name, desc: k.desc, members: members, isMem: map[int]bool{}}
+			for _, r := range members {
+				g.isMem[r] = true
+			}
+			a.groups.byGUID[gk] = g
+			a.groups.order = append(a.groups.order, g)
+		}
+		for _, r := range members {
+			a.groups.guidOf[nameRank{k.name, r}] = g
+		}
+		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("pg %q (%s) is not in pg_config; members inferred from %s: %s", k.name, k.desc, how, rankset.Format(members)))
+	}
 }
 
 // resolve finds the group of an entry. A rank registers a group lazily, so
@@ -184,6 +245,10 @@ func (a *analysis) split() {
 					"rank %d: entries name pg %q, which its pg_config lacks; used the group its peers registered (ranks %s)",
 					d.Rank, e.PGName, rankset.Format(g.members)))
 			}
+			if a.pgid[g] == nil {
+				a.pgid[g] = map[int]int64{}
+			}
+			a.pgid[g][d.Rank] = e.PGID
 			pd := a.data[g]
 			if pd == nil {
 				pd = &pgData{g: g, coll: map[int][]*Entry{}, p2p: map[int][]*Entry{}}
@@ -220,6 +285,40 @@ func appendUnique(s []int, r int) []int {
 	}
 	return append(s, r)
 }
+
+// status is rank r's pg_status counters for group g, joined through the
+// process-local pg_id its entries carry.
+func (a *analysis) status(g *group, r int) (PGStatus, bool) {
+	id, ok := a.pgid[g][r]
+	d := a.byRank[r]
+	if !ok || d == nil {
+		return PGStatus{}, false
+	}
+	key := fmt.Sprint(id)
+	for _, st := range d.PGStatus {
+		if st.PGID == key {
+			return st, true
+		}
+	}
+	return PGStatus{}, false
+}
+
+// done reports whether rank r finished collective e: its state says so, or
+// the rank's pg_status completion counter passed it. The generic (gloo)
+// recorder never moves states past "scheduled", so the counter is the only
+// evidence of completion there.
+func (a *analysis) done(g *group, r int, e *Entry) bool {
+	if e.State == "completed" {
+		return true
+	}
+	if st, ok := a.status(g, r); ok && !e.Op.IsP2POp() && e.CollectiveSeqID <= st.LastCompleted {
+		return true
+	}
+	return false
+}
+
+// timedOut: retired by the watchdog without completing.
+func (a *analysis) timedOut(g *group, r int, e *Entry) bool { return e.Retired && !a.done(g, r, e) }
 
 func (a *analysis) noteTimes(e *Entry) {
 	for _, t := range []int64{e.TimeCreatedNs, e.TimeStartedNs, e.TimeCompletedNs} {
@@ -355,7 +454,7 @@ func (a *analysis) analyzeGroup(g *group, opt Options) PGReport {
 			pr.Secondary = append(pr.Secondary, f)
 		}
 	}
-	if f, ok := timedOutFinding(g, ranks, lists); ok && pr.Finding.Kind != KindTimedOut {
+	if f, ok := a.timedOutFinding(g, ranks, lists); ok && pr.Finding.Kind != KindTimedOut {
 		pr.Secondary = append(pr.Secondary, f)
 	}
 	if len(pr.MissingDumps) > 0 && pr.Finding.Kind != KindInsufficient {
@@ -367,7 +466,7 @@ func (a *analysis) analyzeGroup(g *group, opt Options) PGReport {
 	}
 	pr.LaggingRanks, pr.LagTruncated = a.selectLags(lags, opt)
 	pr.severity = kindSeverity[pr.Finding.Kind]
-	pr.oldestPending = oldestPending(ranks, lists)
+	pr.oldestPending = a.oldestPending(g, ranks, lists)
 	return pr
 }
 
@@ -506,7 +605,7 @@ func (a *analysis) missingFinding(g *group, b *Block, lists map[int][]*Entry, la
 		}
 		if e := entryAt(lists[r], b.Seq); e != nil {
 			waiting = append(waiting, r)
-			if e.State != "completed" {
+			if !a.done(g, r, e) {
 				pendingWaiters++
 				if oldest == nil || e.TimeCreatedNs < oldest.TimeCreatedNs {
 					oldest = e
@@ -526,7 +625,7 @@ func (a *analysis) missingFinding(g *group, b *Block, lists map[int][]*Entry, la
 			parts = append(parts, fmt.Sprintf("rank %d (last completed #%d, last enqueued #%d) never joined #%d", r, l.LastCompleted, l.LastEnqueued, b.Seq))
 		}
 	}
-	line := fmt.Sprintf("%s: %s; ranks %s are in #%d %s", pgLabel(g), strings.Join(parts, ", "), rankset.Format(waiting), b.Seq, opOf(b.ProfilingName))
+	line := fmt.Sprintf("%s: %s; %s in #%d %s", pgLabel(g), strings.Join(parts, ", "), ranksAre(waiting), b.Seq, opOf(b.ProfilingName))
 	if oldest != nil {
 		line += fmt.Sprintf(" (%s %s before the last recorded event%s)", oldest.State, fmtAge(a.refTime-oldest.TimeCreatedNs), timeoutText(oldest))
 	}
@@ -544,6 +643,22 @@ func (a *analysis) missingFinding(g *group, b *Block, lists map[int][]*Entry, la
 	f.Line = line
 	f.Evidence = append(f.Evidence, b.Header)
 	return f
+}
+
+// ranksAre is "rank 3 is" or "ranks 0-2 are".
+func ranksAre(rs []int) string {
+	if len(rs) == 1 {
+		return fmt.Sprintf("rank %d is", rs[0])
+	}
+	return "ranks " + rankset.Format(rs) + " are"
+}
+
+// ranksWord is "rank 3" or "ranks 0-2".
+func ranksWord(rs []int) string {
+	if len(rs) == 1 {
+		return fmt.Sprintf("rank %d", rs[0])
+	}
+	return "ranks " + rankset.Format(rs)
 }
 
 func fmtAge(ns int64) string {
@@ -655,7 +770,7 @@ func (a *analysis) explainErrors(pr *PGReport, g *group, b *Block, lists map[int
 			e := entries[rs[0]]
 			desc = describeOp(e, state)
 		}
-		sides = append(sides, fmt.Sprintf("ranks %s %s", rankset.Format(rs), desc))
+		sides = append(sides, fmt.Sprintf("%s %s", ranksWord(rs), desc))
 	}
 	label := pgLabel(g)
 	switch state {
@@ -671,9 +786,9 @@ func (a *analysis) explainErrors(pr *PGReport, g *group, b *Block, lists map[int
 	default:
 		f.Kind = KindStateMismatch
 		f.Line = fmt.Sprintf("%s: #%d %s state differs: %s", label, b.Seq, opOf(b.ProfilingName), strings.Join(sides, " vs "))
-		if stuck := pendingAt(b.Seq, entries); stuck != nil {
+		if stuck, r := a.pendingAt(g, entries); stuck != nil {
 			f.Line += fmt.Sprintf("; the unfinished side is %s old%s", fmtAge(a.refTime-stuck.TimeCreatedNs), timeoutText(stuck))
-			if stuck.TimedOut() || (stuck.TimeoutMs > 0 && a.refTime-stuck.TimeCreatedNs > stuck.TimeoutMs*1_000_000) {
+			if a.timedOut(g, r, stuck) || (stuck.TimeoutMs > 0 && a.refTime-stuck.TimeCreatedNs > stuck.TimeoutMs*1_000_000) {
 				f.Confidence = confidenceHigh
 			} else {
 				f.Confidence = confidenceLow
@@ -687,14 +802,16 @@ func (a *analysis) explainErrors(pr *PGReport, g *group, b *Block, lists map[int
 	pr.Finding = f
 }
 
-func pendingAt(seq int64, entries map[int]*Entry) *Entry {
+// pendingAt is the oldest unfinished entry among entries, and its rank.
+func (a *analysis) pendingAt(g *group, entries map[int]*Entry) (*Entry, int) {
 	var oldest *Entry
-	for _, e := range entries {
-		if e.State != "completed" && (oldest == nil || e.TimeCreatedNs < oldest.TimeCreatedNs) {
-			oldest = e
+	rank := -1
+	for r, e := range entries {
+		if !a.done(g, r, e) && (oldest == nil || e.TimeCreatedNs < oldest.TimeCreatedNs) {
+			oldest, rank = e, r
 		}
 	}
-	return oldest
+	return oldest, rank
 }
 
 // describeOp names the part of an op that the mismatch is about.
@@ -714,26 +831,10 @@ func describeOp(e *Entry, state MatchState) string {
 func (a *analysis) lagTable(g *group, ranks []int, lists map[int][]*Entry) map[int]*Lag {
 	lags := map[int]*Lag{}
 	for _, r := range ranks {
-		d := a.byRank[r]
 		l := &Lag{Rank: r, LastEnqueued: -1, LastStarted: -1, LastCompleted: -1, Source: "entries"}
-		pgid := int64(-1)
-		for _, e := range a.data[g].coll[r] {
-			pgid = e.PGID
-		}
-		if pgid < 0 {
-			for _, e := range a.data[g].p2p[r] {
-				pgid = e.PGID
-			}
-		}
-		found := false
-		if pgid >= 0 {
-			key := fmt.Sprint(pgid)
-			for _, st := range d.PGStatus {
-				if st.PGID == key {
-					l.LastEnqueued, l.LastStarted, l.LastCompleted, l.Source = st.LastEnqueued, st.LastStarted, st.LastCompleted, "pg_status"
-					found = true
-				}
-			}
+		st, found := a.status(g, r)
+		if found {
+			l.LastEnqueued, l.LastStarted, l.LastCompleted, l.Source = st.LastEnqueued, st.LastStarted, st.LastCompleted, "pg_status"
 		}
 		for _, e := range lists[r] {
 			if !found {
@@ -745,9 +846,9 @@ func (a *analysis) lagTable(g *group, ranks []int, lists map[int][]*Entry) map[i
 					l.LastStarted = max(l.LastStarted, e.CollectiveSeqID)
 				}
 			}
-			if l.Pending == nil && e.State != "completed" {
+			if l.Pending == nil && !a.done(g, r, e) {
 				l.Pending = &PendingOp{Seq: e.CollectiveSeqID, ProfilingName: e.ProfilingName, State: e.State,
-					AgeSeconds: float64(a.refTime-e.TimeCreatedNs) / 1e9, TimeoutMs: e.TimeoutMs, TimedOut: e.TimedOut()}
+					AgeSeconds: float64(a.refTime-e.TimeCreatedNs) / 1e9, TimeoutMs: e.TimeoutMs, TimedOut: a.timedOut(g, r, e)}
 			}
 		}
 		lags[r] = l
@@ -759,7 +860,7 @@ func (a *analysis) lagTable(g *group, ranks []int, lists map[int][]*Entry) map[i
 		peakDone, peakEnq = max(peakDone, l.LastCompleted), max(peakEnq, l.LastEnqueued)
 	}
 	for _, l := range lags {
-		l.Behind = max(0, peakDone-l.LastCompleted, peakEnq-l.LastEnqueued)
+		l.Behind, l.EnqueueLag = max(0, peakDone-l.LastCompleted), max(0, peakEnq-l.LastEnqueued)
 		switch {
 		case l.LastEnqueued >= 0 && l.LastEnqueued < peakEnq && l.LastEnqueued == l.LastCompleted:
 			l.Note = fmt.Sprintf("completed #%d and never enqueued #%d; peers reached #%d", l.LastCompleted, l.LastCompleted+1, peakEnq)
@@ -782,7 +883,12 @@ func (a *analysis) selectLags(lags map[int]*Lag, opt Options) ([]Lag, bool) {
 		}
 		rows = append(rows, *l)
 	}
+	// A rank that never enqueued what its peers did is the likeliest cause;
+	// one that enqueued it but finished less may only be waiting for it.
 	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].EnqueueLag != rows[j].EnqueueLag {
+			return rows[i].EnqueueLag > rows[j].EnqueueLag
+		}
 		if rows[i].Behind != rows[j].Behind {
 			return rows[i].Behind > rows[j].Behind
 		}
@@ -795,7 +901,7 @@ func (a *analysis) selectLags(lags map[int]*Lag, opt Options) ([]Lag, bool) {
 	// Only ranks that are behind or hold a pending op are worth a row.
 	kept := rows[:0]
 	for _, l := range rows {
-		if l.Behind > 0 || l.Pending != nil {
+		if l.Behind > 0 || l.EnqueueLag > 0 || l.Pending != nil {
 			kept = append(kept, l)
 		}
 	}
@@ -888,7 +994,7 @@ func (a *analysis) p2pFinding(pr *PGReport, g *group, ranks []int, pd *pgData) (
 // pendingFinding reports work that is pending without any disagreement:
 // every rank stuck in the same collective, or ops retired by the watchdog.
 func (a *analysis) pendingFinding(pr *PGReport, g *group, ranks []int, lists map[int][]*Entry, lags map[int]*Lag) (Finding, bool) {
-	if f, ok := timedOutFinding(g, ranks, lists); ok {
+	if f, ok := a.timedOutFinding(g, ranks, lists); ok {
 		pr.CollectiveSeqID = f.Seq
 		if e := entryAt(lists[f.Ranks[0]], f.Seq); e != nil {
 			pr.ProfilingName, pr.RecordID = e.ProfilingName, e.RecordID
@@ -955,12 +1061,12 @@ func (a *analysis) launchHint(seq int64, ranks []int, lags map[int]*Lag) string 
 	return ""
 }
 
-func timedOutFinding(g *group, ranks []int, lists map[int][]*Entry) (Finding, bool) {
+func (a *analysis) timedOutFinding(g *group, ranks []int, lists map[int][]*Entry) (Finding, bool) {
 	bySeq := map[int64][]int{}
 	var seqs []int64
 	for _, r := range ranks {
 		for _, e := range lists[r] {
-			if e.TimedOut() {
+			if a.timedOut(g, r, e) {
 				if _, ok := bySeq[e.CollectiveSeqID]; !ok {
 					seqs = append(seqs, e.CollectiveSeqID)
 				}
@@ -980,12 +1086,12 @@ func timedOutFinding(g *group, ranks []int, lists map[int][]*Entry) (Finding, bo
 
 // lastCompletedEverywhere is the highest sequence number every compared
 // rank completed.
-func lastCompletedEverywhere(ranks []int, lists map[int][]*Entry) int64 {
+func (a *analysis) lastCompletedEverywhere(g *group, ranks []int, lists map[int][]*Entry) int64 {
 	var last int64 = -1
 	for i, r := range ranks {
 		var done int64 = -1
 		for _, e := range lists[r] {
-			if e.State == "completed" {
+			if a.done(g, r, e) {
 				done = max(done, e.CollectiveSeqID)
 			}
 		}
@@ -1001,7 +1107,7 @@ func lastCompletedEverywhere(ranks []int, lists map[int][]*Entry) int64 {
 // suspects.
 func (a *analysis) insufficientFinding(pr *PGReport, g *group, ranks []int, lists map[int][]*Entry, lags map[int]*Lag) Finding {
 	pr.Verdict = "UNDECIDED"
-	agreed := lastCompletedEverywhere(ranks, lists)
+	agreed := a.lastCompletedEverywhere(g, ranks, lists)
 	pr.CollectiveSeqID = agreed
 	f := Finding{Kind: KindInsufficient, Seq: agreed, Ranks: pr.MissingDumps, Confidence: confidenceMedium,
 		Line: fmt.Sprintf("%s: no dump from rank(s) %s; ranks %s agree through #%d", pgLabel(g), rankset.Format(pr.MissingDumps), rankset.Format(ranks), agreed)}
@@ -1016,7 +1122,7 @@ func (a *analysis) insufficientFinding(pr *PGReport, g *group, ranks []int, list
 }
 
 func (a *analysis) okFinding(pr *PGReport, g *group, ranks []int, lists map[int][]*Entry) Finding {
-	lastMatched := lastCompletedEverywhere(ranks, lists)
+	lastMatched := a.lastCompletedEverywhere(g, ranks, lists)
 	pr.CollectiveSeqID = lastMatched
 	if len(ranks) == 0 || pr.Window.First < 0 {
 		return Finding{Kind: KindHealthy, Seq: -1, Confidence: confidenceHigh, Line: fmt.Sprintf("%s: no collectives recorded", pgLabel(g))}
@@ -1025,11 +1131,11 @@ func (a *analysis) okFinding(pr *PGReport, g *group, ranks []int, lists map[int]
 		Line: fmt.Sprintf("%s: %d collectives matched, window #%d-#%d", pgLabel(g), pr.Matched, pr.Window.First, pr.Window.Last)}
 }
 
-func oldestPending(ranks []int, lists map[int][]*Entry) int64 {
+func (a *analysis) oldestPending(g *group, ranks []int, lists map[int][]*Entry) int64 {
 	var t int64
 	for _, r := range ranks {
 		for _, e := range lists[r] {
-			if e.State != "completed" && e.TimeCreatedNs > 0 && (t == 0 || e.TimeCreatedNs < t) {
+			if !a.done(g, r, e) && e.TimeCreatedNs > 0 && (t == 0 || e.TimeCreatedNs < t) {
 				t = e.TimeCreatedNs
 			}
 		}

@@ -33,6 +33,9 @@ type LoadOptions struct {
 	MaxFileBytes int64
 	// Workers decode files in parallel; 0 means GOMAXPROCS.
 	Workers int
+	// Check, when set, vets every file before it is read (an MCP tool uses
+	// it to keep symlinks from leading out of the allowed directories).
+	Check func(path string) error
 }
 
 // FileProblem is a file that was not analysed, and why.
@@ -140,6 +143,12 @@ func collect(path string, opt LoadOptions, res *Loaded) ([]candidate, error) {
 		if err != nil {
 			res.Problems = append(res.Problems, FileProblem{Path: p, Problem: "unreadable: " + err.Error()})
 			return nil
+		}
+		if opt.Check != nil {
+			if err := opt.Check(p); err != nil {
+				res.Problems = append(res.Problems, FileProblem{Path: p, Problem: "not read: " + err.Error()})
+				return nil
+			}
 		}
 		c, ok, problem := classify(p, info, opt, false)
 		switch {

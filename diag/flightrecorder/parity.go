@@ -170,8 +170,13 @@ type groupTable struct {
 func buildGroups(dumps []*Dump, strict bool) (*groupTable, []string, error) {
 	t := &groupTable{byGUID: map[string]*group{}, guidOf: map[nameRank]*group{}}
 	var notes []string
+	unnamed := 0
 	for _, d := range dumps {
 		for _, pc := range d.PGConfig {
+			if pc.Name == "" && !strict {
+				unnamed++
+				continue
+			}
 			members := slices.Compact(slices.Sorted(slices.Values(pc.Ranks)))
 			key := groupKey(pc.Name, members)
 			g, ok := t.byGUID[key]
@@ -192,6 +197,9 @@ func buildGroups(dumps []*Dump, strict bool) (*groupTable, []string, error) {
 			}
 			t.guidOf[nameRank{pc.Name, d.Rank}] = g
 		}
+	}
+	if unnamed > 0 {
+		notes = append(notes, fmt.Sprintf("%d pg_config entries have an empty name (torch's generic gloo recorder writes them, with group-local ranks); ignored, group membership is inferred from the entries", unnamed))
 	}
 	return t, notes, nil
 }

@@ -102,7 +102,8 @@ type Lag struct {
 	LastEnqueued  int64  `json:"last_enqueued"`
 	LastStarted   int64  `json:"last_started"`
 	LastCompleted int64  `json:"last_completed"`
-	Behind        int64  `json:"behind"` // collectives behind the most advanced member
+	Behind        int64  `json:"behind"`      // completed collectives behind the most advanced member
+	EnqueueLag    int64  `json:"enqueue_lag"` // enqueued collectives behind the most advanced member
 	Source        string `json:"source"` // pg_status or entries
 	// Pending is the oldest op the rank enqueued and did not complete.
 	Pending *PendingOp `json:"pending,omitempty"`

@@ -1,0 +1,146 @@
+package flightrecorder
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
+)
+
+// WriteText renders the report for a human at a terminal: the verdict
+// first, then one paragraph per process group, worst first. verbose adds
+// healthy groups' details and fr_trace's transcript when the report has it.
+func (r *Report) WriteText(w io.Writer, verbose bool) error {
+	p := &printer{w: w}
+	rs := r.Ranks
+	timing := "timing off"
+	if rs.TimingOn {
+		timing = "timing on"
+	}
+	p.f("Flight Recorder analysis: %d dump(s), ranks %s, version %s, %s, %s\n", len(rs.Dumped), rs.DumpedText, rs.Versions, rs.Formats, timing)
+	if len(rs.MissingDump) > 0 {
+		p.f("No dump from rank(s) %s\n", rankset.Format(rs.MissingDump))
+	}
+	p.f("\n%s\n", r.Summary)
+	healthy := 0
+	for _, pr := range r.ProcessGroups {
+		if pr.Finding.Kind == KindHealthy && !verbose {
+			healthy++
+			continue
+		}
+		p.group(pr)
+	}
+	if healthy > 0 {
+		p.f("\n%d more process group(s) OK (all collectives matched; --verbose lists them).\n", healthy)
+	}
+	if ft := r.FRTrace; ft.Aborted != "" {
+		p.f("\nfr_trace would stop: %s", ft.Aborted)
+		if ft.UsedAllowIncomplete {
+			p.f(" (with --allow-incomplete-ranks it goes on; its verdicts are shown per group)")
+		}
+		p.f("\n")
+	}
+	if verbose && len(r.FRTrace.Transcript) > 0 {
+		p.f("\nfr_trace transcript:\n")
+		for _, l := range r.FRTrace.Transcript {
+			p.f("  %s\n", l)
+		}
+	}
+	dq := r.DataQuality
+	if len(dq.Files) > 0 || len(dq.Warnings) > 0 {
+		p.f("\nData quality:\n")
+		for _, fp := range dq.Files {
+			p.f("  %s: %s\n", fp.Path, fp.Problem)
+		}
+		for i, wn := range dq.Warnings {
+			if i == 10 && !verbose {
+				p.f("  ... %d more warnings (--verbose)\n", len(dq.Warnings)-10)
+				break
+			}
+			p.f("  %s\n", wn)
+		}
+	}
+	return p.err
+}
+
+type printer struct {
+	w   io.Writer
+	err error
+}
+
+func (p *printer) f(format string, args ...any) {
+	if p.err == nil {
+		_, p.err = fmt.Fprintf(p.w, format, args...)
+	}
+}
+
+func (p *printer) group(pr PGReport) {
+	label := "pg " + pr.PGName
+	if pr.PGDesc != "" && pr.PGDesc != "undefined" {
+		label += " (" + pr.PGDesc + ")"
+	}
+	p.f("\n%s  ranks %s  %s", label, pr.MembersText, pr.Verdict)
+	if pr.Verdict != VerdictOK && pr.CollectiveSeqID >= 0 {
+		p.f(" at #%d %s", pr.CollectiveSeqID, pr.ProfilingName)
+	}
+	p.f("  [%s, confidence %s]\n", pr.Finding.Kind, pr.Finding.Confidence)
+	p.f("  %s\n", pr.Finding.Line)
+	if len(pr.CulpritRanks) > 0 {
+		p.f("  culprit rank(s): %s\n", rankset.Format(pr.CulpritRanks))
+	}
+	for _, f := range pr.Secondary {
+		p.f("  also %s: %s\n", f.Kind, f.Line)
+	}
+	if len(pr.LaggingRanks) > 0 {
+		p.f("  lagging ranks (worst first):\n")
+		for _, l := range pr.LaggingRanks {
+			p.f("    rank %-5d enqueued #%d  completed #%d  %s\n", l.Rank, l.LastEnqueued, l.LastCompleted, l.Note)
+		}
+		if pr.LagTruncated {
+			p.f("    ...\n")
+		}
+	}
+	if len(pr.CulpritFrames) > 0 {
+		if pr.Verdict == VerdictMissingRanks {
+			p.f("  culprit's last recorded op (stack):\n")
+		} else {
+			p.f("  culprit stack:\n")
+		}
+		writeFrames(p, pr.CulpritFrames, 8)
+	}
+	if len(pr.PeerFrames) > 0 && pr.Verdict != VerdictOK {
+		p.f("  peers' stack:\n")
+		writeFrames(p, pr.PeerFrames, 8)
+	}
+	if n := pr.FRTrace; n != nil {
+		if n.Agrees {
+			p.f("  fr_trace agrees")
+			if n.Header != "" {
+				p.f(": %q", n.Header)
+			}
+			p.f("\n")
+		} else {
+			p.f("  fr_trace says %s", n.Verdict)
+			if len(n.CulpritRanks) > 0 {
+				p.f(" (culprits %s)", rankset.Format(n.CulpritRanks))
+			}
+			p.f(": %s\n", n.Why)
+		}
+	}
+	for _, e := range pr.Finding.Evidence {
+		if !strings.HasPrefix(e, "Not all ranks") && !strings.HasPrefix(e, "Collective sequence") {
+			p.f("  note: %s\n", e)
+		}
+	}
+}
+
+func writeFrames(p *printer, frames []Frame, n int) {
+	for i, f := range frames {
+		if i == n {
+			p.f("    ... %d more frames\n", len(frames)-n)
+			return
+		}
+		p.f("    %s\n", f)
+	}
+}

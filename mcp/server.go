@@ -1,0 +1,149 @@
+// Package mcp assembles the MCP server: it registers the tools of package
+// tools (write tools only when allowed, each audited), the prompts, the
+// generated instructions, and serves them over stdio or Streamable HTTP.
+package mcp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	mcplib "github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/prompts"
+	"github.com/probing-mcp/probing-mcp/storage"
+	"github.com/probing-mcp/probing-mcp/tools"
+)
+
+// Config is everything the server reads from its environment.
+type Config struct {
+	Version      string
+	AllowWrite   bool   // PROBING_MCP_ALLOW_WRITE
+	AuditLogPath string // PROBING_MCP_AUDIT_LOG, default <data dir>/mcp-audit.jsonl
+	DataDir      string
+	Env          tools.Env
+}
+
+// WriteEnabled parses PROBING_MCP_ALLOW_WRITE: 1, true, on or yes (any
+// case, surrounding space ignored) enable writes; anything else does not.
+func WriteEnabled(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "true", "on", "yes":
+		return true
+	}
+	return false
+}
+
+// ConfigFromEnv reads the PROBING_* variables. getenv is os.Getenv outside
+// tests; level is the live log level the server may change.
+func ConfigFromEnv(getenv func(string) string, version string, level *slog.LevelVar, logger *slog.Logger) (Config, error) {
+	cfg := Config{Version: version, AllowWrite: WriteEnabled(getenv("PROBING_MCP_ALLOW_WRITE")), DataDir: storage.DataDir(getenv)}
+	cfg.AuditLogPath = getenv("PROBING_MCP_AUDIT_LOG")
+	if cfg.AuditLogPath == "" {
+		cfg.AuditLogPath = filepath.Join(cfg.DataDir, "mcp-audit.jsonl")
+	}
+	maxFile := int64(fr.DefaultMaxFileBytes)
+	if v := strings.TrimSpace(getenv("PROBING_MAX_FILE_SIZE")); v != "" {
+		n, ok := httpByteSize(v)
+		if !ok {
+			return cfg, fmt.Errorf("PROBING_MAX_FILE_SIZE=%q: want a positive size in bytes, e.g. 67108864 or 64MiB", v)
+		}
+		maxFile = n
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		wd = "."
+	}
+	cfg.Env = tools.Env{
+		Files:        tools.NewFilePolicy(getenv("PROBING_ALLOWED_FILE_DIRS"), wd, cfg.DataDir),
+		MaxFileBytes: maxFile,
+		LogLevel:     level,
+		Logger:       logger,
+	}
+	return cfg, nil
+}
+
+// ParseLogLevel reads PROBING_LOGLEVEL (debug, info, warn or error; Rust
+// style names such as trace and warning are accepted too).
+func ParseLogLevel(v string) (slog.Level, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "info":
+		return slog.LevelInfo, nil
+	case "trace", "debug":
+		return slog.LevelDebug, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error", "off":
+		return slog.LevelError, nil
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		return slog.Level(n), nil
+	}
+	return 0, fmt.Errorf("PROBING_LOGLEVEL=%q: want debug, info, warn or error", v)
+}
+
+// New builds the server: the tools of package tools (plus extra, for
+// tests), gated and audited, the prompts, and instructions generated from
+// what was registered.
+func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer, error) {
+	defs := append(tools.All(&cfg.Env), extra...)
+	var audit *AuditLog
+	if cfg.AllowWrite {
+		var err error
+		if audit, err = OpenAuditLog(cfg.AuditLogPath); err != nil {
+			return nil, fmt.Errorf("writes are enabled (PROBING_MCP_ALLOW_WRITE) but the audit log cannot be opened: %w", err)
+		}
+	}
+	reg, err := newRegistry(defs, cfg.AllowWrite, audit, logger)
+	if err != nil {
+		return nil, err
+	}
+	s := server.NewMCPServer("probing-mcp", cfg.Version,
+		server.WithInstructions(reg.instructions()),
+		server.WithToolCapabilities(false),
+		server.WithPromptCapabilities(false),
+		server.WithRecovery(),
+		server.WithLogger(logger),
+	)
+	for _, d := range reg.enabled {
+		s.AddTool(d.Tool, d.Handler)
+	}
+	s.AddPrompts(prompts.All(reg.names())...)
+	return s, nil
+}
+
+// ServeStdio serves MCP on stdin/stdout until they close or ctx ends.
+// stdout carries only the protocol; logs go to the logger (stderr).
+func ServeStdio(ctx context.Context, s *server.MCPServer, logger *slog.Logger) error {
+	caller := fmt.Sprintf("stdio:ppid=%d", os.Getppid())
+	std := server.NewStdioServer(s)
+	std.SetErrorLogger(slog.NewLogLogger(logger.Handler(), slog.LevelError))
+	std.SetContextFunc(func(ctx context.Context) context.Context { return WithCaller(ctx, caller) })
+	return std.Listen(ctx, os.Stdin, os.Stdout)
+}
+
+// toolResultText returns the text of a result, for logs and tests.
+func toolResultText(res *mcplib.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if t, ok := c.(mcplib.TextContent); ok {
+			parts = append(parts, t.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// ParseByteSize reads a size such as 67108864, 64MiB or 512KB.
+func ParseByteSize(s string) (int64, error) {
+	n, ok := httpByteSize(s)
+	if !ok {
+		return 0, fmt.Errorf("%q is not a positive size in bytes (e.g. 67108864, 64MiB, 512KB)", s)
+	}
+	return n, nil
+}

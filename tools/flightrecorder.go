@@ -1,0 +1,268 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+
+	mcplib "github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
+)
+
+// AnalyzeFlightRecorderParams are the arguments of analyze_flight_recorder.
+type AnalyzeFlightRecorderParams struct {
+	Paths  []string `json:"paths" jsonschema:"Dump files or directories of dumps (walked recursively). Files are named <prefix><rank>, e.g. /tmp/nccl_trace_rank_0; pickle and JSON dumps are both read."`
+	Prefix string   `json:"prefix,omitempty" jsonschema:"File-name prefix before the rank number; inferred when omitted (like fr_trace --prefix)"`
+	PG     string   `json:"pg,omitempty" jsonschema:"Only this process group: its name (e.g. 0) or description (e.g. tp)"`
+	Ranks  string   `json:"ranks,omitempty" jsonschema:"Only groups containing these ranks, written as ranges: 0-3,7"`
+	Detail string   `json:"detail,omitempty" jsonschema:"summary (default) lists problem groups only; full adds healthy groups, lagging-rank tables, culprit stacks and fr_trace's blocks,enum=summary,enum=full"`
+	Offset int      `json:"offset,omitempty" jsonschema:"Skip this many process groups; pass next_offset from a truncated result"`
+	Limit  int      `json:"limit,omitempty" jsonschema:"Process groups per page: default 10 (summary) or 5 (full), max 50"`
+}
+
+// AnalyzeFlightRecorderResult is the verdict, bounded for a context window:
+// rank sets are ranges, groups are paged, long lists are cut and say so.
+type AnalyzeFlightRecorderResult struct {
+	Summary        string          `json:"summary"`
+	Verdict        string          `json:"verdict"`
+	Ranks          RankView        `json:"ranks"`
+	ProcessGroups  []GroupView     `json:"process_groups"`
+	TotalGroups    int             `json:"total_groups"`
+	ProblemGroups  int             `json:"problem_groups"`
+	HealthyOmitted int             `json:"healthy_groups_omitted"`
+	Offset         int             `json:"offset"`
+	NextOffset     int             `json:"next_offset,omitempty"`
+	Truncated      bool            `json:"truncated"`
+	FRTrace        FRTraceView     `json:"fr_trace"`
+	DataQuality    DataQualityView `json:"data_quality"`
+	Hint           string          `json:"hint,omitempty"`
+}
+
+// RankView says which ranks were analysed.
+type RankView struct {
+	Dumped        string `json:"dumped"`
+	MissingDumps  string `json:"missing_dumps,omitempty"`
+	ExpectedWorld int    `json:"expected_world_size"`
+	Versions      string `json:"versions"`
+	Formats       string `json:"formats"`
+	TimingEnabled bool   `json:"timing_enabled"`
+}
+
+// GroupView is one process group's verdict.
+type GroupView struct {
+	PGName          string   `json:"pg_name"`
+	PGDesc          string   `json:"pg_desc"`
+	Ranks           string   `json:"ranks"`
+	Verdict         string   `json:"verdict"`
+	Kind            string   `json:"kind"`
+	Confidence      string   `json:"confidence"`
+	CollectiveSeqID int64    `json:"collective_seq_id"`
+	ProfilingName   string   `json:"profiling_name,omitempty"`
+	MissingRanks    string   `json:"missing_ranks,omitempty"`
+	CulpritRanks    string   `json:"culprit_ranks,omitempty"`
+	MissingDumps    string   `json:"missing_dumps,omitempty"`
+	Finding         string   `json:"finding"`
+	Lagging         []string `json:"lagging_ranks,omitempty"`
+	OtherFindings   []string `json:"other_findings,omitempty"`
+	CulpritStack    []string `json:"culprit_stack,omitempty"`
+	PeerStack       []string `json:"peer_stack,omitempty"`
+	Evidence        []string `json:"evidence,omitempty"`
+	FRTrace         string   `json:"fr_trace"`
+}
+
+// FRTraceView is what torch's own analyzer would conclude.
+type FRTraceView struct {
+	Aborted       string `json:"aborted,omitempty"`
+	Disagreements int    `json:"groups_where_we_differ"`
+}
+
+// DataQualityView lists what limited the analysis, bounded.
+type DataQualityView struct {
+	Partial       bool     `json:"partial"`
+	FileProblems  []string `json:"file_problems,omitempty"`
+	Warnings      []string `json:"warnings,omitempty"`
+	TotalProblems int      `json:"total_file_problems"`
+	TotalWarnings int      `json:"total_warnings"`
+	Truncated     bool     `json:"truncated"`
+}
+
+const (
+	maxDQItems     = 8
+	maxLagSummary  = 3
+	maxStackFrames = 8
+	maxPageLimit   = 50
+)
+
+func analyzeFlightRecorder(env *Env) Def {
+	tool := mcplib.NewTool("analyze_flight_recorder",
+		mcplib.WithDescription("Diagnose a hung or crashed distributed PyTorch job from its Flight Recorder dumps (one file per rank, "+
+			"e.g. /tmp/nccl_trace_rank_<N>, written on an NCCL/gloo watchdog timeout). Returns, per process group, the verdict "+
+			"(OK, MISSING_RANKS, COLLECTIVE_TYPE_MISMATCH, SIZE_OR_SYNTAX_MISMATCH, COLLECTIVE_DTYPE_MISMATCH, COLLECTIVE_STATE_MISMATCH, UNDECIDED), "+
+			"the collective sequence number, the culprit and missing ranks, the ranks that lag behind, and what torch's fr_trace would say. "+
+			"Worst groups first; rank sets are ranges."),
+		mcplib.WithInputSchema[AnalyzeFlightRecorderParams](),
+		mcplib.WithOutputSchema[AnalyzeFlightRecorderResult](),
+		hints(true, false, true, false),
+	)
+	h := typed(func(ctx context.Context, p AnalyzeFlightRecorderParams) (AnalyzeFlightRecorderResult, error) {
+		return runAnalyzeFlightRecorder(env, p)
+	})
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
+		Summary: "verdicts from Flight Recorder dump files: which process group, collective and ranks hang or disagree"}
+}
+
+func runAnalyzeFlightRecorder(env *Env, p AnalyzeFlightRecorderParams) (AnalyzeFlightRecorderResult, error) {
+	var res AnalyzeFlightRecorderResult
+	if len(p.Paths) == 0 {
+		return res, userErrorf("paths is empty: pass the dump directory (e.g. /tmp) or the dump files")
+	}
+	full := false
+	switch p.Detail {
+	case "", "summary":
+	case "full":
+		full = true
+	default:
+		return res, userErrorf("detail %q is not summary or full", p.Detail)
+	}
+	if p.Offset < 0 || p.Limit < 0 {
+		return res, userErrorf("offset and limit must not be negative")
+	}
+	var ranks []int
+	if p.Ranks != "" {
+		var err error
+		if ranks, err = rankset.Parse(p.Ranks); err != nil {
+			return res, userErrorf("%v", err)
+		}
+	}
+	paths := make([]string, 0, len(p.Paths))
+	for _, path := range p.Paths {
+		real, err := env.Files.Check(path)
+		if err != nil {
+			return res, err
+		}
+		paths = append(paths, real)
+	}
+	loaded, err := fr.Load(paths, fr.LoadOptions{Prefix: p.Prefix, MaxFileBytes: env.MaxFileBytes, Check: env.Files.checkResolved})
+	if err != nil {
+		return res, userErrorf("%v", err)
+	}
+	rep := fr.AnalyzeLoaded(loaded, fr.Options{PG: p.PG, Ranks: ranks})
+	return viewReport(rep, full, p.Offset, p.Limit), nil
+}
+
+// viewReport pages and condenses a report. In summary mode only groups with
+// a problem are listed; healthy ones are counted.
+func viewReport(rep *fr.Report, full bool, offset, limit int) AnalyzeFlightRecorderResult {
+	if limit == 0 {
+		limit = 10
+		if full {
+			limit = 5
+		}
+	}
+	limit = min(limit, maxPageLimit)
+	res := AnalyzeFlightRecorderResult{
+		Summary: rep.Summary, Verdict: rep.Verdict, TotalGroups: len(rep.ProcessGroups), Offset: offset,
+		Ranks: RankView{Dumped: rep.Ranks.DumpedText, MissingDumps: rankset.Format(rep.Ranks.MissingDump), ExpectedWorld: rep.Ranks.Expected,
+			Versions: rep.Ranks.Versions, Formats: rep.Ranks.Formats, TimingEnabled: rep.Ranks.TimingOn},
+		ProcessGroups: []GroupView{},
+		FRTrace:       FRTraceView{Aborted: rep.FRTrace.Aborted},
+	}
+	var listed []fr.PGReport
+	for _, pr := range rep.ProcessGroups {
+		if pr.Finding.Kind != fr.KindHealthy {
+			res.ProblemGroups++
+		}
+		if pr.FRTrace != nil && !pr.FRTrace.Agrees {
+			res.FRTrace.Disagreements++
+		}
+		if full || pr.Finding.Kind != fr.KindHealthy {
+			listed = append(listed, pr)
+		} else {
+			res.HealthyOmitted++
+		}
+	}
+	for i := offset; i < len(listed) && i < offset+limit; i++ {
+		res.ProcessGroups = append(res.ProcessGroups, groupView(listed[i], full))
+	}
+	if offset+limit < len(listed) {
+		res.Truncated, res.NextOffset = true, offset+limit
+	}
+	if res.HealthyOmitted > 0 {
+		res.Hint = fmt.Sprintf("%d healthy group(s) not listed; detail=full lists every group with lagging ranks and stacks", res.HealthyOmitted)
+	}
+	dq := rep.DataQuality
+	res.DataQuality = DataQualityView{Partial: dq.Partial, TotalProblems: len(dq.Files), TotalWarnings: len(dq.Warnings)}
+	for i, fp := range dq.Files {
+		if i == maxDQItems {
+			res.DataQuality.Truncated = true
+			break
+		}
+		res.DataQuality.FileProblems = append(res.DataQuality.FileProblems, fp.Path+": "+fp.Problem)
+	}
+	for i, w := range dq.Warnings {
+		if i == maxDQItems {
+			res.DataQuality.Truncated = true
+			break
+		}
+		res.DataQuality.Warnings = append(res.DataQuality.Warnings, w)
+	}
+	return res
+}
+
+func groupView(pr fr.PGReport, full bool) GroupView {
+	g := GroupView{PGName: pr.PGName, PGDesc: pr.PGDesc, Ranks: pr.MembersText, Verdict: pr.Verdict, Kind: pr.Finding.Kind,
+		Confidence: pr.Finding.Confidence, CollectiveSeqID: pr.CollectiveSeqID, ProfilingName: pr.ProfilingName,
+		MissingRanks: rankset.Format(pr.MissingRanks), CulpritRanks: rankset.Format(pr.CulpritRanks),
+		MissingDumps: rankset.Format(pr.MissingDumps), Finding: pr.Finding.Line}
+	nLag := maxLagSummary
+	if full {
+		nLag = len(pr.LaggingRanks)
+	}
+	for i, l := range pr.LaggingRanks {
+		if i == nLag {
+			g.Lagging = append(g.Lagging, fmt.Sprintf("... %d more (detail=full)", len(pr.LaggingRanks)-nLag))
+			break
+		}
+		line := fmt.Sprintf("rank %d: enqueued #%d, completed #%d, behind %d", l.Rank, l.LastEnqueued, l.LastCompleted, l.Behind)
+		if l.Note != "" {
+			line += " (" + l.Note + ")"
+		}
+		g.Lagging = append(g.Lagging, line)
+	}
+	if n := pr.FRTrace; n != nil {
+		switch {
+		case n.Agrees:
+			g.FRTrace = "agrees"
+		case full:
+			g.FRTrace = fmt.Sprintf("says %s (culprits %s): %s", n.Verdict, rankset.Format(n.CulpritRanks), n.Why)
+		default:
+			g.FRTrace = fmt.Sprintf("says %s (culprits %s); detail=full explains the difference", n.Verdict, rankset.Format(n.CulpritRanks))
+		}
+	}
+	for _, f := range pr.Secondary {
+		g.OtherFindings = append(g.OtherFindings, f.Kind+": "+f.Line)
+	}
+	if full {
+		g.CulpritStack = frameLines(pr.CulpritFrames)
+		g.PeerStack = frameLines(pr.PeerFrames)
+		g.Evidence = pr.Finding.Evidence
+	} else if len(pr.CulpritFrames) > 0 {
+		// The innermost user frame is usually the one that explains a divergence.
+		g.CulpritStack = frameLines(pr.CulpritFrames[:min(3, len(pr.CulpritFrames))])
+	}
+	return g
+}
+
+func frameLines(frames []fr.Frame) []string {
+	var out []string
+	for i, f := range frames {
+		if i == maxStackFrames {
+			out = append(out, fmt.Sprintf("... %d more frames", len(frames)-maxStackFrames))
+			break
+		}
+		out = append(out, f.String())
+	}
+	return out
+}

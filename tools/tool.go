@@ -1,0 +1,86 @@
+// Package tools defines the MCP tools: one file per tool family, each tool a
+// Params/Result struct pair and a thin handler over a domain package. The
+// server (package mcp) decides which of them to register.
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	mcplib "github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// Env is what the tools need from the server that hosts them.
+type Env struct {
+	// Files is the policy for paths a tool may read.
+	Files FilePolicy
+	// MaxFileBytes caps one input file (PROBING_MAX_FILE_SIZE).
+	MaxFileBytes int64
+	// LogLevel is the server's live log level (set_config changes it).
+	LogLevel *slog.LevelVar
+	Logger   *slog.Logger
+}
+
+// Def is one tool and how the server must treat it.
+type Def struct {
+	server.ServerTool
+	// Write marks a tool that changes something outside its own answer.
+	// Write tools are registered only when writes are allowed, and every
+	// call is audited. The tool's readOnlyHint must say the same.
+	Write bool
+	// Summary is the one line the server instructions give the tool.
+	Summary string
+}
+
+// All returns every tool, in the order they are listed and documented.
+func All(env *Env) []Def {
+	return []Def{
+		analyzeFlightRecorder(env),
+		setConfig(env),
+	}
+}
+
+// hints sets all four annotation hints: mcp-go's defaults claim every tool
+// is destructive and open-world, so a client would warn about a read.
+func hints(readOnly, destructive, idempotent, openWorld bool) mcplib.ToolOption {
+	return func(t *mcplib.Tool) {
+		a := &t.Annotations
+		a.ReadOnlyHint, a.DestructiveHint = mcplib.ToBoolPtr(readOnly), mcplib.ToBoolPtr(destructive)
+		a.IdempotentHint, a.OpenWorldHint = mcplib.ToBoolPtr(idempotent), mcplib.ToBoolPtr(openWorld)
+	}
+}
+
+// UserError is a failure the model can fix by changing the call; its text
+// says how. Every other error is a server fault.
+type UserError struct{ msg string }
+
+func (e *UserError) Error() string { return e.msg }
+
+// userErrorf builds a UserError.
+func userErrorf(format string, args ...any) error {
+	return &UserError{msg: fmt.Sprintf(format, args...)}
+}
+
+// typed adapts fn to an MCP handler: arguments are bound into P, a
+// UserError becomes an isError result the model reads and acts on, and a
+// result becomes structured content (with its JSON as the text).
+func typed[P, R any](fn func(ctx context.Context, p P) (R, error)) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcplib.CallToolRequest) (*mcplib.CallToolResult, error) {
+		var p P
+		if err := req.BindArguments(&p); err != nil {
+			return mcplib.NewToolResultError(fmt.Sprintf("invalid arguments for %s: %v; check the tool's input schema", req.Params.Name, err)), nil
+		}
+		r, err := fn(ctx, p)
+		if err != nil {
+			var ue *UserError
+			if errors.As(err, &ue) {
+				return mcplib.NewToolResultError(ue.Error()), nil
+			}
+			return nil, err
+		}
+		return mcplib.NewToolResultStructuredOnly(r), nil
+	}
+}
