@@ -104,7 +104,7 @@ type Lag struct {
 	LastCompleted int64  `json:"last_completed"`
 	Behind        int64  `json:"behind"`      // completed collectives behind the most advanced member
 	EnqueueLag    int64  `json:"enqueue_lag"` // enqueued collectives behind the most advanced member
-	Source        string `json:"source"` // pg_status or entries
+	Source        string `json:"source"`      // pg_status or entries
 	// Pending is the oldest op the rank enqueued and did not complete.
 	Pending *PendingOp `json:"pending,omitempty"`
 	Note    string     `json:"note,omitempty"`
