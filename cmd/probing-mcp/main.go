@@ -33,6 +33,11 @@ import (
 var version = ""
 
 func main() {
+	if os.Getenv("GOGC") == "" {
+		// Analyses build large, short-lived heaps of small objects: trading
+		// memory for fewer collections roughly halves the time of a big job.
+		debug.SetGCPercent(400)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -3,9 +3,11 @@ package flightrecorder
 import (
 	"cmp"
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 )
@@ -70,37 +72,44 @@ func Analyze(dumps []*Dump, opt Options) *Report {
 	a := newAnalysis(dumps, dq)
 	rep.Ranks = a.rankSummary()
 
-	// fr_trace's own verdict, for the side-by-side view.
-	par := Parity(dumps, opt.Parity)
-	rep.FRTrace.Aborted = par.Aborted
-	if par.Aborted != "" && !opt.Parity.AllowIncompleteRanks && strings.Contains(par.Aborted, "Missing dump files") {
-		// fr_trace stops at missing dumps; show what it says when told to go on.
-		p2 := opt.Parity
-		p2.AllowIncompleteRanks = true
-		alt := Parity(dumps, p2)
-		rep.FRTrace.AbortedIncomplete = alt.Aborted
-		rep.FRTrace.UsedAllowIncomplete = true
-		par = alt
-	}
-	seen := map[string]bool{}
-	for _, b := range par.Blocks {
-		if b.IsProblem() && !seen[b.GUID] {
-			seen[b.GUID] = true
-			rep.FRTrace.Blocks = append(rep.FRTrace.Blocks, b)
-		}
-	}
-	if opt.Transcript {
-		rep.FRTrace.Transcript = par.Lines
-	}
+	// fr_trace's own verdict, for the side-by-side view, computed while the
+	// groups are analysed.
+	parCh := make(chan *ParityResult, 1)
+	go func() { parCh <- frTraceView(dumps, opt, &rep.FRTrace) }()
 
+	var kept []*group
 	for _, g := range a.groups.order {
-		if !a.keep(g, opt) {
-			continue
+		if a.keep(g, opt) {
+			kept = append(kept, g)
+			if a.data[g] == nil {
+				a.data[g] = &pgData{g: g, coll: map[int][]*Entry{}, p2p: map[int][]*Entry{}}
+			}
 		}
-		pr := a.analyzeGroup(g, opt)
-		pr.FRTrace = frTraceNote(par, &pr)
-		rep.ProcessGroups = append(rep.ProcessGroups, pr)
 	}
+	reports := make([]PGReport, len(kept))
+	notes := make([][]string, len(kept))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				reports[i], notes[i] = a.analyzeGroup(kept[i], opt)
+			}
+		}()
+	}
+	for i := range kept {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	par := <-parCh
+	for i := range reports {
+		dq.Warnings = append(dq.Warnings, notes[i]...)
+		reports[i].FRTrace = frTraceNote(par, &reports[i])
+	}
+	rep.ProcessGroups = reports
 	sortGroups(rep.ProcessGroups)
 	rep.Verdict = VerdictOK
 	if len(rep.ProcessGroups) > 0 {
@@ -111,7 +120,34 @@ func Analyze(dumps []*Dump, opt Options) *Report {
 	return rep
 }
 
-// analysis holds what all groups share.
+// frTraceView runs fr_trace's replay and fills view with its first block
+// per group. fr_trace stops at missing dumps; then the view shows what it
+// says when told to go on (--allow-incomplete-ranks).
+func frTraceView(dumps []*Dump, opt Options, view *FRTraceView) *ParityResult {
+	par := Parity(dumps, opt.Parity)
+	view.Aborted = par.Aborted
+	if par.Aborted != "" && !opt.Parity.AllowIncompleteRanks && strings.Contains(par.Aborted, "Missing dump files") {
+		p2 := opt.Parity
+		p2.AllowIncompleteRanks = true
+		par = Parity(dumps, p2)
+		view.AbortedIncomplete = par.Aborted
+		view.UsedAllowIncomplete = true
+	}
+	seen := map[string]bool{}
+	for _, b := range par.Blocks {
+		if b.IsProblem() && !seen[b.GUID] {
+			seen[b.GUID] = true
+			view.Blocks = append(view.Blocks, b)
+		}
+	}
+	if opt.Transcript {
+		view.Transcript = par.Lines
+	}
+	return par
+}
+
+// analysis holds what all groups share. Groups are analysed in parallel;
+// during that phase it is read-only.
 type analysis struct {
 	dumps     []*Dump
 	byRank    map[int]*Dump
@@ -189,7 +225,7 @@ func (a *analysis) inferGroups() {
 		gk := groupKey(k.name, members)
 		g, ok := a.groups.byGUID[gk]
 		if !ok {
-			g = &group{guid: gk, pyGUID: k.name + fmt.Sprint(pyFrozensetHash(members)), name: k.name, desc: k.desc, members: members, isMem: map[int]bool{}}
+			g = &group{idx: len(a.groups.order), guid: gk, pyGUID: k.name + fmt.Sprint(pyFrozensetHash(members)), name: k.name, desc: k.desc, members: members, isMem: map[int]bool{}}
 			for _, r := range members {
 				g.isMem[r] = true
 			}
@@ -393,13 +429,11 @@ func (a *analysis) keep(g *group, opt Options) bool {
 	return true
 }
 
-// analyzeGroup is the corrected analysis of one group.
-func (a *analysis) analyzeGroup(g *group, opt Options) PGReport {
+// analyzeGroup is the corrected analysis of one group. It returns the
+// data-quality warnings it found rather than adding them, as groups run in
+// parallel.
+func (a *analysis) analyzeGroup(g *group, opt Options) (PGReport, []string) {
 	pd := a.data[g]
-	if pd == nil {
-		pd = &pgData{g: g, coll: map[int][]*Entry{}, p2p: map[int][]*Entry{}}
-		a.data[g] = pd
-	}
 	pr := PGReport{PGName: g.name, PGDesc: g.desc, Members: g.members, MembersText: rankset.Format(g.members),
 		Size: len(g.members), Verdict: VerdictOK, CollectiveSeqID: -1, RecordID: -1,
 		MissingRanks: []int{}, CulpritRanks: []int{}, MissingDumps: []int{}, LaggingRanks: []Lag{}, guid: g.guid}
@@ -436,6 +470,10 @@ func (a *analysis) analyzeGroup(g *group, opt Options) PGReport {
 	}
 	res := a.runGroup(g, ranks, lists)
 	pr.Matched = res.matched
+	var warnings []string
+	if res.aborted != "" {
+		warnings = append(warnings, fmt.Sprintf("%s: matching stopped: %s", pgLabel(g), res.aborted))
+	}
 
 	lags := a.lagTable(g, ranks, lists)
 	if b := res.first; b != nil {
@@ -467,7 +505,7 @@ func (a *analysis) analyzeGroup(g *group, opt Options) PGReport {
 	pr.LaggingRanks, pr.LagTruncated = a.selectLags(lags, opt)
 	pr.severity = kindSeverity[pr.Finding.Kind]
 	pr.oldestPending = a.oldestPending(g, ranks, lists)
-	return pr
+	return pr, warnings
 }
 
 var kindSeverity = map[string]int{
@@ -480,6 +518,7 @@ type groupResult struct {
 	first   *Block
 	matched int
 	blocks  []Block
+	aborted string
 }
 
 // runGroup runs the fr_trace matcher on one group's aligned collectives,
@@ -494,7 +533,7 @@ func (a *analysis) runGroup(g *group, ranks []int, lists map[int][]*Entry) group
 		cap: defaultMismatchCap, mismatch: map[string]int{}, out: out, matched: map[string]int{}, corrected: true, fixed: g}
 	any := false
 	for _, r := range ranks {
-		l := newRankList(r, lists[r])
+		l := newRankList(r, lists[r], nil)
 		en.lists = append(en.lists, l)
 		en.byRank[r] = l
 		any = any || len(lists[r]) > 0
@@ -502,15 +541,12 @@ func (a *analysis) runGroup(g *group, ranks []int, lists map[int][]*Entry) group
 	if any {
 		en.run()
 	}
-	res := groupResult{matched: en.matched[g.guid], blocks: out.Blocks}
+	res := groupResult{matched: en.matched[g.guid], blocks: out.Blocks, aborted: out.Aborted}
 	for i := range out.Blocks {
 		if out.Blocks[i].IsProblem() {
 			res.first = &out.Blocks[i]
 			break
 		}
-	}
-	if out.Aborted != "" {
-		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("%s: matching stopped: %s", pgLabel(g), out.Aborted))
 	}
 	return res
 }

@@ -21,12 +21,21 @@ const (
 // Decode parses one dump, pickle or JSON (sniffed from the first byte). The
 // rank is not in the dump; the caller sets it.
 func Decode(data []byte) (*Dump, error) {
+	return decodeWith(nil, nil, data)
+}
+
+// decodeWith decodes with a reusable pickle decoder (nil: a fresh one),
+// numbering signatures in sigs (nil: a table of its own).
+func decodeWith(dec *pickle.Decoder, sigs *sigTable, data []byte) (*Dump, error) {
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	switch {
 	case len(data) > 0 && data[0] == 0x80:
-		return decodePickle(data)
+		if dec == nil {
+			dec = pickle.NewDecoder(pickle.Limits{})
+		}
+		return decodePickle(dec, sigs, data)
 	case len(trimmed) > 0 && trimmed[0] == '{':
-		return decodeJSON(trimmed)
+		return decodeJSON(sigs, trimmed)
 	case len(data) == 0:
 		return nil, errors.New("empty file")
 	}
@@ -69,11 +78,12 @@ func (d *Dump) warn(format string, args ...any) {
 
 // ---- pickle ----
 
-func decodePickle(data []byte) (*Dump, error) {
-	root, st, err := pickle.Decode(data, pickle.Limits{})
+func decodePickle(dec *pickle.Decoder, sigs *sigTable, data []byte) (*Dump, error) {
+	doc, st, err := dec.Decode(data)
 	if err != nil {
 		return nil, err
 	}
+	root := doc.Root
 	if root.Kind() != pickle.Dict {
 		return nil, fmt.Errorf("pickle holds a %v, want the dump's dict", root.Kind())
 	}
@@ -82,18 +92,18 @@ func decodePickle(data []byte) (*Dump, error) {
 		d.warn("%d strings hold invalid UTF-8 (kept byte for byte)", st.InvalidUTF8)
 	}
 	var entries pickle.Value
-	for i := 0; i < root.Len(); i++ {
-		k, v := root.Pair(i)
-		key, _ := k.Str()
+	for i := 0; i < doc.Len(root); i++ {
+		k, v := doc.Pair(root, i)
+		key, _ := doc.Str(k)
 		switch key {
 		case "version":
-			d.Version = scalarText(v)
+			d.Version = scalarText(doc, v)
 		case "comm_lib_version", "nccl_version":
-			d.CommLibVersion = scalarText(v)
+			d.CommLibVersion = scalarText(doc, v)
 		case "pg_config":
-			d.PGConfig, err = pgConfigFromPickle(v)
+			d.PGConfig, err = pgConfigFromPickle(doc, v)
 		case "pg_status":
-			d.PGStatus, err = pgStatusFromPickle(v)
+			d.PGStatus, err = pgStatusFromPickle(doc, v)
 		case "entries":
 			entries, d.HasEntries = v, true
 		}
@@ -111,17 +121,15 @@ func decodePickle(data []byte) (*Dump, error) {
 	if entries.Kind() != pickle.List {
 		return nil, fmt.Errorf("entries is a %v, want a list", entries.Kind())
 	}
-	c := newConverter(d)
-	d.Entries = make([]Entry, 0, entries.Len())
-	for i, ev := range entries.Items() {
+	c := newConverter(d, doc, sigs)
+	d.Entries = make([]Entry, doc.Len(entries))
+	for i, ev := range doc.Items(entries) {
 		if ev.Kind() != pickle.Dict {
 			return nil, fmt.Errorf("entries[%d] is a %v, want a dict", i, ev.Kind())
 		}
-		e, err := c.entry(ev)
-		if err != nil {
+		if err := c.entry(&d.Entries[i], ev); err != nil {
 			return nil, fmt.Errorf("entries[%d]: %w", i, err)
 		}
-		d.Entries = append(d.Entries, e)
 	}
 	c.finish()
 	return d, nil
@@ -129,10 +137,10 @@ func decodePickle(data []byte) (*Dump, error) {
 
 // scalarText renders a str, int or float as text (versions are strings, but
 // hand-made dumps sometimes hold 2.8 as a float).
-func scalarText(v pickle.Value) string {
+func scalarText(doc *pickle.Doc, v pickle.Value) string {
 	switch v.Kind() {
 	case pickle.String:
-		s, _ := v.Str()
+		s, _ := doc.Str(v)
 		return s
 	case pickle.Int:
 		n, _ := v.Int()
@@ -146,13 +154,13 @@ func scalarText(v pickle.Value) string {
 
 // intOf accepts ints, bools and decimal strings (fr_trace's own tests store
 // sequence ids as strings); None and anything else give def, ok=false.
-func intOf(v pickle.Value, def int64) (int64, bool) {
+func intOf(doc *pickle.Doc, v pickle.Value, def int64) (int64, bool) {
 	switch v.Kind() {
 	case pickle.Int, pickle.Bool:
 		n, _ := v.Int()
 		return n, true
 	case pickle.String:
-		s, _ := v.Str()
+		s, _ := doc.Str(v)
 		if n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64); err == nil {
 			return n, true
 		}
@@ -163,38 +171,38 @@ func intOf(v pickle.Value, def int64) (int64, bool) {
 	return def, false
 }
 
-func pgConfigFromPickle(v pickle.Value) ([]PGConfig, error) {
+func pgConfigFromPickle(doc *pickle.Doc, v pickle.Value) ([]PGConfig, error) {
 	if v.Kind() != pickle.Dict {
 		return nil, fmt.Errorf("is a %v, want a dict", v.Kind())
 	}
-	out := make([]PGConfig, 0, v.Len())
-	for i := 0; i < v.Len(); i++ {
-		k, cfg := v.Pair(i)
-		name := scalarText(k)
+	out := make([]PGConfig, 0, doc.Len(v))
+	for i := 0; i < doc.Len(v); i++ {
+		k, cfg := doc.Pair(v, i)
+		name := scalarText(doc, k)
 		if cfg.Kind() != pickle.Dict {
 			return nil, fmt.Errorf("group %q is a %v, want a dict", name, cfg.Kind())
 		}
 		pg := PGConfig{Name: name}
-		if n, ok := cfg.Get("name"); ok && scalarText(n) != "" {
-			pg.Name = scalarText(n)
+		if n, ok := doc.Get(cfg, "name"); ok && scalarText(doc, n) != "" {
+			pg.Name = scalarText(doc, n)
 		}
-		if desc, ok := cfg.Get("desc"); ok {
-			pg.Desc = scalarText(desc)
+		if desc, ok := doc.Get(cfg, "desc"); ok {
+			pg.Desc = scalarText(doc, desc)
 		}
-		ranks, ok := cfg.Get("ranks")
+		ranks, ok := doc.Get(cfg, "ranks")
 		if !ok {
 			return nil, fmt.Errorf("group %q has no ranks", name)
 		}
 		var err error
 		switch ranks.Kind() {
 		case pickle.String:
-			s, _ := ranks.Str()
+			s, _ := doc.Str(ranks)
 			pg.Ranks, err = ParseRankList(s)
 		case pickle.List, pickle.Tuple, pickle.Set:
-			for _, r := range ranks.Items() {
-				n, ok := intOf(r, 0)
+			for _, r := range doc.Items(ranks) {
+				n, ok := intOf(doc, r, 0)
 				if !ok {
-					err = fmt.Errorf("rank %v is not an integer", r)
+					err = fmt.Errorf("rank %s is not an integer", doc.Repr(r))
 					break
 				}
 				pg.Ranks = append(pg.Ranks, int(n))
@@ -210,25 +218,25 @@ func pgConfigFromPickle(v pickle.Value) ([]PGConfig, error) {
 	return out, nil
 }
 
-func pgStatusFromPickle(v pickle.Value) ([]PGStatus, error) {
+func pgStatusFromPickle(doc *pickle.Doc, v pickle.Value) ([]PGStatus, error) {
 	if v.Kind() != pickle.Dict {
 		return nil, fmt.Errorf("is a %v, want a dict", v.Kind())
 	}
-	out := make([]PGStatus, 0, v.Len())
-	for i := 0; i < v.Len(); i++ {
-		k, st := v.Pair(i)
-		s := PGStatus{PGID: scalarText(k), LastEnqueued: -1, LastStarted: -1, LastCompleted: -1}
+	out := make([]PGStatus, 0, doc.Len(v))
+	for i := 0; i < doc.Len(v); i++ {
+		k, st := doc.Pair(v, i)
+		s := PGStatus{PGID: scalarText(doc, k), LastEnqueued: -1, LastStarted: -1, LastCompleted: -1}
 		if st.Kind() != pickle.Dict {
 			return nil, fmt.Errorf("pg %q is a %v, want a dict", s.PGID, st.Kind())
 		}
-		if x, ok := st.Get("last_enqueued_collective"); ok {
-			s.LastEnqueued, _ = intOf(x, -1)
+		if x, ok := doc.Get(st, "last_enqueued_collective"); ok {
+			s.LastEnqueued, _ = intOf(doc, x, -1)
 		}
-		if x, ok := st.Get("last_started_collective"); ok {
-			s.LastStarted, _ = intOf(x, -1)
+		if x, ok := doc.Get(st, "last_started_collective"); ok {
+			s.LastStarted, _ = intOf(doc, x, -1)
 		}
-		if x, ok := st.Get("last_completed_collective"); ok {
-			s.LastCompleted, _ = intOf(x, -1)
+		if x, ok := doc.Get(st, "last_completed_collective"); ok {
+			s.LastCompleted, _ = intOf(doc, x, -1)
 		}
 		out = append(out, s)
 	}
@@ -265,18 +273,92 @@ func ParseRankList(s string) ([]int, error) {
 // converter turns decoded entry dicts into Entries, converting each shared
 // container (frame stacks) and each distinct op name once.
 type converter struct {
-	d       *Dump
-	ops     map[string]OpName
-	stacks  map[uintptr][]Frame
-	frames  map[uintptr]Frame
-	missing map[string]int
+	d        *Dump
+	doc      *pickle.Doc
+	sigs     *sigCache
+	ops      map[string]*OpName
+	keys     []string  // by decoded string index: the entry key, or keyOther
+	opsByStr []*OpName // by decoded string index
+	stacks   map[int64][]Frame
+	frames   map[int64]Frame
+	missing  map[string]int
+	// Interned values: most entries share a handful of shapes, dtype lists
+	// and stacks; sharing them keeps a 1000-rank job's dumps in memory.
+	shapes   map[shapeKey][][]int64
+	dtypes   map[string][]string
+	stackIDs map[stackKey][]Frame
 }
 
-func newConverter(d *Dump) *converter {
-	return &converter{d: d, ops: map[string]OpName{}, stacks: map[uintptr][]Frame{}, frames: map[uintptr]Frame{}, missing: map[string]int{}}
+// shapeKey identifies a one-tensor shape of up to 4 dimensions.
+type shapeKey struct {
+	n int
+	d [4]int64
 }
 
-func (c *converter) opName(name string) OpName {
+// stackKey identifies a stack of up to 8 shared frame dicts.
+type stackKey struct {
+	n  int
+	id [8]int64
+}
+
+func newConverter(d *Dump, doc *pickle.Doc, sigs *sigTable) *converter {
+	if sigs == nil {
+		sigs = newSigTable()
+	}
+	return &converter{d: d, doc: doc, sigs: &sigCache{table: sigs, local: map[localSig]sigVal{}}, ops: map[string]*OpName{}, stacks: map[int64][]Frame{}, frames: map[int64]Frame{},
+		missing: map[string]int{}, shapes: map[shapeKey][][]int64{}, dtypes: map[string][]string{}, stackIDs: map[stackKey][]Frame{}}
+}
+
+// keyOther stands for every dict key the converter does not read.
+const keyOther = "\x00other"
+
+var entryKeys = map[string]bool{
+	"record_id": true, "pg_id": true, "process_group": true, "collective_seq_id": true, "p2p_seq_id": true,
+	"op_id": true, "profiling_name": true, "time_created_ns": true, "duration_ms": true, "input_sizes": true,
+	"output_sizes": true, "input_dtypes": true, "output_dtypes": true, "state": true,
+	"time_discovered_started_ns": true, "time_discovered_completed_ns": true, "retired": true,
+	"timeout_ms": true, "is_p2p": true, "thread_name": true, "thread_id": true, "frames": true,
+}
+
+// keyOf returns an entry key, looked up once per distinct decoded string:
+// torch writes each key once and refers to it through the memo.
+func (c *converter) keyOf(k pickle.Value) string {
+	i, ok := c.doc.StrIndex(k)
+	if !ok {
+		return keyOther
+	}
+	if i < len(c.keys) && c.keys[i] != "" {
+		return c.keys[i]
+	}
+	for len(c.keys) < c.doc.NumStrings() {
+		c.keys = append(c.keys, "")
+	}
+	s, _ := c.doc.Str(k)
+	if !entryKeys[s] {
+		s = keyOther
+	}
+	c.keys[i] = s
+	return s
+}
+
+// profilingName returns the name and its parsed op, parsed once per
+// distinct decoded string.
+func (c *converter) profilingName(v pickle.Value) (string, *OpName) {
+	name, _ := c.doc.Str(v)
+	i, ok := c.doc.StrIndex(v)
+	if !ok {
+		return name, c.opName(name)
+	}
+	for len(c.opsByStr) < c.doc.NumStrings() {
+		c.opsByStr = append(c.opsByStr, nil)
+	}
+	if c.opsByStr[i] == nil {
+		c.opsByStr[i] = c.opName(name)
+	}
+	return name, c.opsByStr[i]
+}
+
+func (c *converter) opName(name string) *OpName {
 	op, ok := c.ops[name]
 	if !ok {
 		op = ParseOpName(name)
@@ -303,21 +385,24 @@ const (
 	hasSizes
 )
 
-func (c *converter) entry(ev pickle.Value) (Entry, error) {
-	e := Entry{RecordID: -1, PGID: -1, CollectiveSeqID: -1, P2PSeqID: -1, OpID: -1}
+func (c *converter) entry(e *Entry, ev pickle.Value) error {
+	e.RecordID, e.PGID, e.CollectiveSeqID, e.P2PSeqID, e.OpID = -1, -1, -1, -1, -1
 	seen := 0
-	for i := 0; i < ev.Len(); i++ {
-		k, v := ev.Pair(i)
-		key, _ := k.Str()
-		switch key {
+	doc := c.doc
+	intOf := func(v pickle.Value, def int64) (int64, bool) { return intOf(doc, v, def) }
+	scalarText := func(v pickle.Value) string { return scalarText(doc, v) }
+	for i := 0; i < doc.Len(ev); i++ {
+		k, v := doc.Pair(ev, i)
+		switch c.keyOf(k) {
+		case keyOther:
 		case "record_id":
 			e.RecordID, _ = intOf(v, -1)
 		case "pg_id":
 			e.PGID, _ = intOf(v, -1)
 		case "process_group":
-			items := v.Items()
+			items := doc.Items(v)
 			if len(items) != 2 {
-				return e, fmt.Errorf("process_group is %v, want (name, desc)", v)
+				return fmt.Errorf("process_group is %s, want (name, desc)", doc.Repr(v))
 			}
 			e.PGName, e.PGDesc = scalarText(items[0]), scalarText(items[1])
 			seen |= hasPG
@@ -329,24 +414,23 @@ func (c *converter) entry(ev pickle.Value) (Entry, error) {
 		case "op_id":
 			e.OpID, _ = intOf(v, -1)
 		case "profiling_name":
-			e.ProfilingName, _ = v.Str()
-			e.Op = c.opName(e.ProfilingName)
+			e.ProfilingName, e.Op = c.profilingName(v)
 			seen |= hasName
 		case "time_created_ns":
 			e.TimeCreatedNs, _ = intOf(v, 0)
 		case "duration_ms":
 			e.DurationMs, e.HasDuration = v.Float()
 		case "input_sizes":
-			e.InputSizes = sizesOf(v)
+			e.InputSizes = c.sizes(v)
 			seen |= hasSizes
 		case "output_sizes":
-			e.OutputSizes = sizesOf(v)
+			e.OutputSizes = c.sizes(v)
 		case "input_dtypes":
-			e.InputDtypes = dtypesOf(v)
+			e.InputDtypes = c.dtypeList(v)
 		case "output_dtypes":
-			e.OutputDtypes = dtypesOf(v)
+			e.OutputDtypes = c.dtypeList(v)
 		case "state":
-			e.State, _ = v.Str()
+			e.State, _ = doc.Str(v)
 			seen |= hasState
 		case "time_discovered_started_ns":
 			e.TimeStartedNs, _ = intOf(v, 0)
@@ -369,7 +453,17 @@ func (c *converter) entry(ev pickle.Value) (Entry, error) {
 		}
 	}
 	c.checkRequired(seen)
-	return e, nil
+	c.finishEntry(e)
+	return nil
+}
+
+// finishEntry gives every entry an op (so that code never meets a nil one)
+// and numbers its signature.
+func (c *converter) finishEntry(e *Entry) {
+	if e.Op == nil {
+		e.Op = c.opName(e.ProfilingName)
+	}
+	c.sigs.assign(e)
 }
 
 func (c *converter) checkRequired(seen int) {
@@ -390,61 +484,110 @@ func (c *converter) checkRequired(seen int) {
 	}
 }
 
-func sizesOf(v pickle.Value) [][]int64 {
-	items := v.Items()
+// sizes converts a list of shapes, sharing the common one-tensor shapes.
+func (c *converter) sizes(v pickle.Value) [][]int64 {
+	doc := c.doc
+	items := doc.Items(v)
+	if len(items) == 1 {
+		dims := doc.Items(items[0])
+		if len(dims) <= 4 {
+			k := shapeKey{n: len(dims)}
+			ok := true
+			for j, n := range dims {
+				x, isInt := n.Int()
+				k.d[j], ok = x, ok && isInt
+			}
+			if ok {
+				if s, hit := c.shapes[k]; hit {
+					return s
+				}
+				s := [][]int64{append([]int64{}, k.d[:k.n]...)}
+				c.shapes[k] = s
+				return s
+			}
+		}
+	}
 	out := make([][]int64, len(items))
 	for i, s := range items {
-		dims := s.Items()
+		dims := doc.Items(s)
 		shape := make([]int64, len(dims))
 		for j, n := range dims {
-			shape[j], _ = intOf(n, 0)
+			shape[j], _ = intOf(doc, n, 0)
 		}
 		out[i] = shape
 	}
 	return out
 }
 
-// dtypesOf accepts a list of names, or one bare name (fr_trace's tests).
-func dtypesOf(v pickle.Value) []string {
-	if s, ok := v.Str(); ok {
+// dtypeList accepts a list of names, or one bare name (fr_trace's tests).
+func (c *converter) dtypeList(v pickle.Value) []string {
+	doc := c.doc
+	if s, ok := doc.Str(v); ok {
 		return []string{s}
 	}
-	items := v.Items()
+	items := doc.Items(v)
+	if len(items) == 1 {
+		name := scalarText(doc, items[0])
+		if l, ok := c.dtypes[name]; ok {
+			return l
+		}
+		l := []string{name}
+		c.dtypes[name] = l
+		return l
+	}
 	out := make([]string, len(items))
 	for i, it := range items {
-		out[i] = scalarText(it)
+		out[i] = scalarText(doc, it)
 	}
 	return out
 }
 
+// stack converts a list of frame dicts. torch shares the frame dicts
+// between entries, so frames are converted once per dict, and a stack once
+// per sequence of dicts.
 func (c *converter) stack(v pickle.Value) []Frame {
+	doc := c.doc
 	if v.Kind() != pickle.List && v.Kind() != pickle.Tuple {
 		return nil
 	}
-	if s, ok := c.stacks[v.ID()]; ok {
+	if s, ok := c.stacks[doc.ID(v)]; ok {
 		return s
 	}
-	out := make([]Frame, 0, v.Len())
-	for _, f := range v.Items() {
+	items := doc.Items(v)
+	var key stackKey
+	if len(items) <= len(key.id) {
+		key.n = len(items)
+		for i, f := range items {
+			key.id[i] = doc.ID(f)
+		}
+		if s, ok := c.stackIDs[key]; ok {
+			return s
+		}
+	}
+	out := make([]Frame, 0, len(items))
+	for _, f := range items {
 		if f.Kind() != pickle.Dict {
 			continue
 		}
-		fr, ok := c.frames[f.ID()]
+		fr, ok := c.frames[doc.ID(f)]
 		if !ok {
-			if x, ok := f.Get("name"); ok {
-				fr.Name = scalarText(x)
+			if x, ok := doc.Get(f, "name"); ok {
+				fr.Name = scalarText(doc, x)
 			}
-			if x, ok := f.Get("filename"); ok {
-				fr.Filename = scalarText(x)
+			if x, ok := doc.Get(f, "filename"); ok {
+				fr.Filename = scalarText(doc, x)
 			}
-			if x, ok := f.Get("line"); ok {
-				fr.Line, _ = intOf(x, 0)
+			if x, ok := doc.Get(f, "line"); ok {
+				fr.Line, _ = intOf(doc, x, 0)
 			}
-			c.frames[f.ID()] = fr
+			c.frames[doc.ID(f)] = fr
 		}
 		out = append(out, fr)
 	}
-	c.stacks[v.ID()] = out
+	c.stacks[doc.ID(v)] = out
+	if key.n == len(items) && len(items) <= len(key.id) {
+		c.stackIDs[key] = out
+	}
 	return out
 }
 
@@ -561,7 +704,7 @@ type jsonDump struct {
 	Entries  *[]jsonEntry                  `json:"entries"`
 }
 
-func decodeJSON(data []byte) (*Dump, error) {
+func decodeJSON(sigs *sigTable, data []byte) (*Dump, error) {
 	var jd jsonDump
 	if err := json.Unmarshal(data, &jd); err != nil {
 		var se *json.SyntaxError
@@ -610,7 +753,7 @@ func decodeJSON(data []byte) (*Dump, error) {
 	if jd.Entries == nil {
 		return d, nil
 	}
-	c := newConverter(d)
+	c := newConverter(d, nil, sigs)
 	d.Entries = make([]Entry, 0, len(*jd.Entries))
 	for i, je := range *jd.Entries {
 		e := Entry{
@@ -649,6 +792,7 @@ func decodeJSON(data []byte) (*Dump, error) {
 			e.DurationMs, e.HasDuration = *je.DurationMs, true
 		}
 		c.checkRequired(seen)
+		c.finishEntry(&e)
 		d.Entries = append(d.Entries, e)
 	}
 	c.finish()

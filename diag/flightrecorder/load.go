@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/probing-mcp/probing-mcp/diag/pickle"
 )
 
 // DefaultMaxFileBytes caps one dump file. A 2000-entry dump with stacks is
@@ -301,13 +303,15 @@ func decodeAll(files []candidate, opt LoadOptions, res *Loaded) []*Dump {
 	dumps := make([]*Dump, len(files))
 	problems := make([]string, len(files))
 	var wg sync.WaitGroup
+	sigs := newSigTable()
 	next := make(chan int)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			dec := pickle.NewDecoder(pickle.Limits{})
 			for i := range next {
-				d, err := readDump(files[i].path, opt.MaxFileBytes)
+				d, err := readDump(dec, sigs, files[i].path, opt.MaxFileBytes)
 				if err != nil {
 					problems[i] = err.Error()
 					continue
@@ -337,7 +341,7 @@ func decodeAll(files []candidate, opt LoadOptions, res *Loaded) []*Dump {
 
 // readDump reads and decodes one file, refusing files over the limit before
 // reading them (and files that grow past it while being read).
-func readDump(path string, limit int64) (*Dump, error) {
+func readDump(dec *pickle.Decoder, sigs *sigTable, path string, limit int64) (*Dump, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -353,14 +357,19 @@ func readDump(path string, limit int64) (*Dump, error) {
 	if info.Size() > limit {
 		return nil, fmt.Errorf("file is %d bytes, over the %d-byte limit (raise PROBING_MAX_FILE_SIZE or --max-file-size)", info.Size(), limit)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
+	// Read what stat promised in one allocation, then check the file did
+	// not grow past the limit meanwhile.
+	data := make([]byte, info.Size(), info.Size()+1)
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, fmt.Errorf("file shrank while being read: %v", err)
 	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("file grew past the %d-byte limit while being read", limit)
+	if more, _ := io.ReadAll(io.LimitReader(f, limit+1-info.Size())); len(more) > 0 {
+		data = append(data, more...)
+		if int64(len(data)) > limit {
+			return nil, fmt.Errorf("file grew past the %d-byte limit while being read", limit)
+		}
 	}
-	d, err := Decode(data)
+	d, err := decodeWith(dec, sigs, data)
 	if err != nil {
 		return nil, err
 	}

@@ -51,6 +51,9 @@ var unevenCollectives = map[string]bool{"all_to_all": true, "all_to_all_single":
 // process group of pgSize members, with torch 2.15's Op.match rules. The
 // rules are asymmetric, as in fr_trace: a is assumed right.
 func Match(a, b *Entry, pgSize int) MatchInfo {
+	if a.Sig != 0 && a.Sig == b.Sig && a.sigTab == b.sigTab && a.sigSimple && a.State == b.State {
+		return MatchInfo{State: FullyMatched} // same op, sizes and dtypes, and no rule that fails on equal entries
+	}
 	ta, tb := a.Op.Type, b.Op.Type
 	srcMatches := a.Op.Src == AnySource || b.Op.Src == AnySource || a.Op.Src == b.Op.Src
 	switch {

@@ -67,7 +67,7 @@ type Entry struct {
 	P2PSeqID        int64
 	OpID            int64
 	ProfilingName   string
-	Op              OpName // parsed ProfilingName
+	Op              *OpName // parsed ProfilingName, shared by entries with the same name
 	TimeCreatedNs   int64
 	DurationMs      float64
 	HasDuration     bool
@@ -84,6 +84,11 @@ type Entry struct {
 	ThreadName      string
 	ThreadID        string
 	Frames          []Frame
+	// Sig numbers the entry's signature (op, sizes, dtypes) within one
+	// load; 0 when unknown. See signature.go.
+	Sig       uint32
+	sigSimple bool
+	sigTab    *sigTable // numbers are comparable only within one table
 }
 
 // TimedOut reports an entry that left the watchdog's work list without
@@ -105,8 +110,8 @@ const AnySource = -2
 // ParseOpName splits a profiling name the way fr_trace does: the backend is
 // everything before the last ':', the op the first word after it, and the
 // meta of send/recv the second word ("1->2", "3<-0").
-func ParseOpName(name string) OpName {
-	op := OpName{Src: -1, Dst: -1}
+func ParseOpName(name string) *OpName {
+	op := &OpName{Src: -1, Dst: -1}
 	i := strings.LastIndexByte(name, ':')
 	if i < 0 {
 		op.Err = fmt.Sprintf("name formatting error? %s is not '<comm_lib>:<op>'", name)
@@ -150,7 +155,7 @@ func ParseOpName(name string) OpName {
 }
 
 // IsP2POp reports a send or recv.
-func (o OpName) IsP2POp() bool { return o.Type == "send" || o.Type == "recv" }
+func (o *OpName) IsP2POp() bool { return o.Type == "send" || o.Type == "recv" }
 
 // collectives are the op types fr_trace (torch 2.15) knows; anything else is
 // an unsupported operation there.

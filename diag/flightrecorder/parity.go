@@ -113,6 +113,7 @@ func (r *ParityResult) FirstProblem(guid string) *Block {
 
 // group is a process group identified as fr_trace does: name + member set.
 type group struct {
+	idx     int    // position in groupTable.order
 	guid    string // name + "|" + sorted members (ours); pyGUID is fr_trace's
 	pyGUID  string
 	name    string
@@ -181,7 +182,7 @@ func buildGroups(dumps []*Dump, strict bool) (*groupTable, []string, error) {
 			key := groupKey(pc.Name, members)
 			g, ok := t.byGUID[key]
 			if !ok {
-				g = &group{guid: key, pyGUID: pc.Name + strconv.FormatInt(pyFrozensetHash(members), 10),
+				g = &group{idx: len(t.order), guid: key, pyGUID: pc.Name + strconv.FormatInt(pyFrozensetHash(members), 10),
 					name: pc.Name, desc: pc.Desc, members: members, isMem: map[int]bool{}}
 				for _, r := range members {
 					g.isMem[r] = true
@@ -210,14 +211,47 @@ func buildGroups(dumps []*Dump, strict bool) (*groupTable, []string, error) {
 type rankList struct {
 	rank    int
 	entries []*Entry
+	grp     []*group // each entry's group; nil where pg_config lacks it
+	unknown bool     // some entry's group is unknown
 	removed []bool
 	skip    []int32 // for a removed i: a later position, maybe live
 	live    int
-	gone    bool // popped from all_entries
+	gone    bool                // popped from all_entries
+	index   []map[int64][]int32 // by group idx, then seq: positions in list order
+	// Per-position facts kept in flat arrays, so that the common lookup
+	// touches neither the entry nor a map.
+	seqs   []int64
+	descOK []bool    // the entry's desc is its group's desc
+	gpos   [][]int32 // by group idx: positions of the group's entries
+	gnext  []int32   // by group idx: first maybe-live index into gpos
 }
 
-func newRankList(rank int, entries []*Entry) *rankList {
-	return &rankList{rank: rank, entries: entries, removed: make([]bool, len(entries)), skip: make([]int32, len(entries)), live: len(entries)}
+// newRankList wraps one rank's entries; resolve (nil when every entry
+// belongs to one known group) looks each entry's group up once.
+func newRankList(rank int, entries []*Entry, resolve func(*Entry) *group) *rankList {
+	l := &rankList{rank: rank, entries: entries, removed: make([]bool, len(entries)), skip: make([]int32, len(entries)), live: len(entries)}
+	if resolve != nil {
+		l.grp = make([]*group, len(entries))
+		for i, e := range entries {
+			l.grp[i] = resolve(e)
+			l.unknown = l.unknown || l.grp[i] == nil
+		}
+	}
+	return l
+}
+
+// prepare fills the flat per-position arrays used by findSame.
+func (l *rankList) prepare(groups int) {
+	l.seqs = make([]int64, len(l.entries))
+	l.descOK = make([]bool, len(l.entries))
+	l.gpos = make([][]int32, groups)
+	l.gnext = make([]int32, groups)
+	for p, e := range l.entries {
+		g := l.grp[p]
+		l.seqs[p] = e.CollectiveSeqID
+		l.descOK[p] = e.PGDesc == g.desc
+		l.gpos[g.idx] = append(l.gpos[g.idx], int32(p))
+	}
 }
 
 // nextLive returns the first live position >= i, or len(entries). A
@@ -280,19 +314,85 @@ type engine struct {
 	corrected bool
 	matched   map[string]int // fully matched collectives per guid
 	fixed     *group         // when set, every entry belongs to this group (per-group runs)
+	cand      *rankPos       // scratch for the record being decided
+	found     *rankPos
 }
 
 func (en *engine) log(line string) { en.out.Lines = append(en.out.Lines, line) }
 
-func (en *engine) guid(e *Entry, rank int) *group {
+// groupAt is the group of the entry at position p, raising fr_trace's
+// KeyError when the rank's pg_config lacks it.
+func (en *engine) groupAt(l *rankList, p int) *group {
 	if en.fixed != nil {
 		return en.fixed
 	}
-	g, ok := en.groups.guidOf[nameRank{e.PGName, rank}]
-	if !ok {
-		panic(abortError{fmt.Sprintf(parityAbortKeyFormat, e.PGName, rank)})
+	g := l.grp[p]
+	if g == nil {
+		panic(abortError{fmt.Sprintf(parityAbortKeyFormat, l.entries[p].PGName, l.rank)})
 	}
 	return g
+}
+
+// resolver looks entries up in the group table, as _pg_guids does.
+func (en *engine) resolver(rank int) func(*Entry) *group {
+	if en.fixed != nil {
+		return nil
+	}
+	return func(e *Entry) *group { return en.groups.guidOf[nameRank{e.PGName, rank}] }
+}
+
+// findSame returns the first live entry of l in group g with the given
+// description and sequence number, or -1. fr_trace scans the whole list for
+// it; an index by (group, seq) finds the same entry without the scan,
+// unless the list holds entries of unknown groups, whose lookup must raise
+// exactly where fr_trace's scan would.
+func (en *engine) findSame(l *rankList, g *group, desc string, seq int64) int {
+	if l.unknown || en.fixed != nil {
+		for p := l.nextLive(0); p < len(l.entries); p = l.nextLive(p + 1) {
+			e := l.entries[p]
+			if en.groupAt(l, p) == g && e.PGDesc == desc && e.CollectiveSeqID == seq {
+				return p
+			}
+		}
+		return -1
+	}
+	if l.seqs == nil {
+		l.prepare(len(en.groups.order))
+	}
+	// Fast path: the first live entry of the group on this rank is almost
+	// always the one (ranks walk their collectives in the same order).
+	if g.idx < len(l.gpos) {
+		gp, i := l.gpos[g.idx], l.gnext[g.idx]
+		for int(i) < len(gp) && l.removed[gp[i]] {
+			i++
+		}
+		l.gnext[g.idx] = i
+		if int(i) < len(gp) {
+			p := gp[i]
+			if l.seqs[p] == seq && ((l.descOK[p] && desc == g.desc) || l.entries[p].PGDesc == desc) {
+				return int(p)
+			}
+		}
+	}
+	if l.index == nil {
+		l.index = make([]map[int64][]int32, len(en.groups.order))
+		for p, e := range l.entries {
+			gi := l.grp[p].idx
+			if l.index[gi] == nil {
+				l.index[gi] = map[int64][]int32{}
+			}
+			l.index[gi][e.CollectiveSeqID] = append(l.index[gi][e.CollectiveSeqID], int32(p))
+		}
+	}
+	if g.idx >= len(l.index) || l.index[g.idx] == nil {
+		return -1
+	}
+	for _, p := range l.index[g.idx][seq] {
+		if !l.removed[p] && l.entries[p].PGDesc == desc {
+			return int(p)
+		}
+	}
+	return -1
 }
 
 func (en *engine) checkOp(e *Entry) {
@@ -307,14 +407,55 @@ func (en *engine) match(a, b *Entry, g *group) MatchInfo {
 	return Match(a, b, len(g.members))
 }
 
+// rankPos maps ranks to list positions: fr_trace's found/candidate dicts.
+// It is a dense array indexed by rank plus the list of ranks set, so that a
+// 1000-rank collective costs no hashing; the engine reuses two of them.
+type rankPos struct {
+	pos   []int32 // by rank; -1 when absent
+	ranks []int
+}
+
+func newRankPos(maxRank int) *rankPos {
+	rp := &rankPos{pos: make([]int32, maxRank+1)}
+	for i := range rp.pos {
+		rp.pos[i] = -1
+	}
+	return rp
+}
+
+func (rp *rankPos) set(r, p int) {
+	if rp.pos[r] < 0 {
+		rp.ranks = append(rp.ranks, r)
+	}
+	rp.pos[r] = int32(p)
+}
+
+func (rp *rankPos) has(r int) bool { return r < len(rp.pos) && rp.pos[r] >= 0 }
+
+func (rp *rankPos) len() int { return len(rp.ranks) }
+
+func (rp *rankPos) reset() {
+	for _, r := range rp.ranks {
+		rp.pos[r] = -1
+	}
+	rp.ranks = rp.ranks[:0]
+}
+
+// moveTo adds every rank to dst and empties rp.
+func (rp *rankPos) moveTo(dst *rankPos) {
+	for _, r := range rp.ranks {
+		dst.set(r, int(rp.pos[r]))
+	}
+	rp.reset()
+}
+
 // matchRecord is fr_trace's MatchStateRecord.
 type matchRecord struct {
-	expected     []int // sorted
-	isExpected   map[int]bool
-	other        map[int]bool
+	expected     []int     // sorted
+	first        *rankList // other ranks are those still present, but this one
 	entry        *Entry
-	candidate    map[int]int // rank -> position (first rank -> its position too)
-	found        map[int]int
+	candidate    *rankPos // rank -> position (first rank -> its position too)
+	found        *rankPos
 	errors       []RankError
 	hasUndecided bool
 }
@@ -332,8 +473,27 @@ func (en *engine) expectedOf(g *group) []int {
 	return out
 }
 
+// maxRank is the largest rank any group or list names.
+func (en *engine) maxRank() int {
+	m := 0
+	for _, l := range en.lists {
+		m = max(m, l.rank)
+	}
+	for _, g := range en.groups.order {
+		if len(g.members) > 0 {
+			m = max(m, g.members[len(g.members)-1])
+		}
+	}
+	if en.fixed != nil && len(en.fixed.members) > 0 {
+		m = max(m, en.fixed.members[len(en.fixed.members)-1])
+	}
+	return m
+}
+
 // run is build_collectives' main loop.
 func (en *engine) run() {
+	n := en.maxRank()
+	en.cand, en.found = newRankPos(n), newRankPos(n)
 	defer func() {
 		if r := recover(); r != nil {
 			ab, ok := r.(abortError)
@@ -362,7 +522,7 @@ func (en *engine) run() {
 		}
 		pos := first.head()
 		cur := first.entries[pos]
-		g := en.guid(cur, first.rank)
+		g := en.groupAt(first, pos)
 		rec := en.newRecord(g, first, cur, pos)
 		group := en.findCoalesced(g, first)
 		if len(group) > 1 {
@@ -370,15 +530,15 @@ func (en *engine) run() {
 		} else {
 			en.checkCurrentEntryMatch(g, cur, rec, func(r int) *rankList { return en.byRank[r] })
 			en.errorAnalysis(g, first.rank, cur, rec, func(r int) *rankList { return en.byRank[r] })
-			if len(rec.found) == len(rec.expected) && en.mismatch[g.guid] == 0 && sameKeys(rec.found, rec.expected) {
+			if rec.allFound() && en.mismatch[g.guid] == 0 {
 				en.addCollective(g, true, true)
-				for r, p := range rec.found {
-					en.byRank[r].remove(p)
+				for _, r := range rec.found.ranks {
+					en.byRank[r].remove(int(rec.found.pos[r]))
 				}
 			} else {
 				en.addCollective(g, len(rec.errors) == 0, false)
-				for r, p := range rec.candidate {
-					en.byRank[r].remove(p)
+				for _, r := range rec.candidate.ranks {
+					en.byRank[r].remove(int(rec.candidate.pos[r]))
 				}
 			}
 		}
@@ -389,15 +549,6 @@ func (en *engine) run() {
 			return
 		}
 	}
-}
-
-func sameKeys(m map[int]int, keys []int) bool {
-	for _, k := range keys {
-		if _, ok := m[k]; !ok {
-			return false
-		}
-	}
-	return true
 }
 
 // addCollective counts a Collective record. passCheck is fr_trace's
@@ -414,86 +565,68 @@ func (en *engine) addCollective(g *group, passCheck, matched bool) {
 }
 
 func (en *engine) newRecord(g *group, first *rankList, cur *Entry, pos int) *matchRecord {
-	rec := &matchRecord{expected: en.expectedOf(g), isExpected: map[int]bool{}, other: map[int]bool{},
-		entry: cur, candidate: map[int]int{first.rank: pos}, found: map[int]int{}}
-	for _, r := range rec.expected {
-		rec.isExpected[r] = true
-	}
-	seenFirst := false
-	for _, l := range en.lists {
-		if l.gone {
-			continue
-		}
-		if l == first && !seenFirst {
-			seenFirst = true
-			continue
-		}
-		rec.other[l.rank] = true
-	}
+	en.cand.reset()
+	en.found.reset()
+	rec := &matchRecord{expected: en.expectedOf(g), first: first, entry: cur, candidate: en.cand, found: en.found}
+	rec.candidate.set(first.rank, pos)
 	return rec
+}
+
+// isOther: rank o is still in all_entries and is not the first rank (the
+// record's other_ranks; it does not change while one step is decided).
+func (en *engine) isOther(rec *matchRecord, o int) bool {
+	l := en.byRank[o]
+	return l != nil && !l.gone && l != rec.first
 }
 
 // checkCurrentEntryMatch compares cur with the first same-group, same-seq
 // entry of every other expected rank still present.
 func (en *engine) checkCurrentEntryMatch(g *group, cur *Entry, rec *matchRecord, listOf func(int) *rankList) {
 	for _, o := range rec.expected {
-		if !rec.other[o] {
+		if !en.isOther(rec, o) {
 			continue
 		}
 		l := listOf(o)
 		if l == nil {
 			continue
 		}
-		for p := l.nextLive(0); p < len(l.entries); p = l.nextLive(p + 1) {
+		if p := en.findSame(l, g, cur.PGDesc, cur.CollectiveSeqID); p >= 0 {
 			e := l.entries[p]
-			if en.guid(e, o) != g || e.PGDesc != cur.PGDesc || e.CollectiveSeqID != cur.CollectiveSeqID {
-				continue
-			}
 			info := en.match(cur, e, g)
 			if (info.State == FullyMatched || info.State == Undecided) && en.mismatch[g.guid] == 0 {
-				rec.found[o] = p
+				rec.found.set(o, p)
 				rec.hasUndecided = info.State == Undecided
 			} else {
-				rec.candidate[o] = p
+				rec.candidate.set(o, p)
 				if info.State != FullyMatched && info.State != Undecided {
 					rec.errors = append(rec.errors, RankError{Rank: o, State: info.State, Detail: info.Detail})
 				}
 			}
-			break
 		}
 	}
 }
 
-func (rec *matchRecord) union() map[int]bool {
-	u := map[int]bool{}
-	for r := range rec.candidate {
-		u[r] = true
-	}
-	for r := range rec.found {
-		u[r] = true
-	}
-	return u
-}
+func (rec *matchRecord) foundToCandidate() { rec.found.moveTo(rec.candidate) }
 
-func (rec *matchRecord) foundToCandidate() {
-	for r, p := range rec.found {
-		rec.candidate[r] = p
-	}
-	rec.found = map[int]int{}
-}
+func (rec *matchRecord) candidateToFound() { rec.candidate.moveTo(rec.found) }
 
-func (rec *matchRecord) candidateToFound() {
-	for r, p := range rec.candidate {
-		rec.found[r] = p
+// allFound: found holds exactly the expected ranks.
+func (rec *matchRecord) allFound() bool {
+	if rec.found.len() != len(rec.expected) {
+		return false
 	}
-	rec.candidate = map[int]int{}
+	for _, r := range rec.expected {
+		if !rec.found.has(r) {
+			return false
+		}
+	}
+	return true
 }
 
 func (en *engine) errorAnalysis(g *group, firstRank int, cur *Entry, rec *matchRecord, listOf func(int) *rankList) {
-	u := rec.union()
 	var missing []int
 	for _, r := range rec.expected {
-		if !u[r] {
+		if !rec.candidate.has(r) && !rec.found.has(r) {
 			missing = append(missing, r)
 		}
 	}
@@ -511,11 +644,11 @@ func (en *engine) errorAnalysis(g *group, firstRank int, cur *Entry, rec *matchR
 		en.logEntry(Block{Kind: BlockMissingRanks, MissingRanks: missing},
 			fmt.Sprintf("Not all ranks joining collective, sequence number: %d", cur.CollectiveSeqID), g, cur, rec)
 		rec.foundToCandidate()
-	case len(rec.candidate) == 1 && allDumped(rec.expected):
+	case rec.candidate.len() == 1 && allDumped(rec.expected):
 		if rec.hasUndecided {
 			in, out := firstNumel(cur.InputSizes), firstNumel(cur.OutputSizes)
-			for r, p := range rec.found {
-				e := listOf(r).entries[p]
+			for _, r := range rec.found.ranks {
+				e := listOf(r).entries[rec.found.pos[r]]
 				in += firstNumel(e.InputSizes)
 				out += firstNumel(e.OutputSizes)
 			}
@@ -620,7 +753,7 @@ func (en *engine) findCoalesced(g *group, l *rankList) []int {
 	started := false
 	for p := l.nextLive(0); p < len(l.entries); p = l.nextLive(p + 1) {
 		e := l.entries[p]
-		if en.guid(e, l.rank) != g {
+		if en.groupAt(l, p) != g {
 			continue
 		}
 		switch {
@@ -870,7 +1003,7 @@ func (en *engine) matchCoalescedWithNonP2P(g *group, rec *matchRecord, og *order
 		for _, p := range og.pos[r] {
 			es = append(es, en.byRank[r].entries[p])
 		}
-		lists[r] = newRankList(r, es)
+		lists[r] = newRankList(r, es, en.resolver(r))
 	}
 	present := map[int]bool{}
 	for _, r := range og.ranks {
@@ -898,13 +1031,16 @@ func (en *engine) matchCoalescedWithNonP2P(g *group, rec *matchRecord, og *order
 		}
 		cur := l.entries[pos]
 		ops[first] = ops[first][1:]
-		rec.entry, rec.candidate, rec.found, rec.errors = cur, map[int]int{first: pos}, map[int]int{}, nil
+		rec.entry, rec.errors = cur, nil
+		rec.candidate.reset()
+		rec.found.reset()
+		rec.candidate.set(first, pos)
 		listOf := func(r int) *rankList { return lists[r] }
 		en.checkCurrentEntryMatch(g, cur, rec, listOf)
 		en.errorAnalysis(g, first, cur, rec, listOf)
-		if sameKeys(rec.found, rec.expected) && len(rec.found) == len(rec.expected) && en.mismatch[g.guid] == 0 {
-			for r, p := range rec.found {
-				lists[r].remove(p)
+		if rec.allFound() && en.mismatch[g.guid] == 0 {
+			for _, r := range rec.found.ranks {
+				lists[r].remove(int(rec.found.pos[r]))
 				if r != first && len(ops[r]) > 0 {
 					ops[r] = ops[r][1:]
 				}
@@ -984,7 +1120,7 @@ func Parity(dumps []*Dump, opt ParityOptions) *ParityResult {
 				es = append(es, &d.Entries[i])
 			}
 		}
-		l := newRankList(d.Rank, es)
+		l := newRankList(d.Rank, es, en.resolver(d.Rank))
 		en.lists = append(en.lists, l)
 		en.byRank[d.Rank] = l
 	}

@@ -3,6 +3,7 @@ package pickle
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"math/big"
 	"unicode/utf8"
 )
@@ -57,26 +58,57 @@ type Stats struct {
 	Globals     bool // allow-listed callables were used (torch typed lists)
 }
 
-// Decode runs the pickle in data and returns the value left by STOP.
-// Bytes after STOP are ignored, as Python does.
-func Decode(data []byte, lim Limits) (Value, Stats, error) {
-	d := decoder{data: data, lim: lim.withDefaults()}
+// Decode runs the pickle in data and returns the document holding the value
+// left by STOP. Bytes after STOP are ignored, as Python does.
+func Decode(data []byte, lim Limits) (*Doc, Stats, error) {
+	return NewDecoder(lim).Decode(data)
+}
+
+// Decoder decodes pickle after pickle reusing its buffers, which saves
+// allocating and clearing megabytes per dump when loading a thousand ranks.
+// The Doc it returns is valid until the next call to Decode.
+type Decoder struct {
+	d decoder
+}
+
+// NewDecoder returns a Decoder with the given limits.
+func NewDecoder(lim Limits) *Decoder {
+	return &Decoder{d: decoder{lim: lim.withDefaults(), doc: &Doc{}}}
+}
+
+// Decode decodes one pickle, reusing the buffers of the previous one.
+func (dec *Decoder) Decode(data []byte) (*Doc, Stats, error) {
+	d := &dec.d
+	doc := d.doc
+	clear(doc.strs) // drop references to the previous dump's strings
+	doc.strs, doc.conts, doc.arena, doc.Root = doc.strs[:0], doc.conts[:0], doc.arena[:0], Value{}
+	if need := len(data)/2 + 16; cap(doc.arena) < need {
+		// torch writes about two bytes per container item (memo references
+		// and one-byte ints), so the arena rarely has to grow after this.
+		doc.arena = make([]Value, 0, need)
+	}
+	d.data, d.pos, d.op, d.opPos, d.nvals, d.stats = data, 0, 0, 0, 0, Stats{}
+	d.stack, d.marks, d.memo = d.stack[:0], d.marks[:0], d.memo[:0]
 	v, err := d.run()
-	return v, d.stats, err
+	if err != nil {
+		return nil, d.stats, err
+	}
+	doc.Root = v
+	return doc, d.stats, nil
 }
 
 type decoder struct {
-	data   []byte
-	pos    int
-	op     byte
-	opPos  int
-	stack  []Value
-	marks  []int
-	memo   []Value
-	nvals  int
-	lim    Limits
-	stats  Stats
-	frozen map[*container]bool // tuples and frozensets: immutable once built
+	doc   *Doc
+	data  []byte
+	pos   int
+	op    byte
+	opPos int
+	stack []Value
+	marks []int
+	memo  []Value
+	nvals int
+	lim   Limits
+	stats Stats
 }
 
 func (d *decoder) fail(format string, args ...any) error {
@@ -139,42 +171,69 @@ func (d *decoder) popMark() ([]Value, error) {
 	return items, nil
 }
 
+// newValue returns an empty container of the given kind.
+func (d *decoder) newValue(kind Kind) Value {
+	doc := d.doc
+	doc.conts = append(doc.conts, container{off: int32(len(doc.arena)), depth: 1})
+	return Value{kind: kind, n: int64(len(doc.conts) - 1)}
+}
+
+// grow appends items to container ci. Items stay contiguous: a container
+// that is not the last one in the arena moves to its end first (pickles fill
+// a container once, right after building its children, so this is rare).
+func (d *decoder) grow(ci int64, items []Value) error {
+	doc := d.doc
+	c := &doc.conts[ci]
+	if int(c.off+c.n) != len(doc.arena) {
+		old := c.off
+		c.off = int32(len(doc.arena))
+		doc.arena = append(doc.arena, doc.arena[old:old+c.n]...)
+	}
+	if len(doc.arena)+len(items) > math.MaxInt32 {
+		return d.fail("more than 2^31 container items")
+	}
+	doc.arena = append(doc.arena, items...)
+	c.n += int32(len(items))
+	return nil
+}
+
 func (d *decoder) newContainer(kind Kind, items []Value) (Value, error) {
-	c := &container{items: items, depth: 1}
+	v := d.newValue(kind)
 	for i := range items {
-		if err := d.nest(c, items[i]); err != nil {
+		if err := d.nest(v.n, items[i]); err != nil {
 			return Value{}, err
 		}
 	}
-	return Value{kind: kind, c: c}, nil
+	return v, d.grow(v.n, items)
 }
 
-// nest records that child now lives inside parent and enforces the depth
-// limit. Walkers of decoded values still bound their own depth: a memo
-// reference can close a cycle that this bookkeeping cannot see.
-func (d *decoder) nest(parent *container, child Value) error {
-	if child.c == nil {
+// nest records that child now lives inside container parent and enforces
+// the depth limit. Walkers of decoded values still bound their own depth: a
+// memo reference can close a cycle that this bookkeeping cannot see.
+func (d *decoder) nest(parent int64, child Value) error {
+	if !child.isContainer() {
 		return nil
 	}
-	if child.c == parent {
+	if child.n == parent {
 		return d.fail("container contains itself")
 	}
-	if child.c.depth+1 > parent.depth {
-		parent.depth = child.c.depth + 1
-		if parent.depth > d.lim.MaxDepth {
+	cd, p := d.doc.conts[child.n].depth, &d.doc.conts[parent]
+	if cd+1 > p.depth {
+		p.depth = cd + 1
+		if int(p.depth) > d.lim.MaxDepth {
 			return d.fail("nesting deeper than %d", d.lim.MaxDepth)
 		}
 	}
 	return nil
 }
 
-func hashable(v Value) bool {
+func (d *decoder) hashable(v Value) bool {
 	switch v.kind {
 	case None, Bool, Int, BigInt, Float, String, Bytes:
 		return true
 	case Tuple:
-		for _, it := range v.c.items {
-			if !hashable(it) {
+		for _, it := range d.doc.Items(v) {
+			if !d.hashable(it) {
 				return false
 			}
 		}
@@ -186,52 +245,49 @@ func hashable(v Value) bool {
 }
 
 func (d *decoder) appendTo(target Value, items []Value) error {
-	if target.kind != List || target.c == nil {
+	if target.kind != List {
 		return d.fail("append to %v, want list", target.kind)
 	}
 	for i := range items {
-		if err := d.nest(target.c, items[i]); err != nil {
+		if err := d.nest(target.n, items[i]); err != nil {
 			return err
 		}
 	}
-	target.c.items = append(target.c.items, items...)
-	return nil
+	return d.grow(target.n, items)
 }
 
 func (d *decoder) setItems(target Value, kv []Value) error {
-	if target.kind != Dict || target.c == nil {
+	if target.kind != Dict {
 		return d.fail("set item on %v, want dict", target.kind)
 	}
 	if len(kv)%2 != 0 {
 		return d.fail("odd number of items (%d) for key/value pairs", len(kv))
 	}
 	for i := 0; i < len(kv); i += 2 {
-		if !hashable(kv[i]) {
+		if !d.hashable(kv[i]) {
 			return d.fail("unhashable dict key of type %v", kv[i].kind)
 		}
-		if err := d.nest(target.c, kv[i+1]); err != nil {
+		if err := d.nest(target.n, kv[i+1]); err != nil {
 			return err
 		}
 	}
-	target.c.items = append(target.c.items, kv...)
-	return nil
+	return d.grow(target.n, kv)
 }
 
 func (d *decoder) addItems(target Value, items []Value) error {
-	if target.kind != Set || target.c == nil || d.frozen[target.c] {
+	if target.kind != Set || d.doc.conts[target.n].frozen {
 		return d.fail("add items to %v, want set", target.kind)
 	}
 	for _, it := range items {
-		if !hashable(it) {
+		if !d.hashable(it) {
 			return d.fail("unhashable set element of type %v", it.kind)
 		}
 	}
-	target.c.items = append(target.c.items, items...)
-	return nil
+	return d.grow(target.n, items)
 }
 
 func (d *decoder) memoGet(idx uint64) error {
-	if idx >= uint64(len(d.memo)) || d.memo[idx].kind == global && d.memo[idx].s == "" {
+	if idx >= uint64(len(d.memo)) || d.memo[idx].kind == memoHole {
 		return d.fail("memo key %d was never stored", idx)
 	}
 	return d.push(d.memo[idx])
@@ -248,10 +304,15 @@ func (d *decoder) memoPut(idx uint64) error {
 		return d.fail("memo key %d out of range", idx)
 	}
 	for uint64(len(d.memo)) <= idx {
-		d.memo = append(d.memo, Value{kind: global}) // hole marker: global with empty name
+		d.memo = append(d.memo, Value{kind: memoHole})
 	}
 	d.memo[idx] = *v
 	return nil
+}
+
+func (d *decoder) strValue(kind Kind, s string) Value {
+	d.doc.strs = append(d.doc.strs, s)
+	return Value{kind: kind, n: int64(len(d.doc.strs) - 1)}
 }
 
 func (d *decoder) str(n uint64, kind Kind) error {
@@ -262,7 +323,7 @@ func (d *decoder) str(n uint64, kind Kind) error {
 	if kind == String && !utf8.Valid(b) {
 		d.stats.InvalidUTF8++
 	}
-	return d.push(Value{kind: kind, s: string(b)})
+	return d.push(d.strValue(kind, string(b)))
 }
 
 func (d *decoder) long(n uint64) error {
@@ -295,7 +356,7 @@ func (d *decoder) long(n uint64) error {
 	if x.IsInt64() {
 		return d.push(Value{kind: Int, n: x.Int64()})
 	}
-	return d.push(Value{kind: BigInt, s: x.String()})
+	return d.push(d.strValue(BigInt, x.String()))
 }
 
 func (d *decoder) run() (Value, error) {
@@ -405,13 +466,13 @@ func (d *decoder) run() (Value, error) {
 				err = d.str(binary.LittleEndian.Uint64(b), strKind(op))
 			}
 		case opEmptyList:
-			err = d.push(Value{kind: List, c: &container{depth: 1}})
+			err = d.push(d.newValue(List))
 		case opEmptyDict:
-			err = d.push(Value{kind: Dict, c: &container{depth: 1}})
+			err = d.push(d.newValue(Dict))
 		case opEmptySet:
-			err = d.push(Value{kind: Set, c: &container{depth: 1}})
+			err = d.push(d.newValue(Set))
 		case opEmptyTuple:
-			err = d.push(Value{kind: Tuple, c: &container{depth: 1}})
+			err = d.push(d.newValue(Tuple))
 		case opAppend:
 			var v Value
 			if v, err = d.pop(); err == nil {
@@ -448,14 +509,14 @@ func (d *decoder) run() (Value, error) {
 		case opTuple, opFrozenSet:
 			var items []Value
 			if items, err = d.popMark(); err == nil {
-				err = d.pushTuple(op, append([]Value(nil), items...))
+				err = d.pushTuple(op, items)
 			}
 		case opTuple1, opTuple2, opTuple3:
 			n := int(op-opTuple1) + 1
 			if len(d.stack) < n || (len(d.marks) > 0 && len(d.stack)-n < d.marks[len(d.marks)-1]) {
 				err = d.fail("stack underflow")
 			} else {
-				items := append([]Value(nil), d.stack[len(d.stack)-n:]...)
+				items := d.stack[len(d.stack)-n:]
 				d.stack = d.stack[:len(d.stack)-n]
 				err = d.pushTuple(op, items)
 			}
@@ -490,7 +551,7 @@ func (d *decoder) run() (Value, error) {
 					if mod.kind != String || name.kind != String {
 						err = d.fail("module and name must be strings")
 					} else {
-						err = d.lookupGlobal(mod.s, name.s)
+						err = d.lookupGlobal(d.doc.strs[mod.n], d.doc.strs[name.n])
 					}
 				}
 			}
@@ -525,7 +586,7 @@ func (d *decoder) pushTuple(op byte, items []Value) error {
 	if op == opFrozenSet {
 		kind = Set
 		for _, it := range items {
-			if !hashable(it) {
+			if !d.hashable(it) {
 				return d.fail("unhashable set element of type %v", it.kind)
 			}
 		}
@@ -534,12 +595,7 @@ func (d *decoder) pushTuple(op byte, items []Value) error {
 	if err != nil {
 		return err
 	}
-	if kind == Set {
-		if d.frozen == nil {
-			d.frozen = map[*container]bool{}
-		}
-		d.frozen[v.c] = true
-	}
+	d.doc.conts[v.n].frozen = true
 	return d.push(v)
 }
 
@@ -586,7 +642,7 @@ func (d *decoder) lookupGlobal(mod, name string) error {
 		return d.fail("forbidden global %s: a dump may only use torch.jit._pickle list builders, set and OrderedDict; it is never executed", printable(full))
 	}
 	d.stats.Globals = true
-	return d.push(Value{kind: global, s: full})
+	return d.push(d.strValue(global, full))
 }
 
 func printable(s string) string {
@@ -611,33 +667,34 @@ func (d *decoder) reduce() error {
 	if args.kind != Tuple {
 		return d.fail("REDUCE arguments are a %v, want a tuple", args.kind)
 	}
-	a := args.c.items
-	switch fn.s {
+	a := d.doc.Items(args)
+	fname := d.doc.strs[fn.n]
+	switch fname {
 	case "torch.jit._pickle.build_intlist", "torch.jit._pickle.build_doublelist", "torch.jit._pickle.build_boollist":
 		if len(a) != 1 || a[0].kind != List {
-			return d.fail("%s expects one list argument", fn.s)
+			return d.fail("%s expects one list argument", fname)
 		}
 		return d.push(a[0])
 	case "torch.jit._pickle.restore_type_tag":
 		if len(a) < 1 {
-			return d.fail("%s expects a value and a type string", fn.s)
+			return d.fail("%s expects a value and a type string", fname)
 		}
 		return d.push(a[0])
 	case "builtins.set", "builtins.frozenset", "__builtin__.set", "__builtin__.frozenset":
 		var items []Value
 		if len(a) > 1 {
-			return d.fail("%s takes at most one argument", fn.s)
+			return d.fail("%s takes at most one argument", fname)
 		}
 		if len(a) == 1 {
 			switch a[0].kind {
 			case List, Tuple, Set:
-				items = append(items, a[0].c.items...)
+				items = append(items, d.doc.Items(a[0])...)
 			default:
-				return d.fail("%s of a %v, want an iterable", fn.s, a[0].kind)
+				return d.fail("%s of a %v, want an iterable", fname, a[0].kind)
 			}
 		}
 		for _, it := range items {
-			if !hashable(it) {
+			if !d.hashable(it) {
 				return d.fail("unhashable set element of type %v", it.kind)
 			}
 		}
@@ -658,16 +715,16 @@ func (d *decoder) reduce() error {
 			if a[0].kind != List && a[0].kind != Tuple {
 				return d.fail("OrderedDict of a %v, want a list of pairs", a[0].kind)
 			}
-			for _, p := range a[0].c.items {
-				if (p.kind != Tuple && p.kind != List) || len(p.c.items) != 2 {
+			for _, p := range append([]Value(nil), d.doc.Items(a[0])...) {
+				if (p.kind != Tuple && p.kind != List) || d.doc.Len(p) != 2 {
 					return d.fail("OrderedDict item is not a pair")
 				}
-				if err := d.setItems(dict, p.c.items); err != nil {
+				if err := d.setItems(dict, append([]Value(nil), d.doc.Items(p)...)); err != nil {
 					return err
 				}
 			}
 		}
 		return d.push(dict)
 	}
-	return d.fail("no reducer for %s", fn.s)
+	return d.fail("no reducer for %s", fname)
 }

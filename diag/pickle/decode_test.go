@@ -12,7 +12,7 @@ import (
 )
 
 // tagged renders v in the tagged JSON form of testdata/gen_vectors.py.
-func tagged(v Value) any {
+func tagged(d *Doc, v Value) any {
 	t := func(kind string, val any) map[string]any {
 		m := map[string]any{"t": kind}
 		if val != nil {
@@ -30,20 +30,21 @@ func tagged(v Value) any {
 		n, _ := v.Int()
 		return t("int", strconv.FormatInt(n, 10))
 	case BigInt:
-		s, _ := v.BigText()
+		s, _ := d.Text(v)
 		return t("bigint", s)
 	case Float:
 		f, _ := v.Float()
 		return t("float", pyFloat(f))
 	case String:
-		s, _ := v.Str()
+		s, _ := d.Str(v)
 		return t("str", s)
 	case Bytes:
-		return t("bytes", base64.StdEncoding.EncodeToString([]byte(v.s)))
+		s, _ := d.Text(v)
+		return t("bytes", base64.StdEncoding.EncodeToString([]byte(s)))
 	case List, Tuple:
 		out := []any{}
-		for _, it := range v.Items() {
-			out = append(out, tagged(it))
+		for _, it := range d.Items(v) {
+			out = append(out, tagged(d, it))
 		}
 		if v.Kind() == Tuple {
 			return t("tuple", out)
@@ -52,8 +53,8 @@ func tagged(v Value) any {
 	case Set:
 		var out []any
 		var keys []string
-		for _, it := range v.Items() {
-			b, _ := json.Marshal(tagged(it))
+		for _, it := range d.Items(v) {
+			b, _ := json.Marshal(tagged(d, it))
 			keys = append(keys, string(b))
 		}
 		sort.Strings(keys)
@@ -68,9 +69,9 @@ func tagged(v Value) any {
 		return t("set", out)
 	case Dict:
 		out := []any{}
-		for i := 0; i < v.Len(); i++ {
-			k, val := v.Pair(i)
-			out = append(out, []any{tagged(k), tagged(val)})
+		for i := 0; i < d.Len(v); i++ {
+			k, val := d.Pair(v, i)
+			out = append(out, []any{tagged(d, k), tagged(d, val)})
 		}
 		return t("dict", out)
 	}
@@ -121,14 +122,14 @@ func TestCPythonVectors(t *testing.T) {
 	for _, vec := range vectors {
 		t.Run(vec.Name, func(t *testing.T) {
 			data, _ := base64.StdEncoding.DecodeString(vec.Pickle)
-			v, st, err := Decode(data, Limits{})
+			doc, st, err := Decode(data, Limits{})
 			if err != nil {
 				t.Fatalf("decode: %v", err)
 			}
 			if st.Protocol < 2 {
 				t.Errorf("protocol %d", st.Protocol)
 			}
-			got, _ := json.Marshal(tagged(v))
+			got, _ := json.Marshal(tagged(doc, doc.Root))
 			var want any
 			_ = json.Unmarshal(vec.Expect, &want)
 			wantJSON, _ := json.Marshal(want)
@@ -177,19 +178,20 @@ func TestJitWriterForm(t *testing.T) {
 	w.Get(id)
 	w.EndList()
 	w.EndDict()
-	v, st, err := Decode(w.Finish(), Limits{})
+	doc, st, err := Decode(w.Finish(), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	v := doc.Root
 	if !st.Globals {
 		t.Error("typed list not reported in Stats.Globals")
 	}
 	want := `{"version": "2.10", "empty": [], "sizes": [4096, 1024], "again": [], "big": 1767225600123456789, "neg": -1, "mid": 70000, "f": 2.5, "pg": ("0", "default_pg"), "frame": {"name": "version"}, "shared": [{"name": "version"}, {"name": "version"}]}`
-	if got := v.String(); got != want {
+	if got := doc.Repr(v); got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
-	shared, _ := v.Get("shared")
-	if shared.Items()[0].c != shared.Items()[1].c {
+	shared, _ := doc.Get(v, "shared")
+	if doc.ID(doc.Items(shared)[0]) != doc.ID(doc.Items(shared)[1]) {
 		t.Error("memoized dict not shared")
 	}
 }
@@ -258,11 +260,11 @@ func TestLimits(t *testing.T) {
 	// A memo cycle passes the decoder (Python allows it too); String must
 	// still terminate.
 	cyc := "\x80\x02]q\x00]q\x01h\x00aa."
-	v, _, err := Decode([]byte(cyc), Limits{})
+	doc, _, err := Decode([]byte(cyc), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := v.String(); !strings.Contains(s, "...") {
+	if s := doc.Repr(doc.Root); !strings.Contains(s, "...") {
 		t.Errorf("cyclic repr not cut: %s", s)
 	}
 }
@@ -278,11 +280,11 @@ func TestInvalidUTF8Counted(t *testing.T) {
 }
 
 func TestTrailingBytesIgnored(t *testing.T) {
-	v, _, err := Decode([]byte("\x80\x02K\x07.garbage"), Limits{})
+	doc, _, err := Decode([]byte("\x80\x02K\x07.garbage"), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := v.Int(); n != 7 {
-		t.Errorf("got %v", v)
+	if n, _ := doc.Root.Int(); n != 7 {
+		t.Errorf("got %v", doc.Repr(doc.Root))
 	}
 }

@@ -32,15 +32,15 @@ func FuzzDecode(f *testing.F) {
 	w.EndDict()
 	f.Add(w.Finish())
 	f.Fuzz(func(t *testing.T, data []byte) {
-		v, _, err := Decode(data, Limits{MaxValues: 1 << 16})
+		doc, _, err := Decode(data, Limits{MaxValues: 1 << 16})
 		if err != nil {
 			if _, ok := err.(*Error); !ok {
 				t.Fatalf("error of type %T: %v", err, err)
 			}
 			return
 		}
-		if len(v.String()) > 2*reprMaxLen+64 {
-			t.Fatalf("repr not bounded: %d bytes", len(v.String()))
+		if r := doc.Repr(doc.Root); len(r) > 2*reprMaxLen+64 {
+			t.Fatalf("repr not bounded: %d bytes", len(r))
 		}
 	})
 }

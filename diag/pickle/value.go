@@ -18,7 +18,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"unsafe"
 )
 
 // Kind is the type of a decoded Value.
@@ -37,7 +36,8 @@ const (
 	Tuple
 	Dict
 	Set
-	global // a callable on the stack; never escapes Decode
+	global   // a callable on the stack; never escapes Decode
+	memoHole // an unset memo slot
 )
 
 var kindNames = [...]string{"None", "bool", "int", "int", "float", "str", "bytes", "list", "tuple", "dict", "set", "global"}
@@ -49,19 +49,31 @@ func (k Kind) String() string {
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// Value is one decoded pickle value. The zero Value is None.
+// Value is one decoded pickle value: a kind and a number. The number is the
+// value of an int or bool, the bits of a float, or an index into the Doc for
+// strings and containers. Values hold no pointers, so the millions of them
+// in a large dump cost the garbage collector nothing. The zero Value is
+// None.
 type Value struct {
 	kind Kind
-	n    int64      // Bool (0/1), Int, Float (IEEE bits)
-	s    string     // String, Bytes, BigInt (decimal), global (module.name)
-	c    *container // List, Tuple, Dict, Set
+	n    int64
 }
 
-// container holds the elements of a list, tuple or set, or the key/value
-// pairs of a dict laid out flat as k0, v0, k1, v1, ...
+// Doc is a decoded pickle: the root value and the storage its strings and
+// containers live in. Read values through the Doc's methods.
+type Doc struct {
+	Root  Value
+	strs  []string
+	conts []container
+	arena []Value // container items, each container's items contiguous
+}
+
+// container is a list, tuple, dict or set: items arena[off:off+n] (a dict
+// lays its pairs out flat as k0, v0, k1, v1, ...).
 type container struct {
-	items []Value
-	depth int // nesting depth below this container, for the depth limit
+	off, n int32
+	depth  int32 // nesting depth below this container, for the depth limit
+	frozen bool  // a tuple or frozenset: no more items
 }
 
 // Kind reports the type of v.
@@ -98,74 +110,119 @@ func (v Value) Bool() (bool, bool) {
 	return false, false
 }
 
+func (v Value) isContainer() bool {
+	switch v.kind {
+	case List, Tuple, Dict, Set:
+		return true
+	}
+	return false
+}
+
 // Str returns the text of a String value; ok is false for other kinds.
-func (v Value) Str() (string, bool) {
+func (d *Doc) Str(v Value) (string, bool) {
 	if v.kind == String {
-		return v.s, true
+		return d.strs[v.n], true
 	}
 	return "", false
 }
 
-// BigText returns the decimal text of a BigInt value.
-func (v Value) BigText() (string, bool) {
-	if v.kind == BigInt {
-		return v.s, true
+// StrIndex numbers the string behind a String value: equal numbers mean the
+// same decoded string (a memo reference). It lets callers cache facts per
+// distinct string; ok is false for other kinds.
+func (d *Doc) StrIndex(v Value) (int, bool) {
+	if v.kind == String {
+		return int(v.n), true
+	}
+	return 0, false
+}
+
+// NumStrings is the number of strings decoded so far (StrIndex < it).
+func (d *Doc) NumStrings() int { return len(d.strs) }
+
+// Text returns the text of a String, Bytes or BigInt (decimal) value.
+func (d *Doc) Text(v Value) (string, bool) {
+	switch v.kind {
+	case String, Bytes, BigInt, global:
+		return d.strs[v.n], true
 	}
 	return "", false
 }
 
 // Len is the number of elements of a list, tuple or set, or of pairs of a
 // dict; 0 for scalars.
-func (v Value) Len() int {
-	if v.c == nil {
+func (d *Doc) Len(v Value) int {
+	if !v.isContainer() {
 		return 0
 	}
+	n := int(d.conts[v.n].n)
 	if v.kind == Dict {
-		return len(v.c.items) / 2
+		return n / 2
 	}
-	return len(v.c.items)
+	return n
 }
 
 // Items returns the elements of a list, tuple or set. The slice is shared
-// with the decoded structure and must not be modified.
-func (v Value) Items() []Value {
-	if v.c == nil || v.kind == Dict {
+// with the Doc and must not be modified.
+func (d *Doc) Items(v Value) []Value {
+	if !v.isContainer() || v.kind == Dict {
 		return nil
 	}
-	return v.c.items
+	c := d.conts[v.n]
+	return d.arena[c.off : c.off+c.n : c.off+c.n]
 }
 
 // Pair returns the i-th key and value of a dict, in insertion order.
-func (v Value) Pair(i int) (key, val Value) {
-	return v.c.items[2*i], v.c.items[2*i+1]
+func (d *Doc) Pair(v Value, i int) (key, val Value) {
+	c := d.conts[v.n]
+	return d.arena[int(c.off)+2*i], d.arena[int(c.off)+2*i+1]
 }
 
 // Get returns the value of a dict's string key. Later duplicates win, as in
 // Python. It scans linearly: use Pair to walk large dicts.
-func (v Value) Get(key string) (Value, bool) {
-	if v.kind != Dict || v.c == nil {
+func (d *Doc) Get(v Value, key string) (Value, bool) {
+	if v.kind != Dict {
 		return Value{}, false
 	}
-	for i := len(v.c.items) - 2; i >= 0; i -= 2 {
-		if k := v.c.items[i]; k.kind == String && k.s == key {
-			return v.c.items[i+1], true
+	c := d.conts[v.n]
+	for i := int(c.off + c.n - 2); i >= int(c.off); i -= 2 {
+		if k := d.arena[i]; k.kind == String && d.strs[k.n] == key {
+			return d.arena[i+1], true
 		}
 	}
 	return Value{}, false
 }
 
-// String renders v like Python's repr, bounded in depth and length so that
+// ID identifies the container behind a list, tuple, dict or set value (-1
+// for scalars). Pickles share one container through the memo (torch shares
+// stack-frame dicts between entries); callers use ID to convert a shared
+// container once.
+func (d *Doc) ID(v Value) int64 {
+	if v.isContainer() {
+		return v.n
+	}
+	return -1
+}
+
+// Repr renders v like Python's repr, bounded in depth and length so that
 // hostile cyclic or huge values still print quickly.
-func (v Value) String() string {
+func (d *Doc) Repr(v Value) string {
 	var b strings.Builder
-	v.repr(&b, 0)
+	d.repr(&b, v, 0)
 	return b.String()
+}
+
+// clip shortens long strings for repr.
+func clip(s string) string {
+	if len(s) > 256 {
+		return s[:256] + "..."
+	}
+	return s
 }
 
 const reprMaxDepth = 8
 const reprMaxLen = 4096
 
-func (v Value) repr(b *strings.Builder, depth int) {
+func (d *Doc) repr(b *strings.Builder, v Value, depth int) {
 	if b.Len() > reprMaxLen {
 		b.WriteString("...")
 		return
@@ -182,16 +239,16 @@ func (v Value) repr(b *strings.Builder, depth int) {
 	case Int:
 		b.WriteString(strconv.FormatInt(v.n, 10))
 	case BigInt:
-		b.WriteString(v.s)
+		b.WriteString(d.strs[v.n])
 	case Float:
 		f, _ := v.Float()
 		b.WriteString(strconv.FormatFloat(f, 'g', -1, 64))
 	case String:
-		b.WriteString(strconv.Quote(v.s))
+		b.WriteString(strconv.Quote(clip(d.strs[v.n])))
 	case Bytes:
-		b.WriteString("b" + strconv.Quote(v.s))
+		b.WriteString("b" + strconv.Quote(clip(d.strs[v.n])))
 	case global:
-		b.WriteString("<global " + v.s + ">")
+		b.WriteString("<global " + d.strs[v.n] + ">")
 	case List, Tuple, Set, Dict:
 		open, close := "[", "]"
 		switch v.kind {
@@ -201,24 +258,21 @@ func (v Value) repr(b *strings.Builder, depth int) {
 			open, close = "{", "}"
 		}
 		b.WriteString(open)
+		c := d.conts[v.n]
+		items := d.arena[c.off : c.off+c.n]
 		if depth >= reprMaxDepth {
 			b.WriteString("...")
-		} else if v.kind == Dict {
-			for i := 0; i < v.Len(); i++ {
-				if i > 0 {
-					b.WriteString(", ")
-				}
-				k, val := v.Pair(i)
-				k.repr(b, depth+1)
-				b.WriteString(": ")
-				val.repr(b, depth+1)
-			}
 		} else {
-			for i, it := range v.c.items {
+			for i := 0; i < len(items); i++ {
 				if i > 0 {
 					b.WriteString(", ")
 				}
-				it.repr(b, depth+1)
+				d.repr(b, items[i], depth+1)
+				if v.kind == Dict {
+					i++
+					b.WriteString(": ")
+					d.repr(b, items[i], depth+1)
+				}
 			}
 		}
 		b.WriteString(close)
@@ -232,9 +286,6 @@ func (v Value) repr(b *strings.Builder, depth int) {
 // IntValue returns an Int value.
 func IntValue(n int64) Value { return Value{kind: Int, n: n} }
 
-// StringValue returns a String value.
-func StringValue(s string) Value { return Value{kind: String, s: s} }
-
 // FloatValue returns a Float value.
 func FloatValue(f float64) Value { return Value{kind: Float, n: int64(math.Float64bits(f))} }
 
@@ -245,9 +296,3 @@ func BoolValue(b bool) Value {
 	}
 	return Value{kind: Bool}
 }
-
-// ID identifies the container behind a list, tuple, dict or set value (0
-// for scalars). Pickles share one container through the memo (torch shares
-// stack-frame dicts between entries); callers use ID to convert a shared
-// container once.
-func (v Value) ID() uintptr { return uintptr(unsafe.Pointer(v.c)) }
