@@ -1195,6 +1195,14 @@ func frTraceNote(par *ParityResult, pr *PGReport) *FRTraceNote {
 			n.CulpritRanks = b.MissingRanks
 		}
 	}
+	if b := par.FirstProblem(pr.guid); b != nil && b.Kind == BlockCannotDecide {
+		// fr_trace's "missing" ranks here are the ones without a dump.
+		n.Agrees = pr.Verdict == "UNDECIDED" && slices.Equal(n.MissingRanks, nonNil(pr.MissingDumps))
+		if !n.Agrees {
+			n.Why = whyDifferent(n, pr)
+		}
+		return n
+	}
 	n.Agrees = n.Verdict == pr.Verdict && slices.Equal(n.MissingRanks, nonNil(pr.MissingRanks)) &&
 		(n.Verdict == VerdictOK || slices.Equal(n.CulpritRanks, nonNil(pr.CulpritRanks)))
 	if len(n.MissingRanks) == 0 && len(pr.MissingRanks) == 0 {

@@ -347,7 +347,17 @@ func (en *engine) resolver(rank int) func(*Entry) *group {
 // unless the list holds entries of unknown groups, whose lookup must raise
 // exactly where fr_trace's scan would.
 func (en *engine) findSame(l *rankList, g *group, desc string, seq int64) int {
-	if l.unknown || en.fixed != nil {
+	if en.fixed != nil {
+		// A per-group run: the description is a label of the group, and a
+		// rank that spells it differently still takes part.
+		for p := l.nextLive(0); p < len(l.entries); p = l.nextLive(p + 1) {
+			if l.entries[p].CollectiveSeqID == seq {
+				return p
+			}
+		}
+		return -1
+	}
+	if l.unknown {
 		for p := l.nextLive(0); p < len(l.entries); p = l.nextLive(p + 1) {
 			e := l.entries[p]
 			if en.groupAt(l, p) == g && e.PGDesc == desc && e.CollectiveSeqID == seq {
