@@ -1,0 +1,455 @@
+package mcp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/client"
+	mcplib "github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/probing-mcp/probing-mcp/diag/flightrecorder/frsynth"
+	"github.com/probing-mcp/probing-mcp/tools"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/toolsnaps from the current tools")
+
+// testServer builds a server over env-like settings; the data dir and
+// audit log live in a temp dir.
+func testServer(t *testing.T, allowWrite bool, allowedDirs string, extra ...tools.Def) (*server.MCPServer, Config) {
+	t.Helper()
+	tmp := t.TempDir()
+	env := map[string]string{"PROBING_DATA_DIR": filepath.Join(tmp, "data"), "PROBING_ALLOWED_FILE_DIRS": allowedDirs}
+	if allowWrite {
+		env["PROBING_MCP_ALLOW_WRITE"] = "1"
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg, err := ConfigFromEnv(func(k string) string { return env[k] }, "test", new(slog.LevelVar), logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, logger, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, cfg
+}
+
+func connect(t *testing.T, s *server.MCPServer) *client.Client {
+	t.Helper()
+	c, err := client.NewInProcessClient(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ir mcplib.InitializeRequest
+	ir.Params.ProtocolVersion = mcplib.LATEST_PROTOCOL_VERSION
+	ir.Params.ClientInfo = mcplib.Implementation{Name: "test", Version: "0"}
+	if _, err := c.Initialize(ctx, ir); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func call(t *testing.T, c *client.Client, name string, args map[string]any) (*mcplib.CallToolResult, error) {
+	t.Helper()
+	var req mcplib.CallToolRequest
+	req.Params.Name = name
+	req.Params.Arguments = args
+	return c.CallTool(context.Background(), req)
+}
+
+// TestToolSnapshots fails on any unreviewed change to a tool's name,
+// description, schemas or annotations. Review, then:
+//
+//	go test ./mcp -run TestToolSnapshots -update
+func TestToolSnapshots(t *testing.T) {
+	s, _ := testServer(t, true, "")
+	listed := s.ListTools()
+	if len(listed) < 2 {
+		t.Fatalf("%d tools", len(listed))
+	}
+	for name, st := range listed {
+		got, err := json.MarshalIndent(st.Tool, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, '\n')
+		path := filepath.Join("testdata", "toolsnaps", name+".json")
+		if *update {
+			_ = os.MkdirAll(filepath.Dir(path), 0o755)
+			if err := os.WriteFile(path, got, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want, err := os.ReadFile(path)
+		if err != nil || !bytes.Equal(want, got) {
+			t.Errorf("tool %s changed or has no snapshot; review the change, then run: go test ./mcp -run TestToolSnapshots -update", name)
+		}
+	}
+	snaps, _ := filepath.Glob(filepath.Join("testdata", "toolsnaps", "*.json"))
+	if !*update && len(snaps) != len(listed) {
+		t.Errorf("%d snapshots for %d tools: delete the snapshots of removed tools", len(snaps), len(listed))
+	}
+}
+
+// TestSchemasAndHints: every tool has a real input and output schema (an
+// empty one is mcp-go's silent failure mode) and all four hints.
+func TestSchemasAndHints(t *testing.T) {
+	s, _ := testServer(t, true, "")
+	for name, st := range s.ListTools() {
+		tool := st.Tool
+		// Check what clients see: mcp-go keeps reflected schemas raw.
+		b, _ := json.Marshal(tool)
+		var wire struct {
+			In  struct{ Properties map[string]any } `json:"inputSchema"`
+			Out struct {
+				Type       string
+				Properties map[string]any
+			} `json:"outputSchema"`
+		}
+		if err := json.Unmarshal(b, &wire); err != nil {
+			t.Fatal(err)
+		}
+		if len(wire.In.Properties) == 0 {
+			t.Errorf("%s: empty input schema", name)
+		}
+		if wire.Out.Type != "object" || len(wire.Out.Properties) == 0 {
+			t.Errorf("%s: empty output schema", name)
+		}
+		a := tool.Annotations
+		if a.ReadOnlyHint == nil || a.DestructiveHint == nil || a.IdempotentHint == nil || a.OpenWorldHint == nil {
+			t.Errorf("%s: annotation hints not all set", name)
+		}
+		if tool.Description == "" {
+			t.Errorf("%s: no description", name)
+		}
+	}
+}
+
+// TestToolListBudget keeps the tool list (sent with every request) small.
+func TestToolListBudget(t *testing.T) {
+	s, _ := testServer(t, true, "")
+	c := connect(t, s)
+	res, err := c.ListTools(context.Background(), mcplib.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(res.Tools)
+	const budgetTokens = 3000
+	if tokens := len(b) / 4; tokens > budgetTokens {
+		for _, tool := range res.Tools {
+			tb, _ := json.Marshal(tool)
+			t.Logf("%s: ~%d tokens", tool.Name, len(tb)/4)
+		}
+		t.Errorf("tool list is ~%d tokens, budget %d", tokens, budgetTokens)
+	}
+}
+
+func TestWriteEnabled(t *testing.T) {
+	for v, want := range map[string]bool{"1": true, "true": true, " TRUE ": true, "On": true, "yes": true, "YES\n": true,
+		"": false, "0": false, "2": false, "false": false, "off": false, "y": false, "enable": false} {
+		if got := WriteEnabled(v); got != want {
+			t.Errorf("WriteEnabled(%q) = %v", v, got)
+		}
+	}
+}
+
+func TestWriteToolsHiddenByDefault(t *testing.T) {
+	s, _ := testServer(t, false, "")
+	c := connect(t, s)
+	res, err := c.ListTools(context.Background(), mcplib.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range res.Tools {
+		if tool.Annotations.ReadOnlyHint == nil || !*tool.Annotations.ReadOnlyHint {
+			t.Errorf("write tool %s listed while writes are off", tool.Name)
+		}
+	}
+	if _, err := call(t, c, "set_config", map[string]any{"key": "mcp.loglevel", "value": "debug"}); err == nil {
+		t.Error("set_config callable while writes are off")
+	}
+	if ins := instructionsOf(t, c); !strings.Contains(ins, "disabled; set PROBING_MCP_ALLOW_WRITE=1") || !strings.Contains(ins, "`analyze_flight_recorder`") {
+		t.Errorf("instructions: %s", ins)
+	}
+}
+
+func instructionsOf(t *testing.T, c *client.Client) string {
+	t.Helper()
+	// The in-process client keeps the initialize result.
+	var ir mcplib.InitializeRequest
+	ir.Params.ProtocolVersion = mcplib.LATEST_PROTOCOL_VERSION
+	ir.Params.ClientInfo = mcplib.Implementation{Name: "test", Version: "0"}
+	res, err := c.Initialize(context.Background(), ir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Instructions
+}
+
+func TestWriteToolAudited(t *testing.T) {
+	s, cfg := testServer(t, true, "")
+	c := connect(t, s)
+	res, err := call(t, c, "set_config", map[string]any{"key": "mcp.loglevel", "value": "debug"})
+	if err != nil || res.IsError {
+		t.Fatalf("set_config: %v %v", err, res)
+	}
+	if cfg.Env.LogLevel.Level() != slog.LevelDebug {
+		t.Errorf("level %v", cfg.Env.LogLevel.Level())
+	}
+	res, err = call(t, c, "set_config", map[string]any{"key": "mcp.loglevel", "value": "loud"})
+	if err != nil || !res.IsError || !strings.Contains(toolResultText(res), "probing.mcp.loglevel") {
+		t.Fatalf("bad value: %v %v", err, res)
+	}
+	f, err := os.Open(cfg.AuditLogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var recs []AuditRecord
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r AuditRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("audit line %q: %v", sc.Text(), err)
+		}
+		recs = append(recs, r)
+	}
+	if len(recs) != 4 {
+		t.Fatalf("%d audit records, want 4 (call+result twice)", len(recs))
+	}
+	hex := regexp.MustCompile(`^[0-9a-f]{64}$`)
+	for i, r := range recs {
+		if r.Tool != "set_config" || !hex.MatchString(r.ArgsSHA256) || r.Caller == "" || r.Time == "" {
+			t.Errorf("record %d: %+v", i, r)
+		}
+	}
+	if recs[0].Phase != "call" || recs[1].Phase != "result" || recs[1].Outcome != "ok" || recs[3].Outcome != "error" || recs[0].ID != recs[1].ID {
+		t.Errorf("phases/outcomes: %+v", recs)
+	}
+	if recs[0].ArgsSHA256 == recs[2].ArgsSHA256 {
+		t.Error("different arguments, same digest")
+	}
+	if info, _ := os.Stat(cfg.AuditLogPath); info.Mode().Perm() != 0o600 {
+		t.Errorf("audit log mode %v", info.Mode())
+	}
+}
+
+func TestRegistryRefusesMislabelledTools(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	mk := func(readOnly *bool, write bool) tools.Def {
+		tool := mcplib.NewTool("x", mcplib.WithDescription("x"))
+		tool.Annotations.ReadOnlyHint = readOnly
+		return tools.Def{ServerTool: server.ServerTool{Tool: tool}, Write: write}
+	}
+	yes, no := true, false
+	if _, err := newRegistry([]tools.Def{mk(&yes, true)}, true, &AuditLog{}, logger); err == nil || !strings.Contains(err.Error(), "readOnlyHint") {
+		t.Errorf("write tool labelled read-only: %v", err)
+	}
+	if _, err := newRegistry([]tools.Def{mk(&no, false)}, true, &AuditLog{}, logger); err == nil {
+		t.Error("read tool labelled as writing accepted")
+	}
+	if _, err := newRegistry([]tools.Def{mk(nil, false)}, true, &AuditLog{}, logger); err == nil || !strings.Contains(err.Error(), "all four") {
+		t.Errorf("missing hints: %v", err)
+	}
+	d := mk(&yes, false)
+	if _, err := newRegistry([]tools.Def{d, d}, true, &AuditLog{}, logger); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("duplicate: %v", err)
+	}
+}
+
+func fixtures(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("../testdata/fr/real")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+type analyzeResult = tools.AnalyzeFlightRecorderResult
+
+func analyze(t *testing.T, c *client.Client, args map[string]any) (analyzeResult, *mcplib.CallToolResult) {
+	t.Helper()
+	res, err := call(t, c, "analyze_flight_recorder", args)
+	if err != nil {
+		t.Fatalf("protocol error: %v", err)
+	}
+	var out analyzeResult
+	if !res.IsError {
+		b, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out, res
+}
+
+func TestAnalyzeTool(t *testing.T) {
+	root := fixtures(t)
+	s, _ := testServer(t, false, root)
+	c := connect(t, s)
+	out, res := analyze(t, c, map[string]any{"paths": []string{filepath.Join(root, "missing_rank")}})
+	if res.IsError {
+		t.Fatalf("isError: %s", toolResultText(res))
+	}
+	if out.Verdict != "MISSING_RANKS" || len(out.ProcessGroups) != 1 || out.ProcessGroups[0].CulpritRanks != "2" || out.ProcessGroups[0].CollectiveSeqID != 5 {
+		t.Fatalf("%+v", out)
+	}
+	if out.ProcessGroups[0].FRTrace == "" || out.DataQuality.TotalWarnings == 0 {
+		t.Errorf("fr_trace view or data quality missing: %+v", out)
+	}
+	// Errors the model can fix come back as isError with the fix.
+	for _, tc := range []struct {
+		args map[string]any
+		want string
+	}{
+		{map[string]any{"paths": []string{"/etc"}}, "outside PROBING_ALLOWED_FILE_DIRS"},
+		{map[string]any{"paths": []string{}}, "paths is empty"},
+		{map[string]any{"paths": []string{filepath.Join(root, "nope")}}, "does not exist"},
+		{map[string]any{"paths": []string{filepath.Join(root, "gen")}}, "no Flight Recorder dumps"},
+		{map[string]any{"paths": []string{root + "/missing_rank"}, "detail": "everything"}, "summary or full"},
+		{map[string]any{"paths": []string{root + "/missing_rank"}, "ranks": "3-1"}, "range"},
+		{map[string]any{"paths": "not-a-list"}, "invalid arguments"},
+	} {
+		_, res := analyze(t, c, tc.args)
+		if !res.IsError || !strings.Contains(toolResultText(res), tc.want) {
+			t.Errorf("%v: isError=%v %q, want %q", tc.args, res.IsError, toolResultText(res), tc.want)
+		}
+	}
+}
+
+// TestAnalyzeToolSymlinkEscape: a symlink inside an allowed directory must
+// not let the tool read outside it.
+func TestAnalyzeToolSymlinkEscape(t *testing.T) {
+	allowed := t.TempDir()
+	outside := t.TempDir()
+	if err := frsynth.Write(outside, frsynth.Spec{Ranks: 2, Entries: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(outside, "nccl_trace_rank_0"), filepath.Join(allowed, "nccl_trace_rank_0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(allowed, "link")); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := testServer(t, false, allowed)
+	c := connect(t, s)
+	_, res := analyze(t, c, map[string]any{"paths": []string{filepath.Join(allowed, "link")}})
+	if !res.IsError || !strings.Contains(toolResultText(res), "outside") {
+		t.Errorf("symlinked dir: %s", toolResultText(res))
+	}
+	_, res = analyze(t, c, map[string]any{"paths": []string{allowed}})
+	if !res.IsError || !strings.Contains(toolResultText(res), "outside the allowed directories") {
+		t.Errorf("symlinked file: %s", toolResultText(res))
+	}
+}
+
+// TestAnalyzeToolBounded: the summary of a 1024-rank job with 129 process
+// groups stays well under 4,000 tokens, pages, and says it was cut.
+func TestAnalyzeToolBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 1024 dumps")
+	}
+	dir := t.TempDir()
+	spec := frsynth.Spec{Ranks: 1024, Entries: 60, TP: 8, Frames: true, Fault: frsynth.Fault{Kind: "missing", Rank: 513, Seq: 30}}
+	if err := frsynth.Write(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := testServer(t, false, dir)
+	c := connect(t, s)
+	out, res := analyze(t, c, map[string]any{"paths": []string{dir}})
+	if res.IsError {
+		t.Fatal(toolResultText(res))
+	}
+	text := toolResultText(res)
+	if tokens := len(text) / 4; tokens > 4000 {
+		t.Errorf("summary is ~%d tokens", tokens)
+	}
+	t.Logf("1024-rank summary: %d bytes (~%d tokens), %d groups listed of %d", len(text), len(text)/4, len(out.ProcessGroups), out.TotalGroups)
+	top := out.ProcessGroups[0]
+	if out.Verdict != "MISSING_RANKS" || top.CulpritRanks != "513" || top.Ranks != "0-1023" {
+		t.Errorf("verdict %s culprits %s ranks %s", out.Verdict, top.CulpritRanks, top.Ranks)
+	}
+	if out.HealthyOmitted == 0 || out.Hint == "" {
+		t.Errorf("healthy groups not summarised: %+v", out)
+	}
+	// Full detail pages through all groups with next_offset.
+	seen := map[string]bool{}
+	offset := 0
+	for pages := 0; pages < 100; pages++ {
+		page, res := analyze(t, c, map[string]any{"paths": []string{dir}, "detail": "full", "offset": offset, "limit": 50})
+		if res.IsError {
+			t.Fatal(toolResultText(res))
+		}
+		if len(toolResultText(res))/4 > 25000 {
+			t.Errorf("full page of 50 groups is ~%d tokens", len(toolResultText(res))/4)
+		}
+		for _, g := range page.ProcessGroups {
+			seen[g.PGName] = true
+		}
+		if !page.Truncated {
+			break
+		}
+		offset = page.NextOffset
+	}
+	if len(seen) != out.TotalGroups {
+		t.Errorf("paging saw %d of %d groups", len(seen), out.TotalGroups)
+	}
+}
+
+func TestPromptsBuiltFromTools(t *testing.T) {
+	s, _ := testServer(t, false, "")
+	c := connect(t, s)
+	res, err := c.ListPrompts(context.Background(), mcplib.ListPromptsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range res.Prompts {
+		names = append(names, p.Name)
+	}
+	sort.Strings(names)
+	if strings.Join(names, ",") != "diagnose_hang" {
+		t.Fatalf("prompts %v", names)
+	}
+	var req mcplib.GetPromptRequest
+	req.Params.Name = "diagnose_hang"
+	req.Params.Arguments = map[string]string{"dumps": "/data/job42", "symptom": "Watchdog caught collective operation timeout"}
+	got, err := c.GetPrompt(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := got.Messages[0].Content.(mcplib.TextContent).Text
+	for _, want := range []string{"analyze_flight_recorder", "/data/job42", "Watchdog caught"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("prompt lacks %q:\n%s", want, text)
+		}
+	}
+	// Every tool the prompt names is registered.
+	registered := s.ListTools()
+	for _, m := range regexp.MustCompile("[a-z]+_[a-z_]+").FindAllString(text, -1) {
+		if strings.HasPrefix(m, "analyze_") || strings.HasPrefix(m, "set_") || strings.HasPrefix(m, "get_") {
+			if _, ok := registered[m]; !ok {
+				t.Errorf("prompt names %s, which is not registered", m)
+			}
+		}
+	}
+}
