@@ -65,6 +65,7 @@ type candidate struct {
 	prefix  string
 	rank    int
 	explict bool // named on the command line, not found by walking
+	notDump bool // named like a dump, but neither pickle nor JSON inside
 }
 
 // Load finds and decodes the dumps under paths (files or directories,
@@ -173,8 +174,9 @@ func collect(path string, opt LoadOptions, res *Loaded) ([]candidate, error) {
 func classify(path string, info fs.FileInfo, opt LoadOptions, explicit bool) (candidate, bool, string) {
 	c := candidate{path: path, name: filepath.Base(path), explict: explicit}
 	if !info.Mode().IsRegular() {
-		if explicit {
-			return c, false, "not a regular file (a FIFO such as torch's debug-info .pipe is never read)"
+		// Never opened: reading a FIFO (torch's debug-info trigger) blocks.
+		if explicit || rankSuffix.MatchString(c.name) {
+			return c, false, "not a regular file (" + info.Mode().Type().String() + "); not read"
 		}
 		return c, false, ""
 	}
@@ -213,7 +215,7 @@ func classify(path string, info fs.FileInfo, opt LoadOptions, explicit bool) (ca
 		c.rank, c.prefix = r, m[1]
 	}
 	if !explicit && !looksLikeDump(path) {
-		return c, false, ""
+		c.notDump = true
 	}
 	return c, true, ""
 }
@@ -238,13 +240,21 @@ func looksLikeDump(path string) bool {
 func choosePrefix(files []candidate, opt LoadOptions, res *Loaded) []candidate {
 	count := map[string]int{}
 	for _, f := range files {
-		if !f.explict && f.prefix != "\x00explicit" {
+		if !f.explict && !f.notDump && f.prefix != "\x00explicit" {
 			count[f.prefix]++
 		}
 	}
 	if len(count) == 0 {
 		res.Prefix = opt.Prefix
-		return files
+		kept := files[:0]
+		for _, f := range files {
+			if f.notDump {
+				res.Ignored++
+			} else {
+				kept = append(kept, f)
+			}
+		}
+		return kept
 	}
 	prefixes := make([]string, 0, len(count))
 	for p := range count {
@@ -257,11 +267,18 @@ func choosePrefix(files []candidate, opt LoadOptions, res *Loaded) []candidate {
 		return prefixes[i] < prefixes[j]
 	})
 	res.Prefix = prefixes[0]
-	if len(prefixes) == 1 {
-		return files
-	}
 	kept := files[:0]
 	for _, f := range files {
+		if f.notDump {
+			// Named like this job's dumps but holding something else is worth
+			// a word; any other file ending in digits is not.
+			if f.prefix == res.Prefix {
+				res.Problems = append(res.Problems, FileProblem{Path: f.path, Problem: "named like a dump but not a Flight Recorder dump (neither pickle nor JSON)"})
+			} else {
+				res.Ignored++
+			}
+			continue
+		}
 		if f.explict || f.prefix == "\x00explicit" || f.prefix == res.Prefix {
 			kept = append(kept, f)
 			continue
