@@ -1,0 +1,50 @@
+package rankset
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestFormat(t *testing.T) {
+	cases := map[string][]int{
+		"":               nil,
+		"3":              {3},
+		"0-3":            {3, 1, 2, 0, 2},
+		"0-511,513-1023": append(seq(0, 511), seq(513, 1023)...),
+		"0,2,4":          {4, 2, 0},
+		"1-2,7,9-11":     {1, 2, 7, 9, 10, 11},
+	}
+	for want, in := range cases {
+		if got := Format(in); got != want {
+			t.Errorf("Format(%v) = %q, want %q", in, got, want)
+		}
+		if want == "" {
+			continue
+		}
+		back, err := Parse(want)
+		if err != nil || Format(back) != want {
+			t.Errorf("Parse(%q) = %v, %v", want, back, err)
+		}
+	}
+}
+
+func seq(lo, hi int) []int {
+	var out []int
+	for i := lo; i <= hi; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+func TestParse(t *testing.T) {
+	got, err := Parse(" 7, 0-2 ,2")
+	if err != nil || !slices.Equal(got, []int{0, 1, 2, 7}) {
+		t.Errorf("%v %v", got, err)
+	}
+	for _, bad := range []string{"a", "3-1", "-1", "1-", "0-99999999"} {
+		if _, err := Parse(bad); err == nil || !strings.Contains(err.Error(), "rank set") {
+			t.Errorf("Parse(%q): %v", bad, err)
+		}
+	}
+}
