@@ -49,7 +49,12 @@ type op struct {
 func schedule(spec Spec, r int) []op {
 	var ops []op
 	seq := map[int]int{}
+	// A healthy job runs a little longer than its ring holds; a faulty one
+	// runs until the fault, however long that is.
 	n := spec.Entries + 8
+	if spec.Fault.Kind != "" {
+		n = 2*spec.Fault.Seq + 8
+	}
 	for i := 0; i < n; i++ {
 		pg := 0
 		if spec.TP > 1 && i%4 == 3 {

@@ -1,0 +1,37 @@
+# probing-mcp: make test runs everything CI runs; make demo is the newcomer's first command.
+GO     ?= go
+PYTHON ?= python3
+VENV   := .venv
+
+.PHONY: build demo test bench fuzz clean
+
+build:
+	$(GO) build -o bin/probing-mcp ./cmd/probing-mcp
+
+demo: build
+	./bin/probing-mcp analyze testdata/fr/real/missing_rank
+
+# The end-to-end tests drive the built binary with the official Python MCP
+# client, installed into .venv from PyPI.
+$(VENV)/.installed: mcp/testdata/e2e/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r mcp/testdata/e2e/requirements.txt
+	touch $@
+
+test: $(VENV)/.installed
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')); \
+	  if [ -n "$$unformatted" ]; then echo "not gofmt-ed: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	PROBING_E2E_PYTHON=$(CURDIR)/$(VENV)/bin/python PROBING_E2E_REQUIRED=1 $(GO) test -race -count=1 ./...
+
+# Decode + analyse synthetic dumps of 64..4096 ranks, side by side with
+# torch's fr_trace when PYTHON can import torch. See docs/BENCHMARKS.md.
+bench:
+	evals/bench/fr_bench.sh
+
+fuzz:
+	$(GO) test ./diag/pickle -run '^$$' -fuzz FuzzDecode -fuzztime 60s
+	$(GO) test ./diag/flightrecorder -run '^$$' -fuzz FuzzDecode -fuzztime 60s
+
+clean:
+	rm -rf bin $(VENV)
