@@ -9,8 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
+	"time"
 
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -69,23 +69,13 @@ func ConfigFromEnv(getenv func(string) string, version string, level *slog.Level
 	return cfg, nil
 }
 
-// ParseLogLevel reads PROBING_LOGLEVEL (debug, info, warn or error; Rust
-// style names such as trace and warning are accepted too).
+// ParseLogLevel reads PROBING_LOGLEVEL.
 func ParseLogLevel(v string) (slog.Level, error) {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "", "info":
-		return slog.LevelInfo, nil
-	case "trace", "debug":
-		return slog.LevelDebug, nil
-	case "warn", "warning":
-		return slog.LevelWarn, nil
-	case "error", "off":
-		return slog.LevelError, nil
+	l, err := tools.ParseLogLevel(v)
+	if err != nil {
+		return 0, fmt.Errorf("PROBING_LOGLEVEL=%q: want debug, info, warn or error", v)
 	}
-	if n, err := strconv.Atoi(v); err == nil {
-		return slog.Level(n), nil
-	}
-	return 0, fmt.Errorf("PROBING_LOGLEVEL=%q: want debug, info, warn or error", v)
+	return l, nil
 }
 
 // New builds the server: the tools of package tools (plus extra, for
@@ -110,6 +100,7 @@ func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer
 		server.WithPromptCapabilities(false),
 		server.WithRecovery(),
 		server.WithLogger(logger),
+		server.WithToolHandlerMiddleware(logCalls(logger)),
 	)
 	for _, d := range reg.enabled {
 		s.AddTool(d.Tool, d.Handler)
@@ -118,14 +109,18 @@ func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer
 	return s, nil
 }
 
-// ServeStdio serves MCP on stdin/stdout until they close or ctx ends.
-// stdout carries only the protocol; logs go to the logger (stderr).
-func ServeStdio(ctx context.Context, s *server.MCPServer, logger *slog.Logger) error {
-	caller := fmt.Sprintf("stdio:ppid=%d", os.Getppid())
-	std := server.NewStdioServer(s)
-	std.SetErrorLogger(slog.NewLogLogger(logger.Handler(), slog.LevelError))
-	std.SetContextFunc(func(ctx context.Context) context.Context { return WithCaller(ctx, caller) })
-	return std.Listen(ctx, os.Stdin, os.Stdout)
+// logCalls logs every tool call at debug level: name, caller, duration and
+// outcome (arguments stay out of the log; write calls are in the audit log).
+func logCalls(logger *slog.Logger) server.ToolHandlerMiddleware {
+	return func(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+		return func(ctx context.Context, req mcplib.CallToolRequest) (*mcplib.CallToolResult, error) {
+			start := time.Now()
+			res, err := next(ctx, req)
+			logger.Debug("tool call", "tool", req.Params.Name, "caller", CallerFrom(ctx), "took", time.Since(start),
+				"is_error", res != nil && res.IsError, "fault", err)
+			return res, err
+		}
+	}
 }
 
 // toolResultText returns the text of a result, for logs and tests.

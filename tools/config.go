@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
@@ -35,8 +36,8 @@ var serverKeys = map[string]serverKey{
 	"probing.mcp.loglevel": {
 		get: func(env *Env) string { return strings.ToLower(env.LogLevel.Level().String()) },
 		set: func(env *Env, v string) error {
-			var l slog.Level
-			if err := l.UnmarshalText([]byte(strings.TrimSpace(v))); err != nil {
+			l, err := ParseLogLevel(v)
+			if err != nil {
 				return userErrorf("value %q for probing.mcp.loglevel is not one of debug, info, warn, error", v)
 			}
 			env.LogLevel.Set(l)
@@ -74,6 +75,22 @@ func setConfig(env *Env) Def {
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Write: true,
 		Summary: "change a runtime setting (audited)"}
+}
+
+// ParseLogLevel reads a level name as PROBING_LOGLEVEL spells it: debug,
+// info, warn or error (trace, warning and off are accepted as aliases).
+func ParseLogLevel(v string) (slog.Level, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "info":
+		return slog.LevelInfo, nil
+	case "trace", "debug":
+		return slog.LevelDebug, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error", "off":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("log level %q: want debug, info, warn or error", v)
 }
 
 func sortedServerKeys() []string {

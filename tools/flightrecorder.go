@@ -16,7 +16,7 @@ type AnalyzeFlightRecorderParams struct {
 	Paths  []string `json:"paths" jsonschema:"Dump files or directories of dumps (walked recursively). Files are named <prefix><rank>, e.g. /tmp/nccl_trace_rank_0; pickle and JSON dumps are both read."`
 	Prefix string   `json:"prefix,omitempty" jsonschema:"File-name prefix before the rank number; inferred when omitted (like fr_trace --prefix)"`
 	PG     string   `json:"pg,omitempty" jsonschema:"Only this process group: its name (e.g. 0) or description (e.g. tp)"`
-	Ranks  string   `json:"ranks,omitempty" jsonschema:"Only groups containing these ranks, written as ranges: 0-3,7"`
+	Ranks  string   `json:"ranks,omitempty" jsonschema:"Only groups containing these ranks; a range such as 0-7 or 12 (join several with commas)"`
 	Detail string   `json:"detail,omitempty" jsonschema:"summary (default) lists problem groups only; full adds healthy groups, lagging-rank tables, culprit stacks and fr_trace's blocks,enum=summary,enum=full"`
 	Offset int      `json:"offset,omitempty" jsonschema:"Skip this many process groups; pass next_offset from a truncated result"`
 	Limit  int      `json:"limit,omitempty" jsonschema:"Process groups per page: default 10 (summary) or 5 (full), max 50"`
@@ -235,10 +235,16 @@ func groupView(pr fr.PGReport, full bool) GroupView {
 		switch {
 		case n.Agrees:
 			g.FRTrace = "agrees"
-		case full:
-			g.FRTrace = fmt.Sprintf("says %s (culprits %s): %s", n.Verdict, rankset.Format(n.CulpritRanks), n.Why)
 		default:
-			g.FRTrace = fmt.Sprintf("says %s (culprits %s); detail=full explains the difference", n.Verdict, rankset.Format(n.CulpritRanks))
+			g.FRTrace = "says " + n.Verdict
+			if len(n.CulpritRanks) > 0 {
+				g.FRTrace += " (culprits " + rankset.Format(n.CulpritRanks) + ")"
+			}
+			if full {
+				g.FRTrace += ": " + n.Why
+			} else {
+				g.FRTrace += "; detail=full explains the difference"
+			}
 		}
 	}
 	for _, f := range pr.Secondary {

@@ -1,0 +1,130 @@
+package mcp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// ServeStdio serves MCP on stdin/stdout until stdin closes or ctx ends.
+// stdout carries only the protocol; logs go to the logger (stderr).
+func ServeStdio(ctx context.Context, s *server.MCPServer, logger *slog.Logger) error {
+	return serveStdio(ctx, s, logger, os.Stdin, os.Stdout, stdioDrainTimeout)
+}
+
+// stdioDrainTimeout bounds how long requests still running when stdin
+// closes may take to answer.
+const stdioDrainTimeout = 60 * time.Second
+
+func serveStdio(ctx context.Context, s *server.MCPServer, logger *slog.Logger, in io.Reader, out io.Writer, drain time.Duration) error {
+	caller := fmt.Sprintf("stdio:ppid=%d", os.Getppid())
+	std := server.NewStdioServer(s)
+	std.SetErrorLogger(slog.NewLogLogger(logger.Handler(), slog.LevelError))
+	std.SetContextFunc(func(ctx context.Context) context.Context { return WithCaller(ctx, caller) })
+	p := &pending{ids: map[string]bool{}, changed: make(chan struct{}, 1)}
+	return std.Listen(ctx, &drainingReader{r: bufio.NewReader(in), p: p, timeout: drain, logger: logger}, &answerWriter{w: out, p: p})
+}
+
+// mcp-go stops its stdio server as soon as stdin reaches EOF and may drop
+// tool calls still queued (a race in its worker loop), which loses the
+// answers of piped one-shot use (`printf ... | probing-mcp serve`). The
+// reader below holds back EOF until every request read has been answered.
+
+// pending is the set of request ids read but not answered yet.
+type pending struct {
+	mu      sync.Mutex
+	ids     map[string]bool
+	changed chan struct{}
+}
+
+func (p *pending) update(f func(map[string]bool)) {
+	p.mu.Lock()
+	f(p.ids)
+	p.mu.Unlock()
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pending) empty() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ids) == 0
+}
+
+// message is the part of a JSON-RPC message that says whether it is a
+// request (method and id) or a response (id and result or error).
+type message struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Result json.RawMessage `json:"result"`
+	Error  json.RawMessage `json:"error"`
+}
+
+type drainingReader struct {
+	r       *bufio.Reader
+	buf     []byte
+	p       *pending
+	timeout time.Duration
+	logger  *slog.Logger
+}
+
+func (d *drainingReader) Read(b []byte) (int, error) {
+	if len(d.buf) == 0 {
+		line, err := d.r.ReadBytes('\n')
+		if len(line) > 0 {
+			var m message
+			if json.Unmarshal(bytes.TrimSpace(line), &m) == nil && m.Method != "" && len(m.ID) > 0 {
+				d.p.update(func(ids map[string]bool) { ids[string(m.ID)] = true })
+			}
+			d.buf = line
+		} else if err != nil {
+			if err == io.EOF {
+				d.wait()
+			}
+			return 0, err
+		}
+	}
+	n := copy(b, d.buf)
+	d.buf = d.buf[n:]
+	return n, nil
+}
+
+// wait blocks until every request has an answer, or the timeout.
+func (d *drainingReader) wait() {
+	deadline := time.After(d.timeout)
+	for !d.p.empty() {
+		select {
+		case <-d.p.changed:
+		case <-deadline:
+			d.logger.Warn("stdin closed with requests unanswered; stopping anyway")
+			return
+		}
+	}
+}
+
+type answerWriter struct {
+	w io.Writer
+	p *pending
+}
+
+func (a *answerWriter) Write(b []byte) (int, error) {
+	n, err := a.w.Write(b)
+	for _, line := range bytes.Split(b, []byte{'\n'}) {
+		var m message
+		if len(line) > 0 && json.Unmarshal(line, &m) == nil && m.Method == "" && len(m.ID) > 0 && (m.Result != nil || m.Error != nil) {
+			a.p.update(func(ids map[string]bool) { delete(ids, string(m.ID)) })
+		}
+	}
+	return n, err
+}
