@@ -63,6 +63,10 @@ func Analyze(dumps []*Dump, opt Options) *Report {
 		rep.DataQuality.Partial = true
 		return rep
 	}
+	// fr_trace's own verdict, for the side-by-side view, computed while the
+	// groups are analysed.
+	parCh := make(chan *ParityResult, 1)
+	go func() { parCh <- frTraceView(dumps, opt, &rep.FRTrace) }()
 	dq := &rep.DataQuality
 	for _, d := range dumps {
 		for _, w := range d.Warnings {
@@ -72,10 +76,6 @@ func Analyze(dumps []*Dump, opt Options) *Report {
 	a := newAnalysis(dumps, dq)
 	rep.Ranks = a.rankSummary()
 
-	// fr_trace's own verdict, for the side-by-side view, computed while the
-	// groups are analysed.
-	parCh := make(chan *ParityResult, 1)
-	go func() { parCh <- frTraceView(dumps, opt, &rep.FRTrace) }()
 
 	var kept []*group
 	for _, g := range a.groups.order {
@@ -190,9 +190,14 @@ func (a *analysis) inferGroups() {
 	inferred := map[key][]int{}
 	var order []key
 	for _, d := range a.dumps {
+		lastKnown := "\x00"
 		for i := range d.Entries {
 			e := &d.Entries[i]
+			if e.PGName == lastKnown {
+				continue // entries of one group come in runs
+			}
 			if a.resolve(e, d.Rank) != nil {
+				lastKnown = e.PGName
 				continue
 			}
 			k := key{e.PGName, e.PGDesc}
@@ -267,29 +272,36 @@ func (a *analysis) split() {
 			a.wrapped[d.Rank] = true
 		}
 		lastWasP2P := map[*group]bool{}
+		var lastName string
+		var lastG *group
+		var lastPD *pgData
 		for i := range d.Entries {
 			e := &d.Entries[i]
 			a.noteTimes(e)
-			g := a.resolve(e, d.Rank)
-			if g == nil {
-				unresolved[fmt.Sprintf("rank %d: pg %q", d.Rank, e.PGName)]++
-				continue
-			}
-			if _, ok := a.groups.guidOf[nameRank{e.PGName, d.Rank}]; !ok {
-				a.groups.guidOf[nameRank{e.PGName, d.Rank}] = g
-				a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf(
-					"rank %d: entries name pg %q, which its pg_config lacks; used the group its peers registered (ranks %s)",
-					d.Rank, e.PGName, rankset.Format(g.members)))
-			}
-			if a.pgid[g] == nil {
-				a.pgid[g] = map[int]int64{}
+			g, pd := lastG, lastPD
+			if g == nil || e.PGName != lastName { // entries of one group come in runs: look up once per run
+				g = a.resolve(e, d.Rank)
+				if g == nil {
+					unresolved[fmt.Sprintf("rank %d: pg %q", d.Rank, e.PGName)]++
+					continue
+				}
+				if _, ok := a.groups.guidOf[nameRank{e.PGName, d.Rank}]; !ok {
+					a.groups.guidOf[nameRank{e.PGName, d.Rank}] = g
+					a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf(
+						"rank %d: entries name pg %q, which its pg_config lacks; used the group its peers registered (ranks %s)",
+						d.Rank, e.PGName, rankset.Format(g.members)))
+				}
+				if a.pgid[g] == nil {
+					a.pgid[g] = map[int]int64{}
+				}
+				pd = a.data[g]
+				if pd == nil {
+					pd = &pgData{g: g, coll: map[int][]*Entry{}, p2p: map[int][]*Entry{}}
+					a.data[g] = pd
+				}
+				lastName, lastG, lastPD = e.PGName, g, pd
 			}
 			a.pgid[g][d.Rank] = e.PGID
-			pd := a.data[g]
-			if pd == nil {
-				pd = &pgData{g: g, coll: map[int][]*Entry{}, p2p: map[int][]*Entry{}}
-				a.data[g] = pd
-			}
 			if e.Op.Err != "" && !e.Op.IsP2POp() && e.Op.Type != "coalesced" {
 				a.unknownOp[e.ProfilingName] = appendUnique(a.unknownOp[e.ProfilingName], d.Rank)
 			}

@@ -74,6 +74,7 @@ func (s *scenario) op(r int, name string, seq int64, opts ...opt) *scenario {
 		o(&e)
 	}
 	e.Op = ParseOpName(e.ProfilingName)
+	e.opBad = e.Op.Err != ""
 	s.nextRID[r] = e.RecordID + 1
 	s.dumps[r].Entries = append(s.dumps[r].Entries, e)
 	return s

@@ -277,8 +277,8 @@ type converter struct {
 	doc      *pickle.Doc
 	sigs     *sigCache
 	ops      map[string]*OpName
-	keys     []string  // by decoded string index: the entry key, or keyOther
-	opsByStr []*OpName // by decoded string index
+	keys     []entryKey // by decoded string index
+	opsByStr []*OpName  // by decoded string index
 	stacks   map[int64][]Frame
 	frames   map[int64]Frame
 	missing  map[string]int
@@ -309,36 +309,82 @@ func newConverter(d *Dump, doc *pickle.Doc, sigs *sigTable) *converter {
 		missing: map[string]int{}, shapes: map[shapeKey][][]int64{}, dtypes: map[string][]string{}, stackIDs: map[stackKey][]Frame{}}
 }
 
-// keyOther stands for every dict key the converter does not read.
-const keyOther = "\x00other"
+// entryKey numbers the entry keys the converter reads, so that the hot
+// loop switches on a small integer rather than comparing strings.
+type entryKey uint8
 
-var entryKeys = map[string]bool{
-	"record_id": true, "pg_id": true, "process_group": true, "collective_seq_id": true, "p2p_seq_id": true,
-	"op_id": true, "profiling_name": true, "time_created_ns": true, "duration_ms": true, "input_sizes": true,
-	"output_sizes": true, "input_dtypes": true, "output_dtypes": true, "state": true,
-	"time_discovered_started_ns": true, "time_discovered_completed_ns": true, "retired": true,
-	"timeout_ms": true, "is_p2p": true, "thread_name": true, "thread_id": true, "frames": true,
+const (
+	keyUnknown entryKey = iota // not looked up yet
+	keyOther                   // a key the converter does not read
+	kRecordId
+	kPgId
+	kProcessGroup
+	kCollectiveSeqId
+	kP2pSeqId
+	kOpId
+	kProfilingName
+	kTimeCreatedNs
+	kDurationMs
+	kInputSizes
+	kOutputSizes
+	kInputDtypes
+	kOutputDtypes
+	kState
+	kTimeDiscoveredStartedNs
+	kTimeDiscoveredCompletedNs
+	kRetired
+	kTimeoutMs
+	kIsP2p
+	kThreadName
+	kThreadId
+	kFrames
+)
+
+var entryKeys = map[string]entryKey{
+	"record_id":                    kRecordId,
+	"pg_id":                        kPgId,
+	"process_group":                kProcessGroup,
+	"collective_seq_id":            kCollectiveSeqId,
+	"p2p_seq_id":                   kP2pSeqId,
+	"op_id":                        kOpId,
+	"profiling_name":               kProfilingName,
+	"time_created_ns":              kTimeCreatedNs,
+	"duration_ms":                  kDurationMs,
+	"input_sizes":                  kInputSizes,
+	"output_sizes":                 kOutputSizes,
+	"input_dtypes":                 kInputDtypes,
+	"output_dtypes":                kOutputDtypes,
+	"state":                        kState,
+	"time_discovered_started_ns":   kTimeDiscoveredStartedNs,
+	"time_discovered_completed_ns": kTimeDiscoveredCompletedNs,
+	"retired":                      kRetired,
+	"timeout_ms":                   kTimeoutMs,
+	"is_p2p":                       kIsP2p,
+	"thread_name":                  kThreadName,
+	"thread_id":                    kThreadId,
+	"frames":                       kFrames,
 }
 
 // keyOf returns an entry key, looked up once per distinct decoded string:
 // torch writes each key once and refers to it through the memo.
-func (c *converter) keyOf(k pickle.Value) string {
+func (c *converter) keyOf(k pickle.Value) entryKey {
 	i, ok := c.doc.StrIndex(k)
 	if !ok {
 		return keyOther
 	}
-	if i < len(c.keys) && c.keys[i] != "" {
+	if i < len(c.keys) && c.keys[i] != keyUnknown {
 		return c.keys[i]
 	}
 	for len(c.keys) < c.doc.NumStrings() {
-		c.keys = append(c.keys, "")
+		c.keys = append(c.keys, keyUnknown)
 	}
 	s, _ := c.doc.Str(k)
-	if !entryKeys[s] {
-		s = keyOther
+	key, known := entryKeys[s]
+	if !known {
+		key = keyOther
 	}
-	c.keys[i] = s
-	return s
+	c.keys[i] = key
+	return key
 }
 
 // profilingName returns the name and its parsed op, parsed once per
@@ -395,60 +441,60 @@ func (c *converter) entry(e *Entry, ev pickle.Value) error {
 		k, v := doc.Pair(ev, i)
 		switch c.keyOf(k) {
 		case keyOther:
-		case "record_id":
+		case kRecordId:
 			e.RecordID, _ = intOf(v, -1)
-		case "pg_id":
+		case kPgId:
 			e.PGID, _ = intOf(v, -1)
-		case "process_group":
+		case kProcessGroup:
 			items := doc.Items(v)
 			if len(items) != 2 {
 				return fmt.Errorf("process_group is %s, want (name, desc)", doc.Repr(v))
 			}
 			e.PGName, e.PGDesc = scalarText(items[0]), scalarText(items[1])
 			seen |= hasPG
-		case "collective_seq_id":
+		case kCollectiveSeqId:
 			e.CollectiveSeqID, _ = intOf(v, -1)
 			seen |= hasSeq
-		case "p2p_seq_id":
+		case kP2pSeqId:
 			e.P2PSeqID, _ = intOf(v, -1)
-		case "op_id":
+		case kOpId:
 			e.OpID, _ = intOf(v, -1)
-		case "profiling_name":
+		case kProfilingName:
 			e.ProfilingName, e.Op = c.profilingName(v)
 			seen |= hasName
-		case "time_created_ns":
+		case kTimeCreatedNs:
 			e.TimeCreatedNs, _ = intOf(v, 0)
-		case "duration_ms":
+		case kDurationMs:
 			e.DurationMs, e.HasDuration = v.Float()
-		case "input_sizes":
+		case kInputSizes:
 			e.InputSizes = c.sizes(v)
 			seen |= hasSizes
-		case "output_sizes":
+		case kOutputSizes:
 			e.OutputSizes = c.sizes(v)
-		case "input_dtypes":
+		case kInputDtypes:
 			e.InputDtypes = c.dtypeList(v)
-		case "output_dtypes":
+		case kOutputDtypes:
 			e.OutputDtypes = c.dtypeList(v)
-		case "state":
+		case kState:
 			e.State, _ = doc.Str(v)
 			seen |= hasState
-		case "time_discovered_started_ns":
+		case kTimeDiscoveredStartedNs:
 			e.TimeStartedNs, _ = intOf(v, 0)
-		case "time_discovered_completed_ns":
+		case kTimeDiscoveredCompletedNs:
 			e.TimeCompletedNs, _ = intOf(v, 0)
-		case "retired":
+		case kRetired:
 			b, _ := intOf(v, 0)
 			e.Retired = b != 0
-		case "timeout_ms":
+		case kTimeoutMs:
 			e.TimeoutMs, _ = intOf(v, 0)
-		case "is_p2p":
+		case kIsP2p:
 			b, _ := intOf(v, 0)
 			e.IsP2P = b != 0
-		case "thread_name":
+		case kThreadName:
 			e.ThreadName = scalarText(v)
-		case "thread_id":
+		case kThreadId:
 			e.ThreadID = scalarText(v)
-		case "frames":
+		case kFrames:
 			e.Frames = c.stack(v)
 		}
 	}
@@ -463,6 +509,7 @@ func (c *converter) finishEntry(e *Entry) {
 	if e.Op == nil {
 		e.Op = c.opName(e.ProfilingName)
 	}
+	e.opBad = e.Op.Err != ""
 	c.sigs.assign(e)
 }
 

@@ -327,8 +327,9 @@ func decodeAll(files []candidate, opt LoadOptions, res *Loaded) []*Dump {
 		go func() {
 			defer wg.Done()
 			dec := pickle.NewDecoder(pickle.Limits{})
+			var buf []byte // reused: decoded dumps keep no reference to it
 			for i := range next {
-				d, err := readDump(dec, sigs, files[i].path, opt.MaxFileBytes)
+				d, err := readDump(dec, sigs, files[i].path, opt.MaxFileBytes, &buf)
 				if err != nil {
 					problems[i] = err.Error()
 					continue
@@ -358,7 +359,7 @@ func decodeAll(files []candidate, opt LoadOptions, res *Loaded) []*Dump {
 
 // readDump reads and decodes one file, refusing files over the limit before
 // reading them (and files that grow past it while being read).
-func readDump(dec *pickle.Decoder, sigs *sigTable, path string, limit int64) (*Dump, error) {
+func readDump(dec *pickle.Decoder, sigs *sigTable, path string, limit int64, buf *[]byte) (*Dump, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -376,7 +377,10 @@ func readDump(dec *pickle.Decoder, sigs *sigTable, path string, limit int64) (*D
 	}
 	// Read what stat promised in one allocation, then check the file did
 	// not grow past the limit meanwhile.
-	data := make([]byte, info.Size(), info.Size()+1)
+	if int64(cap(*buf)) < info.Size()+1 {
+		*buf = make([]byte, info.Size()+1)
+	}
+	data := (*buf)[:info.Size()]
 	if _, err := io.ReadFull(f, data); err != nil {
 		return nil, fmt.Errorf("file shrank while being read: %v", err)
 	}

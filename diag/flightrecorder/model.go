@@ -88,6 +88,7 @@ type Entry struct {
 	// load; 0 when unknown. See signature.go.
 	Sig       uint32
 	sigSimple bool
+	opBad     bool      // Op.Err != "", kept here so that matching need not load Op
 	sigTab    *sigTable // numbers are comparable only within one table
 }
 

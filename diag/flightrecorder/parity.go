@@ -220,10 +220,19 @@ type rankList struct {
 	index   []map[int64][]int32 // by group idx, then seq: positions in list order
 	// Per-position facts kept in flat arrays, so that the common lookup
 	// touches neither the entry nor a map.
-	seqs   []int64
-	descOK []bool    // the entry's desc is its group's desc
-	gpos   [][]int32 // by group idx: positions of the group's entries
-	gnext  []int32   // by group idx: first maybe-live index into gpos
+	slots [][]slot   // by group idx: the group's entries in list order
+	gnext []int32    // by group idx: first maybe-live index into slots
+	tab   *sigTable  // the table the signatures come from
+}
+
+// slot is what matching needs of one entry, packed so that the common
+// lookup reads one cache line per rank instead of the entry itself.
+type slot struct {
+	pos    int32 // position in the rank's list
+	state  uint8 // stateCode
+	descOK bool  // the entry's desc is its group's desc
+	sig    uint32
+	seq    int64
 }
 
 // newRankList wraps one rank's entries; resolve (nil when every entry
@@ -240,18 +249,45 @@ func newRankList(rank int, entries []*Entry, resolve func(*Entry) *group) *rankL
 	return l
 }
 
-// prepare fills the flat per-position arrays used by findSame.
-func (l *rankList) prepare(groups int) {
-	l.seqs = make([]int64, len(l.entries))
-	l.descOK = make([]bool, len(l.entries))
-	l.gpos = make([][]int32, groups)
-	l.gnext = make([]int32, groups)
+// prepare fills the per-group slots used by findSame and the matching
+// fast path. fixed is the group of every entry in a per-group run.
+func (l *rankList) prepare(groups int, fixed *group) {
+	l.slots = make([][]slot, max(groups, fixed.idxPlus1()))
+	l.gnext = make([]int32, len(l.slots))
 	for p, e := range l.entries {
-		g := l.grp[p]
-		l.seqs[p] = e.CollectiveSeqID
-		l.descOK[p] = e.PGDesc == g.desc
-		l.gpos[g.idx] = append(l.gpos[g.idx], int32(p))
+		g := fixed
+		if g == nil {
+			g = l.grp[p]
+		}
+		if p == 0 {
+			l.tab = e.sigTab
+		}
+		sl := slot{pos: int32(p), state: stateCode(e.State), descOK: e.PGDesc == g.desc, sig: e.Sig, seq: e.CollectiveSeqID}
+		if e.sigTab != l.tab {
+			sl.sig = 0 // numbers from another table mean nothing here
+		}
+		l.slots[g.idx] = append(l.slots[g.idx], sl)
 	}
+}
+
+func (g *group) idxPlus1() int {
+	if g == nil {
+		return 0
+	}
+	return g.idx + 1
+}
+
+// stateCode numbers the states an entry can be in; 0 for anything else.
+func stateCode(s string) uint8 {
+	switch s {
+	case "scheduled":
+		return 1
+	case "started":
+		return 2
+	case "completed":
+		return 3
+	}
+	return 0
 }
 
 // nextLive returns the first live position >= i, or len(entries). A
@@ -342,47 +378,48 @@ func (en *engine) resolver(rank int) func(*Entry) *group {
 }
 
 // findSame returns the first live entry of l in group g with the given
-// description and sequence number, or -1. fr_trace scans the whole list for
-// it; an index by (group, seq) finds the same entry without the scan,
+// description and sequence number, or -1, and its slot when the fast path
+// found it. fr_trace scans the whole list for it; here the group's first
+// live entry is tried first and an index by (group, seq) finds the rest,
 // unless the list holds entries of unknown groups, whose lookup must raise
 // exactly where fr_trace's scan would.
-func (en *engine) findSame(l *rankList, g *group, desc string, seq int64) int {
-	if en.fixed != nil {
-		// A per-group run: the description is a label of the group, and a
-		// rank that spells it differently still takes part.
-		for p := l.nextLive(0); p < len(l.entries); p = l.nextLive(p + 1) {
-			if l.entries[p].CollectiveSeqID == seq {
-				return p
-			}
-		}
-		return -1
-	}
+func (en *engine) findSame(l *rankList, g *group, desc string, seq int64) (int, *slot) {
 	if l.unknown {
 		for p := l.nextLive(0); p < len(l.entries); p = l.nextLive(p + 1) {
 			e := l.entries[p]
 			if en.groupAt(l, p) == g && e.PGDesc == desc && e.CollectiveSeqID == seq {
-				return p
+				return p, nil
 			}
 		}
-		return -1
+		return -1, nil
 	}
-	if l.seqs == nil {
-		l.prepare(len(en.groups.order))
+	if l.slots == nil {
+		l.prepare(len(en.groups.order), en.fixed)
 	}
-	// Fast path: the first live entry of the group on this rank is almost
-	// always the one (ranks walk their collectives in the same order).
-	if g.idx < len(l.gpos) {
-		gp, i := l.gpos[g.idx], l.gnext[g.idx]
-		for int(i) < len(gp) && l.removed[gp[i]] {
+	// Fast path: ranks walk their collectives in the same order, so the
+	// group's first live entry on this rank is almost always the one.
+	if g.idx < len(l.slots) {
+		gs, i := l.slots[g.idx], l.gnext[g.idx]
+		for int(i) < len(gs) && l.removed[gs[i].pos] {
 			i++
 		}
 		l.gnext[g.idx] = i
-		if int(i) < len(gp) {
-			p := gp[i]
-			if l.seqs[p] == seq && ((l.descOK[p] && desc == g.desc) || l.entries[p].PGDesc == desc) {
-				return int(p)
+		if int(i) < len(gs) {
+			sl := &gs[i]
+			// In a per-group run the description is a label of the group,
+			// and a rank that spells it differently still takes part.
+			if sl.seq == seq && (en.fixed != nil || (sl.descOK && desc == g.desc) || l.entries[sl.pos].PGDesc == desc) {
+				return int(sl.pos), sl
 			}
 		}
+	}
+	if en.fixed != nil {
+		for p := l.nextLive(0); p < len(l.entries); p = l.nextLive(p + 1) {
+			if l.entries[p].CollectiveSeqID == seq {
+				return p, nil
+			}
+		}
+		return -1, nil
 	}
 	if l.index == nil {
 		l.index = make([]map[int64][]int32, len(en.groups.order))
@@ -395,18 +432,18 @@ func (en *engine) findSame(l *rankList, g *group, desc string, seq int64) int {
 		}
 	}
 	if g.idx >= len(l.index) || l.index[g.idx] == nil {
-		return -1
+		return -1, nil
 	}
 	for _, p := range l.index[g.idx][seq] {
 		if !l.removed[p] && l.entries[p].PGDesc == desc {
-			return int(p)
+			return int(p), nil
 		}
 	}
-	return -1
+	return -1, nil
 }
 
 func (en *engine) checkOp(e *Entry) {
-	if e.Op.Err != "" && !en.corrected {
+	if e.opBad && !en.corrected {
 		panic(abortError{"AssertionError: " + e.Op.Err})
 	}
 }
@@ -592,6 +629,11 @@ func (en *engine) isOther(rec *matchRecord, o int) bool {
 // checkCurrentEntryMatch compares cur with the first same-group, same-seq
 // entry of every other expected rank still present.
 func (en *engine) checkCurrentEntryMatch(g *group, cur *Entry, rec *matchRecord, listOf func(int) *rankList) {
+	checked := false // fr_trace parses the op only once it has something to compare
+	var curState uint8
+	if cur.Sig != 0 && cur.sigSimple {
+		curState = stateCode(cur.State)
+	}
 	for _, o := range rec.expected {
 		if !en.isOther(rec, o) {
 			continue
@@ -600,7 +642,22 @@ func (en *engine) checkCurrentEntryMatch(g *group, cur *Entry, rec *matchRecord,
 		if l == nil {
 			continue
 		}
-		if p := en.findSame(l, g, cur.PGDesc, cur.CollectiveSeqID); p >= 0 {
+		if p, sl := en.findSame(l, g, cur.PGDesc, cur.CollectiveSeqID); p >= 0 {
+			if !checked {
+				en.checkOp(cur)
+				checked = true
+			}
+			// Fast path: the same signature and state is a full match (what
+			// Match says), decided without loading the other rank's entry.
+			if curState != 0 && sl != nil && sl.sig == cur.Sig && l.tab == cur.sigTab && sl.state == curState {
+				if en.mismatch[g.guid] == 0 {
+					rec.found.set(o, p)
+					rec.hasUndecided = false
+				} else {
+					rec.candidate.set(o, p)
+				}
+				continue
+			}
 			e := l.entries[p]
 			info := en.match(cur, e, g)
 			if (info.State == FullyMatched || info.State == Undecided) && en.mismatch[g.guid] == 0 {
