@@ -515,6 +515,12 @@ func (a *analysis) analyzeGroup(g *group, opt Options) (PGReport, []string) {
 		pr.Finding.Evidence = append(pr.Finding.Evidence, n)
 	}
 	pr.LaggingRanks, pr.LagTruncated = a.selectLags(lags, opt)
+	// JSON readers get arrays, never null.
+	for _, l := range []*[]int{&pr.MissingRanks, &pr.CulpritRanks, &pr.MissingDumps} {
+		if *l == nil {
+			*l = []int{}
+		}
+	}
 	pr.severity = kindSeverity[pr.Finding.Kind]
 	pr.oldestPending = a.oldestPending(g, ranks, lists)
 	return pr, warnings
