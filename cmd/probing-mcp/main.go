@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
@@ -234,13 +235,21 @@ func analyze(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
+	logger, _, err := newLogger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp analyze: %v\n", err)
+		return 2
+	}
+	start := time.Now()
 	loaded, err := fr.Load(paths, opt)
 	if err != nil {
 		fmt.Fprintf(stderr, "probing-mcp analyze: %v\n", err)
 		return 1
 	}
+	loadedAt := time.Now()
 	rep := fr.AnalyzeLoaded(loaded, fr.Options{PG: *pg, Ranks: ranks, Transcript: *verbose || *asJSON,
 		Parity: fr.ParityOptions{AllowIncompleteRanks: *allowIncomplete, MismatchCap: *mismatchCap}})
+	logger.Debug("analysed", "dumps", len(loaded.Dumps), "load", loadedAt.Sub(start), "analysis", time.Since(loadedAt))
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
