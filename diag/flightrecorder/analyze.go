@@ -161,6 +161,13 @@ type analysis struct {
 	dq        *DataQuality
 	unknownOp map[string][]int // op name -> ranks
 	pgid      map[*group]map[int]int64
+	statuses  map[*group][]rankStatus // by rank; filled once after split
+}
+
+// rankStatus is one rank's pg_status counters for one group, if it has them.
+type rankStatus struct {
+	st PGStatus
+	ok bool
 }
 
 func newAnalysis(dumps []*Dump, dq *DataQuality) *analysis {
@@ -177,7 +184,31 @@ func newAnalysis(dumps []*Dump, dq *DataQuality) *analysis {
 	dq.Warnings = append(dq.Warnings, notes...)
 	a.inferGroups()
 	a.split()
+	a.indexStatuses()
 	return a
+}
+
+// indexStatuses joins every rank's pg_status to the groups through the
+// pg_id its entries carry, once, so that the per-entry completion checks of
+// the parallel phase are array reads.
+func (a *analysis) indexStatuses() {
+	maxRank := 0
+	for _, d := range a.dumps {
+		maxRank = max(maxRank, d.Rank)
+	}
+	a.statuses = map[*group][]rankStatus{}
+	for g, ids := range a.pgid {
+		rs := make([]rankStatus, maxRank+1)
+		for r, id := range ids {
+			key := fmt.Sprint(id)
+			for _, st := range a.byRank[r].PGStatus {
+				if st.PGID == key {
+					rs[r] = rankStatus{st, true}
+				}
+			}
+		}
+		a.statuses[g] = rs
+	}
 }
 
 // inferGroups creates the groups that entries name but no pg_config
@@ -337,18 +368,11 @@ func appendUnique(s []int, r int) []int {
 // status is rank r's pg_status counters for group g, joined through the
 // process-local pg_id its entries carry.
 func (a *analysis) status(g *group, r int) (PGStatus, bool) {
-	id, ok := a.pgid[g][r]
-	d := a.byRank[r]
-	if !ok || d == nil {
+	rs := a.statuses[g]
+	if r < 0 || r >= len(rs) {
 		return PGStatus{}, false
 	}
-	key := fmt.Sprint(id)
-	for _, st := range d.PGStatus {
-		if st.PGID == key {
-			return st, true
-		}
-	}
-	return PGStatus{}, false
+	return rs[r].st, rs[r].ok
 }
 
 // done reports whether rank r finished collective e: its state says so, or
