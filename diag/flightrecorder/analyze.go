@@ -76,7 +76,6 @@ func Analyze(dumps []*Dump, opt Options) *Report {
 	a := newAnalysis(dumps, dq)
 	rep.Ranks = a.rankSummary()
 
-
 	var kept []*group
 	for _, g := range a.groups.order {
 		if a.keep(g, opt) {

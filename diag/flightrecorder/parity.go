@@ -220,9 +220,9 @@ type rankList struct {
 	index   []map[int64][]int32 // by group idx, then seq: positions in list order
 	// Per-position facts kept in flat arrays, so that the common lookup
 	// touches neither the entry nor a map.
-	slots [][]slot   // by group idx: the group's entries in list order
-	gnext []int32    // by group idx: first maybe-live index into slots
-	tab   *sigTable  // the table the signatures come from
+	slots [][]slot  // by group idx: the group's entries in list order
+	gnext []int32   // by group idx: first maybe-live index into slots
+	tab   *sigTable // the table the signatures come from
 }
 
 // slot is what matching needs of one entry, packed so that the common
