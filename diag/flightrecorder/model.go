@@ -57,39 +57,40 @@ type Frame struct {
 
 func (f Frame) String() string { return fmt.Sprintf("%s at %s:%d", f.Name, f.Filename, f.Line) }
 
-// Entry is one recorded communication op.
+// Entry is one recorded communication op. Fields are ordered to pack: a
+// large job holds millions of entries.
 type Entry struct {
 	RecordID        int64
 	PGID            int64
-	PGName          string
-	PGDesc          string
 	CollectiveSeqID int64
 	P2PSeqID        int64
 	OpID            int64
+	TimeCreatedNs   int64
+	TimeStartedNs   int64 // when the watchdog noticed the start; 0 = never
+	TimeCompletedNs int64 // when the watchdog noticed completion; 0 = never
+	TimeoutMs       int64
+	DurationMs      float64
+	PGName          string
+	PGDesc          string
 	ProfilingName   string
 	Op              *OpName // parsed ProfilingName, shared by entries with the same name
-	TimeCreatedNs   int64
-	DurationMs      float64
-	HasDuration     bool
+	State           string  // scheduled, started or completed
 	InputSizes      [][]int64
 	OutputSizes     [][]int64
 	InputDtypes     []string
 	OutputDtypes    []string
-	State           string // scheduled, started or completed
-	TimeStartedNs   int64  // when the watchdog noticed the start; 0 = never
-	TimeCompletedNs int64  // when the watchdog noticed completion; 0 = never
-	Retired         bool
-	TimeoutMs       int64
-	IsP2P           bool
+	Frames          []Frame
 	ThreadName      string
 	ThreadID        string
-	Frames          []Frame
+	sigTab          *sigTable // signature numbers are comparable only within one table
 	// Sig numbers the entry's signature (op, sizes, dtypes) within one
 	// load; 0 when unknown. See signature.go.
-	Sig       uint32
-	sigSimple bool
-	opBad     bool      // Op.Err != "", kept here so that matching need not load Op
-	sigTab    *sigTable // numbers are comparable only within one table
+	Sig         uint32
+	HasDuration bool
+	Retired     bool
+	IsP2P       bool
+	sigSimple   bool
+	opBad       bool // Op.Err != "", kept here so that matching need not load Op
 }
 
 // TimedOut reports an entry that left the watchdog's work list without
