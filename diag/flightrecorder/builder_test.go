@@ -40,13 +40,20 @@ func (s *scenario) pg(name, desc string, ranks ...int) *scenario {
 
 type opt func(*Entry)
 
-func in(sizes ...[]int64) opt  { return func(e *Entry) { e.InputSizes = sizes } }
-func out(sizes ...[]int64) opt { return func(e *Entry) { e.OutputSizes = sizes } }
+// own gives e a Tensors of its own before a test option changes it.
+func (e *Entry) own() *Tensors {
+	t := *e.Tensors
+	e.Tensors = &t
+	return e.Tensors
+}
+
+func in(sizes ...[]int64) opt  { return func(e *Entry) { e.own().InputSizes = sizes } }
+func out(sizes ...[]int64) opt { return func(e *Entry) { e.own().OutputSizes = sizes } }
 func inout(sizes ...[]int64) opt {
-	return func(e *Entry) { e.InputSizes, e.OutputSizes = sizes, sizes }
+	return func(e *Entry) { e.own().InputSizes, e.OutputSizes = sizes, sizes }
 }
 func dtypes(in, out string) opt {
-	return func(e *Entry) { e.InputDtypes, e.OutputDtypes = []string{in}, []string{out} }
+	return func(e *Entry) { e.own().InputDtypes, e.OutputDtypes = []string{in}, []string{out} }
 }
 func state(s string) opt { return func(e *Entry) { e.State = s } }
 func onPG(name, desc string) opt {
@@ -68,8 +75,8 @@ func frames(fs ...string) opt {
 func (s *scenario) op(r int, name string, seq int64, opts ...opt) *scenario {
 	e := Entry{RecordID: s.nextRID[r], PGID: 0, PGName: "0", PGDesc: "default_pg", CollectiveSeqID: seq,
 		P2PSeqID: 0, OpID: seq, ProfilingName: name, TimeCreatedNs: s.t0 + seq*1_000_000,
-		InputSizes: [][]int64{{1024}}, OutputSizes: [][]int64{{1024}}, InputDtypes: []string{"Float"},
-		OutputDtypes: []string{"Float"}, State: "completed", TimeoutMs: 600_000}
+		Tensors: &Tensors{InputSizes: [][]int64{{1024}}, OutputSizes: [][]int64{{1024}}, InputDtypes: []string{"Float"},
+			OutputDtypes: []string{"Float"}}, State: "completed", TimeoutMs: 600_000}
 	for _, o := range opts {
 		o(&e)
 	}

@@ -284,9 +284,15 @@ type converter struct {
 	missing  map[string]int
 	// Interned values: most entries share a handful of shapes, dtype lists
 	// and stacks; sharing them keeps a 1000-rank job's dumps in memory.
-	shapes   map[shapeKey][][]int64
-	dtypes   map[string][]string
-	stackIDs map[stackKey][]Frame
+	shapes     map[shapeKey][][]int64
+	tensorSets map[tensorKey]*Tensors
+	threads    map[Thread]*Thread
+	// one-entry caches in front of the maps
+	lastTensorKey tensorKey
+	lastTensors   *Tensors
+	lastThread    *Thread
+	dtypes        map[string][]string
+	stackIDs      map[stackKey][]Frame
 }
 
 // shapeKey identifies a one-tensor shape of up to 4 dimensions.
@@ -306,7 +312,7 @@ func newConverter(d *Dump, doc *pickle.Doc, sigs *sigTable) *converter {
 		sigs = newSigTable()
 	}
 	return &converter{d: d, doc: doc, sigs: &sigCache{table: sigs, local: map[localSig]sigVal{}}, ops: map[string]*OpName{}, stacks: map[int64][]Frame{}, frames: map[int64]Frame{},
-		missing: map[string]int{}, shapes: map[shapeKey][][]int64{}, dtypes: map[string][]string{}, stackIDs: map[stackKey][]Frame{}}
+		missing: map[string]int{}, shapes: map[shapeKey][][]int64{}, tensorSets: map[tensorKey]*Tensors{}, threads: map[Thread]*Thread{}, dtypes: map[string][]string{}, stackIDs: map[stackKey][]Frame{}}
 }
 
 // entryKey numbers the entry keys the converter reads, so that the hot
@@ -433,6 +439,8 @@ const (
 
 func (c *converter) entry(e *Entry, ev pickle.Value) error {
 	e.RecordID, e.PGID, e.CollectiveSeqID, e.P2PSeqID, e.OpID = -1, -1, -1, -1, -1
+	var t Tensors
+	var threadName, threadID string
 	seen := 0
 	doc := c.doc
 	intOf := func(v pickle.Value, def int64) (int64, bool) { return intOf(doc, v, def) }
@@ -467,14 +475,14 @@ func (c *converter) entry(e *Entry, ev pickle.Value) error {
 		case kDurationMs:
 			e.DurationMs, e.HasDuration = v.Float()
 		case kInputSizes:
-			e.InputSizes = c.sizes(v)
+			t.InputSizes = c.sizes(v)
 			seen |= hasSizes
 		case kOutputSizes:
-			e.OutputSizes = c.sizes(v)
+			t.OutputSizes = c.sizes(v)
 		case kInputDtypes:
-			e.InputDtypes = c.dtypeList(v)
+			t.InputDtypes = c.dtypeList(v)
 		case kOutputDtypes:
-			e.OutputDtypes = c.dtypeList(v)
+			t.OutputDtypes = c.dtypeList(v)
 		case kState:
 			e.State, _ = doc.Str(v)
 			seen |= hasState
@@ -491,16 +499,59 @@ func (c *converter) entry(e *Entry, ev pickle.Value) error {
 			b, _ := intOf(v, 0)
 			e.IsP2P = b != 0
 		case kThreadName:
-			e.ThreadName = scalarText(v)
+			threadName = scalarText(v)
 		case kThreadId:
-			e.ThreadID = scalarText(v)
+			threadID = scalarText(v)
 		case kFrames:
 			e.Frames = c.stack(v)
 		}
 	}
 	c.checkRequired(seen)
+	e.Tensors = c.tensors(t)
+	e.Thread = c.thread(threadName, threadID)
 	c.finishEntry(e)
 	return nil
+}
+
+// tensorKey identifies a Tensors by the identity of its interned parts.
+type tensorKey struct {
+	in, out, idt, odt     uintptr
+	inN, outN, idtN, odtN int
+}
+
+// tensors returns a shared Tensors equal to t. Shapes and dtype lists are
+// interned already, so their addresses stand for their contents.
+func (c *converter) tensors(t Tensors) *Tensors {
+	k := tensorKey{addr(t.InputSizes), addr(t.OutputSizes), addr(t.InputDtypes), addr(t.OutputDtypes),
+		len(t.InputSizes), len(t.OutputSizes), len(t.InputDtypes), len(t.OutputDtypes)}
+	if k == c.lastTensorKey && c.lastTensors != nil {
+		return c.lastTensors // consecutive entries usually share their tensors
+	}
+	p, ok := c.tensorSets[k]
+	if !ok {
+		p = &t
+		c.tensorSets[k] = p
+	}
+	c.lastTensorKey, c.lastTensors = k, p
+	return p
+}
+
+// thread returns a shared Thread, or nil when the dump names none.
+func (c *converter) thread(name, id string) *Thread {
+	if name == "" && id == "" {
+		return nil
+	}
+	if t := c.lastThread; t != nil && t.Name == name && t.ID == id {
+		return t
+	}
+	k := Thread{name, id}
+	p, ok := c.threads[k]
+	if !ok {
+		p = &k
+		c.threads[k] = p
+	}
+	c.lastThread = p
+	return p
 }
 
 // finishEntry gives every entry an op (so that code never meets a nil one)
@@ -806,11 +857,11 @@ func decodeJSON(sigs *sigTable, data []byte) (*Dump, error) {
 		e := Entry{
 			RecordID: je.RecordID.or(-1), PGID: je.PGID.or(-1), CollectiveSeqID: -1,
 			P2PSeqID: je.P2PSeqID.or(-1), OpID: je.OpID.or(-1), TimeCreatedNs: je.TimeCreatedNs.or(0),
-			InputSizes: je.InputSizes, OutputSizes: je.OutputSizes,
-			InputDtypes: je.InputDtypes, OutputDtypes: je.OutputDtypes,
+			Tensors: c.tensors(Tensors{InputSizes: je.InputSizes, OutputSizes: je.OutputSizes,
+				InputDtypes: je.InputDtypes, OutputDtypes: je.OutputDtypes}),
 			TimeStartedNs: je.TimeStarted.or(0), TimeCompletedNs: je.TimeCompleted.or(0),
 			Retired: je.Retired, TimeoutMs: je.TimeoutMs.or(0), IsP2P: je.IsP2P,
-			ThreadName: string(je.ThreadName), ThreadID: string(je.ThreadID), Frames: je.Frames,
+			Thread: c.thread(string(je.ThreadName), string(je.ThreadID)), Frames: je.Frames,
 		}
 		seen := hasSizes
 		if je.InputSizes == nil {

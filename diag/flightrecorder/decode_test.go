@@ -81,7 +81,7 @@ func TestDecodeJSONQuirks(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := d.Entries[0]
-	if d.Format != "json" || e.TimeCreatedNs != 1767225600123456789 || e.TimeCompletedNs != 0 || e.RecordID != 941 || e.ThreadID != "140112233445566" {
+	if d.Format != "json" || e.TimeCreatedNs != 1767225600123456789 || e.TimeCompletedNs != 0 || e.RecordID != 941 || e.Thread == nil || e.Thread.ID != "140112233445566" {
 		t.Errorf("%+v", e)
 	}
 	if st := d.PGStatus[0]; st.LastEnqueued != 183 || st.LastStarted != -1 || st.LastCompleted != 182 {

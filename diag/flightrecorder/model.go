@@ -75,13 +75,9 @@ type Entry struct {
 	ProfilingName   string
 	Op              *OpName // parsed ProfilingName, shared by entries with the same name
 	State           string  // scheduled, started or completed
-	InputSizes      [][]int64
-	OutputSizes     [][]int64
-	InputDtypes     []string
-	OutputDtypes    []string
+	*Tensors                // sizes and dtypes; shared by entries that have the same
 	Frames          []Frame
-	ThreadName      string
-	ThreadID        string
+	Thread          *Thread   // the enqueuing thread (2.10+), shared
 	sigTab          *sigTable // signature numbers are comparable only within one table
 	// Sig numbers the entry's signature (op, sizes, dtypes) within one
 	// load; 0 when unknown. See signature.go.
@@ -91,6 +87,22 @@ type Entry struct {
 	IsP2P       bool
 	sigSimple   bool
 	opBad       bool // Op.Err != "", kept here so that matching need not load Op
+}
+
+// Tensors are an entry's tensor shapes (one per tensor; [] for a scalar)
+// and dtype names. Entries share one Tensors when they are equal, so treat
+// it as read-only.
+type Tensors struct {
+	InputSizes   [][]int64
+	OutputSizes  [][]int64
+	InputDtypes  []string
+	OutputDtypes []string
+}
+
+// Thread is the thread that enqueued an op.
+type Thread struct {
+	Name string `json:"name"`
+	ID   string `json:"id"`
 }
 
 // TimedOut reports an entry that left the watchdog's work list without

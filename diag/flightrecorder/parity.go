@@ -254,14 +254,27 @@ func newRankList(rank int, entries []*Entry, resolve func(*Entry) *group) *rankL
 func (l *rankList) prepare(groups int, fixed *group) {
 	l.slots = make([][]slot, max(groups, fixed.idxPlus1()))
 	l.gnext = make([]int32, len(l.slots))
+	groupOf := func(p int) *group {
+		if fixed != nil {
+			return fixed
+		}
+		return l.grp[p]
+	}
+	// Size each group's slots first: appending would copy them as they grow.
+	count := make([]int32, len(l.slots))
+	for p := range l.entries {
+		count[groupOf(p).idx]++
+	}
+	for gi, n := range count {
+		if n > 0 {
+			l.slots[gi] = make([]slot, 0, n)
+		}
+	}
+	if len(l.entries) > 0 {
+		l.tab = l.entries[0].sigTab
+	}
 	for p, e := range l.entries {
-		g := fixed
-		if g == nil {
-			g = l.grp[p]
-		}
-		if p == 0 {
-			l.tab = e.sigTab
-		}
+		g := groupOf(p)
 		sl := slot{pos: int32(p), state: stateCode(e.State), descOK: e.PGDesc == g.desc, sig: e.Sig, seq: e.CollectiveSeqID}
 		if e.sigTab != l.tab {
 			sl.sig = 0 // numbers from another table mean nothing here
@@ -348,9 +361,10 @@ type engine struct {
 	// that left a dump, every rank's own coalesced group is cleaned up, and
 	// unknown op names are compared verbatim instead of aborting.
 	corrected bool
-	matched   map[string]int // fully matched collectives per guid
-	fixed     *group         // when set, every entry belongs to this group (per-group runs)
-	cand      *rankPos       // scratch for the record being decided
+	matched   map[string]int   // fully matched collectives per guid
+	fixed     *group           // when set, every entry belongs to this group (per-group runs)
+	expected  map[*group][]int // members with a dump, per group (corrected runs)
+	cand      *rankPos         // scratch for the record being decided
 	found     *rankPos
 }
 
@@ -511,12 +525,19 @@ func (en *engine) expectedOf(g *group) []int {
 	if !en.corrected {
 		return g.members
 	}
+	if out, ok := en.expected[g]; ok {
+		return out
+	}
 	var out []int
 	for _, r := range g.members {
 		if en.dumps[r] {
 			out = append(out, r)
 		}
 	}
+	if en.expected == nil {
+		en.expected = map[*group][]int{}
+	}
+	en.expected[g] = out
 	return out
 }
 
@@ -552,17 +573,15 @@ func (en *engine) run() {
 			en.log(ab.msg)
 		}
 	}()
+	next := 0 // lists before it are gone; only the first list ever goes
 	for {
-		var first *rankList
-		for _, l := range en.lists {
-			if !l.gone {
-				first = l
-				break
-			}
+		for next < len(en.lists) && en.lists[next].gone {
+			next++
 		}
-		if first == nil {
+		if next == len(en.lists) {
 			return
 		}
+		first := en.lists[next]
 		if first.live == 0 {
 			first.gone = true
 			continue

@@ -416,6 +416,12 @@ func (d *decoder) run() (Value, error) {
 		case opNewFalse:
 			err = d.push(Value{kind: Bool})
 		case opBinInt1:
+			if d.pos < len(data) && d.nvals < d.lim.MaxValues {
+				d.stack = append(d.stack, Value{kind: Int, n: int64(data[d.pos])})
+				d.pos++
+				d.nvals++
+				continue
+			}
 			var b []byte
 			if b, err = d.take(1); err == nil {
 				err = d.push(Value{kind: Int, n: int64(b[0])})
@@ -521,6 +527,16 @@ func (d *decoder) run() (Value, error) {
 				err = d.pushTuple(op, items)
 			}
 		case opBinGet:
+			// The commonest opcode (every repeated string is one): fast path
+			// for a valid reference, the checked path for everything else.
+			if d.pos < len(data) {
+				if i := int(data[d.pos]); i < len(d.memo) && d.memo[i].kind != memoHole && d.nvals < d.lim.MaxValues {
+					d.pos++
+					d.nvals++
+					d.stack = append(d.stack, d.memo[i])
+					continue
+				}
+			}
 			var b []byte
 			if b, err = d.take(1); err == nil {
 				err = d.memoGet(uint64(b[0]))
