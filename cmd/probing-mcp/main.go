@@ -42,12 +42,12 @@ func main() {
 
 // tuneGC trades memory for time. An analysis keeps nearly everything it
 // decodes until it exits, so collecting early frees little: a one-shot
-// analyze collects only when the heap nears half the machine's memory. The
-// long-lived server collects at 5x the live heap instead of 2x.
+// analyze collects only when the heap nears a quarter of the machine's
+// memory. The long-lived server collects at 5x the live heap instead of 2x.
 func tuneGC(oneShot bool) {
 	limit := int64(4 << 30)
 	if total := totalMemory(); total > 0 {
-		limit = total / 2
+		limit = max(1<<30, total/4)
 	}
 	debug.SetMemoryLimit(limit)
 	if oneShot {

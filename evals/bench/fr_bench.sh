@@ -9,7 +9,8 @@
 #                      skipped, and said so, when it cannot)
 #              FR_TRACE_TIMEOUT  seconds allowed to fr_trace per size (900)
 #              WORK    where the dumps go (a temp dir; removed afterwards)
-# Prints one markdown row per size: wall time and peak RSS of each tool,
+# Prints one markdown row per size: wall time (probing-mcp: median of 3
+# runs; fr_trace: one run) and peak RSS of each tool,
 # the speed-up, and whether both name the same collective and rank.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,8 +37,11 @@ for n in "${sizes[@]}"; do
 	size=$(du -sh "$dir" | cut -f1)
 	sync
 	cat "$dir"/* > /dev/null # warm the page cache for both tools alike
-	/usr/bin/time -f '%e %M' -o "$WORK/t_ours" ./bin/probing-mcp analyze "$dir" --json > "$WORK/ours.json"
-	read -r ours_s ours_kb < "$WORK/t_ours"
+	# probing-mcp: the median of three runs (seconds matter, so noise does)
+	for i in 1 2 3; do
+		/usr/bin/time -f '%e %M' -o "$WORK/t_ours$i" ./bin/probing-mcp analyze "$dir" --json > "$WORK/ours.json"
+	done
+	read -r ours_s ours_kb < <(sort -n "$WORK"/t_ours? | sed -n 2p)
 	ours=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); p=r["process_groups"][0]; print(p["verdict"], p["collective_seq_id"], ",".join(map(str,p["missing_ranks"])))' "$WORK/ours.json")
 	fr_s="-"; fr_kb="-"; speed="-"; same="-"
 	if [ $have_torch = 1 ]; then
