@@ -32,7 +32,6 @@ type pgData struct {
 	g     *group
 	coll  map[int][]*Entry // collectives and non-P2P coalesced ends
 	p2p   map[int][]*Entry // sends and recvs (coalesced P2P terminators dropped)
-	ids   map[int]map[int64]bool
 	notes []string
 }
 
@@ -534,9 +533,7 @@ func (a *analysis) analyzeGroup(g *group, opt Options) (PGReport, []string) {
 		pr.Secondary = append(pr.Secondary, Finding{Kind: KindInsufficient, Confidence: confidenceHigh, Seq: -1, Ranks: pr.MissingDumps,
 			Line: fmt.Sprintf("%s: no dump from rank(s) %s; verdict drawn from ranks %s", pgLabel(g), rankset.Format(pr.MissingDumps), rankset.Format(ranks))})
 	}
-	for _, n := range pd.notes {
-		pr.Finding.Evidence = append(pr.Finding.Evidence, n)
-	}
+	pr.Finding.Evidence = append(pr.Finding.Evidence, pd.notes...)
 	pr.LaggingRanks, pr.LagTruncated = a.selectLags(lags, opt)
 	// JSON readers get arrays, never null.
 	for _, l := range []*[]int{&pr.MissingRanks, &pr.CulpritRanks, &pr.MissingDumps} {

@@ -59,10 +59,9 @@ func state(s string) opt { return func(e *Entry) { e.State = s } }
 func onPG(name, desc string) opt {
 	return func(e *Entry) { e.PGName, e.PGDesc = name, desc }
 }
-func p2p(seq int64) opt   { return func(e *Entry) { e.IsP2P, e.P2PSeqID = true, seq } }
-func retired() opt        { return func(e *Entry) { e.Retired = true } }
-func rid(id int64) opt    { return func(e *Entry) { e.RecordID = id } }
-func created(s int64) opt { return func(e *Entry) { e.TimeCreatedNs += s * 1_000_000_000 } }
+func p2p(seq int64) opt { return func(e *Entry) { e.IsP2P, e.P2PSeqID = true, seq } }
+func retired() opt      { return func(e *Entry) { e.Retired = true } }
+func rid(id int64) opt  { return func(e *Entry) { e.RecordID = id } }
 func frames(fs ...string) opt {
 	return func(e *Entry) {
 		for i, f := range fs {

@@ -204,11 +204,6 @@ func ParseVersion(v string) (major, minor int, err error) {
 	return 0, 0, fmt.Errorf("invalid version %q: want MAJOR.MINOR, e.g. \"2.10\"", v)
 }
 
-// versionAtLeast compares a parsed version with major.minor.
-func versionAtLeast(maj, min, wantMaj, wantMin int) bool {
-	return maj > wantMaj || (maj == wantMaj && min >= wantMin)
-}
-
 // pyList renders sizes like Python's repr of a list of lists: [[4, 4], []].
 func pyList(sizes [][]int64) string {
 	var b strings.Builder

@@ -923,15 +923,13 @@ func (en *engine) coalesced(g *group, first *rankList, rec *matchRecord, num int
 			continue
 		}
 		l := en.byRank[rg.rank]
-		n := num // fr_trace pops the first rank's group length on every rank
-		if en.corrected {
-			n = len(rg.pos)
+		if en.corrected { // each rank's own group
 			for _, p := range rg.pos {
 				l.remove(p)
 			}
 			continue
 		}
-		l.removeFrom(rg.pos[0], n)
+		l.removeFrom(rg.pos[0], num) // fr_trace pops the first rank's group length on every rank
 	}
 }
 
