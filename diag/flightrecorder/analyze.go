@@ -1340,7 +1340,7 @@ func summarize(rep *Report) string {
 		fmt.Fprintf(&b, " %d more group(s) affected.", len(bad)-1)
 	}
 	if top.FRTrace != nil && !top.FRTrace.Agrees {
-		fmt.Fprintf(&b, " fr_trace says %s here (see fr_trace.why_different).", top.FRTrace.Verdict)
+		fmt.Fprintf(&b, " fr_trace would say %s here; the group's fr_trace note says why.", top.FRTrace.Verdict)
 	}
 	return b.String()
 }
