@@ -2,7 +2,10 @@ module github.com/probing-mcp/probing-mcp
 
 go 1.26.8
 
-require github.com/mark3labs/mcp-go v1.2.1
+require (
+	github.com/edsrzf/mmap-go v1.2.0
+	github.com/mark3labs/mcp-go v1.2.1
+)
 
 require (
 	github.com/google/jsonschema-go v0.4.2 // indirect
@@ -10,5 +13,6 @@ require (
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2 // indirect
 	github.com/spf13/cast v1.7.1 // indirect
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
+	golang.org/x/sys v0.5.0 // indirect
 	golang.org/x/text v0.14.0 // indirect
 )

@@ -1,0 +1,363 @@
+package memt
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"runtime/debug"
+	"sort"
+	"sync/atomic"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/edsrzf/mmap-go"
+)
+
+// Table is an open table file, mapped read-only. Readers take no lease:
+// they copy a chunk and keep the copy only if the chunk's generation did
+// not change while they copied it.
+type Table struct {
+	Path         string
+	Columns      []Column
+	TsCol        int // index+1 of the timestamp column, 0 if none
+	Dedup        bool
+	Geometry     Geometry
+	CreatorPID   int
+	CreatorStart uint64
+	InstanceID   uint64
+	f            *os.File
+	m            mmap.MMap
+}
+
+// FormatError is a file that is not a valid MEMT v5 table.
+type FormatError struct {
+	Path string
+	Msg  string
+}
+
+func (e *FormatError) Error() string { return fmt.Sprintf("memt: %s: %s", e.Path, e.Msg) }
+
+// Open maps and validates a table file.
+func Open(path string) (*Table, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	t, err := open(f, path)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+func open(f *os.File, path string) (t *Table, err error) {
+	bad := func(format string, args ...any) error {
+		return &FormatError{Path: path, Msg: fmt.Sprintf(format, args...)}
+	}
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if info.Size() < HeaderSize {
+		return nil, bad("%d bytes, shorter than the %d-byte header", info.Size(), HeaderSize)
+	}
+	var h [HeaderSize]byte
+	if _, err := f.ReadAt(h[:], 0); err != nil {
+		return nil, bad("reading the header: %v", err)
+	}
+	switch {
+	case le.Uint32(h[offMagic:]) != Magic:
+		return nil, bad("not a MEMT table (magic %#x)", le.Uint32(h[offMagic:]))
+	case le.Uint16(h[offVersion:]) != Version:
+		return nil, bad("MEMT version %d, this reader reads %d", le.Uint16(h[offVersion:]), Version)
+	case le.Uint16(h[offHeaderSize:]) < HeaderSize:
+		return nil, bad("header size %d < %d", le.Uint16(h[offHeaderSize:]), HeaderSize)
+	case h[offByteOrder] != 1 || h[offByteOrder+1] != 2:
+		return nil, bad("byte-order mark %x %x, want 01 02", h[offByteOrder], h[offByteOrder+1])
+	}
+	flags := le.Uint32(h[offFlags:])
+	if flags&^knownFlags != 0 {
+		return nil, bad("unknown flags %#x", flags)
+	}
+	numCols, numChunks, chunkSize := int(le.Uint32(h[offNumCols:])), int(le.Uint32(h[offNumChunks:])), int(le.Uint32(h[offChunkSize:]))
+	if numCols == 0 || numCols > 4096 {
+		return nil, bad("%d columns", numCols)
+	}
+	if numChunks == 0 || numChunks > 1<<20 || chunkSize < ChunkHeader+8 || chunkSize%8 != 0 {
+		return nil, bad("bad geometry: %d chunks of %d bytes", numChunks, chunkSize)
+	}
+	g := NewGeometry(numCols, numChunks, chunkSize)
+	if int(le.Uint32(h[offLeaseOffset:])) != g.LeaseOffset || int(le.Uint32(h[offDataOffset:])) != g.DataOffset || le.Uint32(h[offLeaseSlots:]) != LeaseSlots {
+		return nil, bad("lease/data offsets %d/%d or lease slots %d do not match the layout (%d/%d/16)",
+			le.Uint32(h[offLeaseOffset:]), le.Uint32(h[offDataOffset:]), le.Uint32(h[offLeaseSlots:]), g.LeaseOffset, g.DataOffset)
+	}
+	if int64(g.FileSize()) > info.Size() {
+		return nil, bad("file is %d bytes, the header describes %d", info.Size(), g.FileSize())
+	}
+	t = &Table{Path: path, Geometry: g, Dedup: flags&FlagDedup != 0, TsCol: int(le.Uint16(h[offTsCol:])),
+		CreatorPID: int(le.Uint32(h[offCreatorPID:])), CreatorStart: le.Uint64(h[offCreatorStart:]),
+		InstanceID: le.Uint64(h[offInstanceID:])}
+	desc := make([]byte, DescSize*numCols)
+	if _, err := f.ReadAt(desc, HeaderSize); err != nil {
+		return nil, bad("reading column descriptors: %v", err)
+	}
+	for i := 0; i < numCols; i++ {
+		d := desc[DescSize*i:]
+		n := int(le.Uint16(d))
+		if n > maxNameLen {
+			return nil, bad("column %d: name length %d > %d", i, n, maxNameLen)
+		}
+		c := Column{Name: string(d[2 : 2+n]), Type: DType(le.Uint32(d[56:]))}
+		if !c.Type.valid() {
+			return nil, bad("column %d (%s): unknown dtype %d", i, c.Name, c.Type)
+		}
+		t.Columns = append(t.Columns, c)
+	}
+	if t.TsCol > numCols || (t.TsCol > 0 && t.Columns[t.TsCol-1].Type != I64) {
+		return nil, bad("timestamp column %d is not an I64 column", t.TsCol)
+	}
+	m, err := mmap.MapRegion(f, g.FileSize(), mmap.RDONLY, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	t.f, t.m = f, m
+	return t, nil
+}
+
+// Close unmaps the file.
+func (t *Table) Close() error {
+	err := t.m.Unmap()
+	if cerr := t.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (t *Table) u32(off int) uint32 { return atomic.LoadUint32((*uint32)(unsafe.Pointer(&t.m[off]))) }
+func (t *Table) u64(off int) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(&t.m[off]))) }
+
+// Counters reads the ring statistics the writer keeps.
+func (t *Table) Counters() Counters {
+	return Counters{ChunksRecycled: t.u32(offChunksRecycled), RowsOverwritten: t.u32(offRowsOverwrote),
+		WritesBlocked: t.u64(offWritesBlocked), ReaderLeaseFailures: t.u64(offLeaseFailures)}
+}
+
+// WriterAlive reports whether the process that created the table still
+// runs (a dead job's tables stay readable).
+func (t *Table) WriterAlive() bool { return ProcessAlive(t.CreatorPID, t.CreatorStart) }
+
+// ScanOptions select rows.
+type ScanOptions struct {
+	// MinTs and MaxTs keep chunks whose timestamp range can overlap
+	// [MinTs, MaxTs] (both 0: no pruning). Rows are not filtered one by one.
+	MinTs, MaxTs int64
+}
+
+// ScanStats say what a scan saw, for data-quality reports.
+type ScanStats struct {
+	Chunks  int `json:"chunks_read"`
+	Rows    int `json:"rows"`
+	Pruned  int `json:"chunks_pruned"`
+	Torn    int `json:"chunks_torn"`    // recycled while being read: discarded
+	Invalid int `json:"chunks_invalid"` // bytes that do not walk as rows: rows after the bad one dropped
+	// BadUTF8 counts Str values that are not valid UTF-8 (returned as is).
+	BadUTF8 int `json:"invalid_utf8"`
+}
+
+type chunkRef struct {
+	index int
+	gen   uint64
+}
+
+// Scan calls fn for every committed row, oldest chunk first, until fn
+// returns false. Rows stay valid only during the call. A file that shrinks
+// under the scan ends it with an error instead of a crash.
+func (t *Table) Scan(opt ScanOptions, fn func(*Row) bool) (stats ScanStats, err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			err = fmt.Errorf("memt: %s changed under the reader (truncated?): %v", t.Path, r)
+		}
+	}()
+	g := t.Geometry
+	var order []chunkRef
+	for i := 0; i < g.NumChunks; i++ {
+		c := g.ChunkOffset(i)
+		if gen := t.u64(c + chGeneration); gen != 0 && t.u32(c+chRowCount) > 0 {
+			order = append(order, chunkRef{i, gen})
+		}
+	}
+	sort.Slice(order, func(a, b int) bool {
+		if order[a].gen != order[b].gen {
+			return order[a].gen < order[b].gen
+		}
+		return order[a].index < order[b].index
+	})
+	row := &Row{t: t, offs: make([]int32, len(t.Columns))}
+	var buf []byte
+	for _, ref := range order {
+		c := g.ChunkOffset(ref.index)
+		if t.u32(c+chState) == stateEmpty {
+			continue
+		}
+		g1 := t.u64(c + chGeneration)
+		if g1 != ref.gen {
+			// Recycled since the scan ordered the chunks: its rows are now
+			// newer than the chunks still to come, so it is dropped to keep
+			// the scan in order (a later scan reads it).
+			stats.Torn++
+			continue
+		}
+		if opt.MinTs != 0 || opt.MaxTs != 0 {
+			if t.TsCol > 0 {
+				lo, hi := int64(t.u64(c+chMinTs)), int64(t.u64(c+chMaxTs))
+				if hi < opt.MinTs || (opt.MaxTs != 0 && lo > opt.MaxTs) {
+					stats.Pruned++
+					continue
+				}
+			}
+		}
+		used := int(t.u32(c + chUsed))
+		if used > g.ChunkSize-ChunkHeader || t.u32(c+chState) > stateSealed {
+			stats.Invalid++
+			continue
+		}
+		buf = append(buf[:0], t.m[c+ChunkHeader:c+ChunkHeader+used]...)
+		if t.u32(c+chState) == stateEmpty || t.u64(c+chGeneration) != g1 {
+			stats.Torn++ // recycled while we copied
+			continue
+		}
+		stats.Chunks++
+		row.chunk = buf
+		for p := 0; p < len(buf); {
+			if len(buf)-p < 4 {
+				stats.Invalid++
+				break
+			}
+			n := int(le.Uint32(buf[p:]))
+			if n > len(buf)-p-4 || !row.parse(p+4, n, &stats) {
+				stats.Invalid++
+				break
+			}
+			stats.Rows++
+			if !fn(row) {
+				return stats, nil
+			}
+			p += 4 + n
+		}
+	}
+	return stats, nil
+}
+
+// Row is one decoded row; its accessors take a column index.
+type Row struct {
+	t     *Table
+	chunk []byte  // payload copy: chunk bytes from offset 40
+	offs  []int32 // per column: offset in chunk of the value (for Str/Bytes: of its length)
+}
+
+// parse locates every column of the row at chunk[at:at+n].
+func (r *Row) parse(at, n int, stats *ScanStats) bool {
+	end := at + n
+	p := at
+	for i, c := range r.t.Columns {
+		if sz := c.Type.Size(); sz > 0 {
+			if p+sz > end {
+				return false
+			}
+			r.offs[i] = int32(p)
+			p += sz
+			continue
+		}
+		if p+4 > end {
+			return false
+		}
+		l := int32(le.Uint32(r.chunk[p:]))
+		if l >= 0 {
+			if p+4+int(l) > end {
+				return false
+			}
+			r.offs[i] = int32(p)
+			if c.Type == Str && !utf8.Valid(r.chunk[p+4:p+4+int(l)]) {
+				stats.BadUTF8++
+			}
+			p += 4 + int(l)
+			continue
+		}
+		// A dedup back-reference: -l is an offset from the chunk start
+		// (header included) of an earlier [len][bytes] in this chunk.
+		if !r.t.Dedup || l == math.MinInt32 {
+			return false
+		}
+		ref := int(-l) - ChunkHeader
+		if ref < 0 || ref+4 > p || ref+4 > len(r.chunk) {
+			return false
+		}
+		tl := int(int32(le.Uint32(r.chunk[ref:])))
+		if tl < 0 || ref+4+tl > at-4 { // must end before this row starts
+			return false
+		}
+		r.offs[i] = int32(ref)
+		p += 4
+	}
+	return p == end
+}
+
+// Int64 returns an I64, I32, U8 or U32 column as int64.
+func (r *Row) Int64(i int) int64 {
+	o := r.offs[i]
+	switch r.t.Columns[i].Type {
+	case I64:
+		return int64(le.Uint64(r.chunk[o:]))
+	case I32:
+		return int64(int32(le.Uint32(r.chunk[o:])))
+	case U32:
+		return int64(le.Uint32(r.chunk[o:]))
+	case U8:
+		return int64(r.chunk[o])
+	case U64:
+		return int64(le.Uint64(r.chunk[o:]))
+	}
+	return 0
+}
+
+// Uint64 returns a U64 column.
+func (r *Row) Uint64(i int) uint64 { return le.Uint64(r.chunk[r.offs[i]:]) }
+
+// Float64 returns an F64 or F32 column as float64.
+func (r *Row) Float64(i int) float64 {
+	o := r.offs[i]
+	if r.t.Columns[i].Type == F32 {
+		return float64(math.Float32frombits(le.Uint32(r.chunk[o:])))
+	}
+	return math.Float64frombits(le.Uint64(r.chunk[o:]))
+}
+
+// BytesAt returns a Str or Bytes column; the slice is valid during the
+// callback only.
+func (r *Row) BytesAt(i int) []byte {
+	o := int(r.offs[i])
+	n := int(le.Uint32(r.chunk[o:]))
+	return r.chunk[o+4 : o+4+n]
+}
+
+// String returns a Str column (copied).
+func (r *Row) String(i int) string { return string(r.BytesAt(i)) }
+
+// Value returns column i as a Go value: int64, uint64, float64, string or
+// []byte (copied).
+func (r *Row) Value(i int) any {
+	switch r.t.Columns[i].Type {
+	case U64:
+		return r.Uint64(i)
+	case F32, F64:
+		return r.Float64(i)
+	case Str:
+		return r.String(i)
+	case Bytes:
+		return append([]byte(nil), r.BytesAt(i)...)
+	}
+	return r.Int64(i)
+}
