@@ -1220,31 +1220,23 @@ func (a *analysis) oldestPending(g *group, ranks []int, lists map[int][]*Entry) 
 // frTraceNote compares our verdict on a group with fr_trace's first block.
 func frTraceNote(par *ParityResult, pr *PGReport) *FRTraceNote {
 	n := &FRTraceNote{Verdict: VerdictOK}
-	if par.Aborted != "" && par.FirstProblem(pr.guid) == nil {
-		n.Verdict = "ABORTED"
-		n.Header = par.Aborted
-	}
-	if b := par.FirstProblem(pr.guid); b != nil {
-		n.Header = b.Header
-		n.Verdict = blockVerdict(b)
-		n.MissingRanks = b.MissingRanks
-		n.CulpritRanks = b.Culprits()
+	b := par.FirstProblem(pr.guid)
+	switch {
+	case b != nil:
+		n.Header, n.Verdict = b.Header, blockVerdict(b)
+		n.MissingRanks, n.CulpritRanks = b.MissingRanks, b.Culprits()
 		if b.Kind == BlockMissingRanks {
 			n.CulpritRanks = b.MissingRanks
 		}
+	case par.Aborted != "":
+		n.Verdict, n.Header = "ABORTED", par.Aborted
 	}
-	if b := par.FirstProblem(pr.guid); b != nil && b.Kind == BlockCannotDecide {
+	if b != nil && b.Kind == BlockCannotDecide {
 		// fr_trace's "missing" ranks here are the ones without a dump.
 		n.Agrees = pr.Verdict == "UNDECIDED" && slices.Equal(n.MissingRanks, nonNil(pr.MissingDumps))
-		if !n.Agrees {
-			n.Why = whyDifferent(n, pr)
-		}
-		return n
-	}
-	n.Agrees = n.Verdict == pr.Verdict && slices.Equal(n.MissingRanks, nonNil(pr.MissingRanks)) &&
-		(n.Verdict == VerdictOK || slices.Equal(n.CulpritRanks, nonNil(pr.CulpritRanks)))
-	if len(n.MissingRanks) == 0 && len(pr.MissingRanks) == 0 {
-		n.Agrees = n.Verdict == pr.Verdict && (n.Verdict == VerdictOK || n.Verdict == "UNDECIDED" || slices.Equal(n.CulpritRanks, nonNil(pr.CulpritRanks)))
+	} else {
+		n.Agrees = n.Verdict == pr.Verdict && slices.Equal(n.MissingRanks, nonNil(pr.MissingRanks)) &&
+			(n.Verdict == VerdictOK || n.Verdict == "UNDECIDED" || slices.Equal(n.CulpritRanks, nonNil(pr.CulpritRanks)))
 	}
 	if !n.Agrees {
 		n.Why = whyDifferent(n, pr)
