@@ -170,85 +170,188 @@ type chunkRef struct {
 	gen   uint64
 }
 
-// Scan calls fn for every committed row, oldest chunk first, until fn
-// returns false. Rows stay valid only during the call. A file that shrinks
-// under the scan ends it with an error instead of a crash.
-func (t *Table) Scan(opt ScanOptions, fn func(*Row) bool) (stats ScanStats, err error) {
+// Chunk is one chunk's committed rows, copied out of the ring.
+type Chunk struct {
+	// Payload is the chunk's bytes after its header. Offsets holds, for
+	// row r and column c, the offset in Payload of the value at
+	// Offsets[r*len(Columns)+c] (for Str and Bytes: of its 4-byte length;
+	// dedup back-references are already resolved).
+	Payload []byte
+	Offsets []int32
+	Rows    int
+	// MinTs and MaxTs are the chunk header's timestamp range.
+	MinTs, MaxTs int64
+}
+
+// MaxRows bounds the rows one chunk can hold, so a caller can size
+// Chunk.Offsets once (capacity MaxRows*len(Columns)) and never reallocate.
+func (t *Table) MaxRows() int {
+	min := 4
+	for _, c := range t.Columns {
+		if sz := c.Type.Size(); sz > 0 {
+			min += sz
+		} else {
+			min += 4
+		}
+	}
+	return (t.Geometry.ChunkSize-ChunkHeader)/min + 1
+}
+
+// ChunkIter walks a table's committed chunks oldest first, a chunk at a
+// time: the SQL engine hands whole chunks to SQLite, and a chunk is the
+// unit the generation check protects.
+type ChunkIter struct {
+	t     *Table
+	opt   ScanOptions
+	order []chunkRef
+	next  int
+	stats ScanStats
+	err   error
+}
+
+// Chunks starts an iteration. The order is fixed now: chunks recycled
+// after this call are skipped as torn, which keeps rows in time order.
+func (t *Table) Chunks(opt ScanOptions) *ChunkIter {
+	it := &ChunkIter{t: t, opt: opt}
+	it.guard(func() {
+		g := t.Geometry
+		for i := 0; i < g.NumChunks; i++ {
+			c := g.ChunkOffset(i)
+			if gen := t.u64(c + chGeneration); gen != 0 && t.u32(c+chRowCount) > 0 {
+				it.order = append(it.order, chunkRef{i, gen})
+			}
+		}
+	})
+	sort.Slice(it.order, func(a, b int) bool {
+		if it.order[a].gen != it.order[b].gen {
+			return it.order[a].gen < it.order[b].gen
+		}
+		return it.order[a].index < it.order[b].index
+	})
+	return it
+}
+
+// Stats says what the iteration saw so far.
+func (it *ChunkIter) Stats() ScanStats { return it.stats }
+
+// Err is the error that ended the iteration early, if any.
+func (it *ChunkIter) Err() error { return it.err }
+
+// guard turns a fault on the mapping (the file shrank under us) into an
+// error instead of a crash.
+func (it *ChunkIter) guard(fn func()) {
 	old := debug.SetPanicOnFault(true)
 	defer func() {
 		debug.SetPanicOnFault(old)
 		if r := recover(); r != nil {
-			err = fmt.Errorf("memt: %s changed under the reader (truncated?): %v", t.Path, r)
+			it.err = fmt.Errorf("memt: %s changed under the reader (truncated?): %v", it.t.Path, r)
 		}
 	}()
-	g := t.Geometry
-	var order []chunkRef
-	for i := 0; i < g.NumChunks; i++ {
-		c := g.ChunkOffset(i)
-		if gen := t.u64(c + chGeneration); gen != 0 && t.u32(c+chRowCount) > 0 {
-			order = append(order, chunkRef{i, gen})
+	fn()
+}
+
+// Next fills c with the next chunk that has rows and reports whether there
+// was one. c's slices are reused when their capacity allows.
+func (it *ChunkIter) Next(c *Chunk) bool {
+	for it.err == nil && it.next < len(it.order) {
+		ref := it.order[it.next]
+		it.next++
+		ok := false
+		it.guard(func() { ok = it.copyChunk(ref, c) })
+		if it.err != nil {
+			return false
+		}
+		if ok && c.Rows > 0 {
+			return true
 		}
 	}
-	sort.Slice(order, func(a, b int) bool {
-		if order[a].gen != order[b].gen {
-			return order[a].gen < order[b].gen
+	return false
+}
+
+func (it *ChunkIter) copyChunk(ref chunkRef, out *Chunk) bool {
+	t, g := it.t, it.t.Geometry
+	c := g.ChunkOffset(ref.index)
+	if t.u32(c+chState) == stateEmpty {
+		return false
+	}
+	g1 := t.u64(c + chGeneration)
+	if g1 != ref.gen {
+		// Recycled since the order was fixed: its rows are now newer than
+		// the chunks still to come, so it is dropped to keep the scan in
+		// order (a later scan reads it).
+		it.stats.Torn++
+		return false
+	}
+	lo, hi := int64(t.u64(c+chMinTs)), int64(t.u64(c+chMaxTs))
+	if (it.opt.MinTs != 0 || it.opt.MaxTs != 0) && t.TsCol > 0 {
+		if hi < it.opt.MinTs || (it.opt.MaxTs != 0 && lo > it.opt.MaxTs) {
+			it.stats.Pruned++
+			return false
 		}
-		return order[a].index < order[b].index
-	})
-	row := &Row{t: t, offs: make([]int32, len(t.Columns))}
-	var buf []byte
-	for _, ref := range order {
-		c := g.ChunkOffset(ref.index)
-		if t.u32(c+chState) == stateEmpty {
-			continue
+	}
+	used := int(t.u32(c + chUsed))
+	if used > g.ChunkSize-ChunkHeader || t.u32(c+chState) > stateSealed {
+		it.stats.Invalid++
+		return false
+	}
+	buf := append(out.Payload[:0], t.m[c+ChunkHeader:c+ChunkHeader+used]...)
+	out.Payload = buf
+	if t.u32(c+chState) == stateEmpty || t.u64(c+chGeneration) != g1 {
+		it.stats.Torn++ // recycled while we copied
+		return false
+	}
+	it.stats.Chunks++
+	out.MinTs, out.MaxTs = lo, hi
+	nc := len(t.Columns)
+	offs := out.Offsets[:0]
+	rows := 0
+	for p := 0; p < len(buf); {
+		if len(buf)-p < 4 {
+			it.stats.Invalid++
+			break
 		}
-		g1 := t.u64(c + chGeneration)
-		if g1 != ref.gen {
-			// Recycled since the scan ordered the chunks: its rows are now
-			// newer than the chunks still to come, so it is dropped to keep
-			// the scan in order (a later scan reads it).
-			stats.Torn++
-			continue
+		n := int(le.Uint32(buf[p:]))
+		if n > len(buf)-p-4 {
+			it.stats.Invalid++
+			break
 		}
-		if opt.MinTs != 0 || opt.MaxTs != 0 {
-			if t.TsCol > 0 {
-				lo, hi := int64(t.u64(c+chMinTs)), int64(t.u64(c+chMaxTs))
-				if hi < opt.MinTs || (opt.MaxTs != 0 && lo > opt.MaxTs) {
-					stats.Pruned++
-					continue
-				}
-			}
+		k := len(offs)
+		if cap(offs)-k < nc {
+			offs = append(offs, make([]int32, nc)...)
+		} else {
+			offs = offs[:k+nc]
 		}
-		used := int(t.u32(c + chUsed))
-		if used > g.ChunkSize-ChunkHeader || t.u32(c+chState) > stateSealed {
-			stats.Invalid++
-			continue
+		if !parseRow(t, buf, p+4, n, offs[k:], &it.stats) {
+			offs = offs[:k]
+			it.stats.Invalid++
+			break
 		}
-		buf = append(buf[:0], t.m[c+ChunkHeader:c+ChunkHeader+used]...)
-		if t.u32(c+chState) == stateEmpty || t.u64(c+chGeneration) != g1 {
-			stats.Torn++ // recycled while we copied
-			continue
-		}
-		stats.Chunks++
-		row.chunk = buf
-		for p := 0; p < len(buf); {
-			if len(buf)-p < 4 {
-				stats.Invalid++
-				break
-			}
-			n := int(le.Uint32(buf[p:]))
-			if n > len(buf)-p-4 || !row.parse(p+4, n, &stats) {
-				stats.Invalid++
-				break
-			}
-			stats.Rows++
+		rows++
+		p += 4 + n
+	}
+	out.Offsets, out.Rows = offs, rows
+	it.stats.Rows += rows
+	return true
+}
+
+// Scan calls fn for every committed row, oldest chunk first, until fn
+// returns false. Rows stay valid only during the call. A file that shrinks
+// under the scan ends it with an error instead of a crash.
+func (t *Table) Scan(opt ScanOptions, fn func(*Row) bool) (ScanStats, error) {
+	it := t.Chunks(opt)
+	var c Chunk
+	row := &Row{t: t}
+	nc := len(t.Columns)
+	for it.Next(&c) {
+		row.chunk = c.Payload
+		for r := 0; r < c.Rows; r++ {
+			row.offs = c.Offsets[r*nc : (r+1)*nc]
 			if !fn(row) {
-				return stats, nil
+				return it.Stats(), it.Err()
 			}
-			p += 4 + n
 		}
 	}
-	return stats, nil
+	return it.Stats(), it.Err()
 }
 
 // Row is one decoded row; its accessors take a column index.
@@ -258,29 +361,29 @@ type Row struct {
 	offs  []int32 // per column: offset in chunk of the value (for Str/Bytes: of its length)
 }
 
-// parse locates every column of the row at chunk[at:at+n].
-func (r *Row) parse(at, n int, stats *ScanStats) bool {
+// parseRow locates every column of the row at chunk[at:at+n] into offs.
+func parseRow(t *Table, chunk []byte, at, n int, offs []int32, stats *ScanStats) bool {
 	end := at + n
 	p := at
-	for i, c := range r.t.Columns {
+	for i, c := range t.Columns {
 		if sz := c.Type.Size(); sz > 0 {
 			if p+sz > end {
 				return false
 			}
-			r.offs[i] = int32(p)
+			offs[i] = int32(p)
 			p += sz
 			continue
 		}
 		if p+4 > end {
 			return false
 		}
-		l := int32(le.Uint32(r.chunk[p:]))
+		l := int32(le.Uint32(chunk[p:]))
 		if l >= 0 {
 			if p+4+int(l) > end {
 				return false
 			}
-			r.offs[i] = int32(p)
-			if c.Type == Str && !utf8.Valid(r.chunk[p+4:p+4+int(l)]) {
+			offs[i] = int32(p)
+			if c.Type == Str && !utf8.Valid(chunk[p+4:p+4+int(l)]) {
 				stats.BadUTF8++
 			}
 			p += 4 + int(l)
@@ -288,18 +391,18 @@ func (r *Row) parse(at, n int, stats *ScanStats) bool {
 		}
 		// A dedup back-reference: -l is an offset from the chunk start
 		// (header included) of an earlier [len][bytes] in this chunk.
-		if !r.t.Dedup || l == math.MinInt32 {
+		if !t.Dedup || l == math.MinInt32 {
 			return false
 		}
 		ref := int(-l) - ChunkHeader
-		if ref < 0 || ref+4 > p || ref+4 > len(r.chunk) {
+		if ref < 0 || ref+4 > p || ref+4 > len(chunk) {
 			return false
 		}
-		tl := int(int32(le.Uint32(r.chunk[ref:])))
+		tl := int(int32(le.Uint32(chunk[ref:])))
 		if tl < 0 || ref+4+tl > at-4 { // must end before this row starts
 			return false
 		}
-		r.offs[i] = int32(ref)
+		offs[i] = int32(ref)
 		p += 4
 	}
 	return p == end
