@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/edsrzf/mmap-go v1.2.0
 	github.com/mark3labs/mcp-go v1.2.1
+	github.com/mattn/go-sqlite3 v1.14.53
 )
 
 require (

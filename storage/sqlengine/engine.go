@@ -1,0 +1,326 @@
+// Package sqlengine runs read-only SQL over what the agents recorded: every
+// MEMT ring in the data dir appears as schema.table (python.comm_collective),
+// rows of all local processes unioned with tag columns naming the writer
+// (_pid, _rank, …, Probing's federation tag names), plus the documentation
+// tables probing.table_docs / probing.column_docs / probing.rings and, when
+// it exists, the persisted history as history.*.
+//
+// Each query gets a fresh in-memory SQLite connection: the data dir is
+// listed again, so new processes and new rows up to the moment the query
+// runs are visible, and nothing leaks between queries. Rings are SQLite
+// virtual tables served from chunk copies (vtab.c). Read-only is enforced
+// by SQLite's authorizer, not by parsing the SQL.
+package sqlengine
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	sqlite3 "github.com/mattn/go-sqlite3"
+
+	"github.com/probing-mcp/probing-mcp/storage"
+)
+
+// Limits for query results, as Probing's MCP tools have them.
+const (
+	DefaultLimit = 200
+	MaxLimit     = 1000
+)
+
+// Options configure an Engine.
+type Options struct {
+	DataDir string
+	// HistoryPath is the persisted history database, attached read-only as
+	// schema "history" when the file exists. Empty: none.
+	HistoryPath string
+	// Timeout bounds one query (default 20 s). Cancellation interrupts
+	// SQLite mid-statement.
+	Timeout time.Duration
+	// MaxCellBytes cuts longer text and blob cells (default 4096), so one
+	// stack-trace column cannot flood an LLM's context.
+	MaxCellBytes int
+	// Host fills the _host tag (default: os.Hostname).
+	Host string
+}
+
+// Engine answers SQL over a data dir. It is safe for concurrent use.
+type Engine struct {
+	opt Options
+}
+
+// New returns an engine over opt.DataDir.
+func New(opt Options) (*Engine, error) {
+	if err := register(); err != nil {
+		return nil, err
+	}
+	if opt.Timeout <= 0 {
+		opt.Timeout = 20 * time.Second
+	}
+	if opt.MaxCellBytes <= 0 {
+		opt.MaxCellBytes = 4096
+	}
+	if opt.Host == "" {
+		opt.Host, _ = os.Hostname()
+	}
+	return &Engine{opt: opt}, nil
+}
+
+// DataDir is the directory the engine reads.
+func (e *Engine) DataDir() string { return e.opt.DataDir }
+
+// ClampLimit applies the default and the maximum to a requested row limit.
+func ClampLimit(limit int) int {
+	switch {
+	case limit <= 0:
+		return DefaultLimit
+	case limit > MaxLimit:
+		return MaxLimit
+	}
+	return limit
+}
+
+// Error is a query the engine refused or SQLite rejected; its message is
+// written for the person (or model) who wrote the SQL.
+type Error struct {
+	Kind string // "empty", "multiple", "read_only", "sql", "timeout", "canceled"
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// session is one connection prepared for one query.
+type session struct {
+	conn    *sqlite3.SQLiteConn
+	inv     *storage.Inventory
+	sources []*source
+	q       *scanQuality
+	denied  string
+	skipped []storage.Problem
+}
+
+var driverOnce sync.Once
+var drv *sqlite3.SQLiteDriver
+
+func (e *Engine) open(ctx context.Context, withDocs bool) (*session, error) {
+	inv, err := storage.Discover(e.opt.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	driverOnce.Do(func() { drv = &sqlite3.SQLiteDriver{} })
+	c, err := drv.Open(":memory:")
+	if err != nil {
+		return nil, fmt.Errorf("sqlengine: opening SQLite: %w", err)
+	}
+	s := &session{conn: c.(*sqlite3.SQLiteConn), inv: inv, q: &scanQuality{}}
+	if err := s.setup(e, withDocs); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *session) exec(q string, args ...driver.Value) error {
+	_, err := s.conn.Exec(q, args)
+	return err
+}
+
+// maxSchemas leaves SQLite's limit of 10 attached databases room for
+// probing and history.
+const maxSchemas = 8
+
+func (s *session) setup(e *Engine, withDocs bool) error {
+	// Group rings into tables, case-insensitively as SQLite names are.
+	type key struct{ schema, table string }
+	groups := map[key]*source{}
+	var order []key
+	schemas := map[string]string{} // lower → spelling
+	var schemaOrder []string
+	ids := map[int]storage.Identity{}
+	for _, p := range s.inv.Processes {
+		id := p.Identity
+		if id.Host == "" {
+			id.Host = e.opt.Host
+		}
+		ids[p.PID] = id
+	}
+	for _, r := range s.inv.Rings() {
+		ls := strings.ToLower(r.Schema)
+		if ls == "main" || ls == "temp" || ls == "probing" || ls == "history" {
+			s.skipped = append(s.skipped, storage.Problem{Path: r.Path, Problem: fmt.Sprintf("schema name %q is reserved; ring not queryable", r.Schema)})
+			continue
+		}
+		if _, ok := schemas[ls]; !ok {
+			if len(schemas) == maxSchemas {
+				s.skipped = append(s.skipped, storage.Problem{Path: r.Path, Problem: fmt.Sprintf("more than %d schemas in the data dir; schema %q not queryable", maxSchemas, r.Schema)})
+				continue
+			}
+			schemas[ls] = r.Schema
+			schemaOrder = append(schemaOrder, ls)
+		}
+		k := key{ls, strings.ToLower(r.Table)}
+		src := groups[k]
+		if src == nil {
+			src = &source{schema: schemas[ls], table: r.Table, tsCol: -1, q: s.q}
+			groups[k] = src
+			order = append(order, k)
+		}
+		src.addRing(r, ids[r.PID])
+	}
+	for _, ls := range schemaOrder {
+		if err := s.exec(`ATTACH DATABASE ':memory:' AS ` + quoteIdent(schemas[ls])); err != nil {
+			return fmt.Errorf("sqlengine: attaching schema %s: %w", schemas[ls], err)
+		}
+	}
+	for _, k := range order {
+		src := groups[k]
+		h := newSourceHandle(src)
+		s.sources = append(s.sources, src)
+		q := fmt.Sprintf("CREATE VIRTUAL TABLE %s.%s USING memt(%d)", quoteIdent(src.schema), quoteIdent(src.table), h)
+		if err := s.exec(q); err != nil {
+			return fmt.Errorf("sqlengine: table %s.%s: %w", src.schema, src.table, err)
+		}
+	}
+	if e.opt.HistoryPath != "" {
+		if _, err := os.Stat(e.opt.HistoryPath); err == nil {
+			uri := "file:" + escapeURIPath(e.opt.HistoryPath) + "?mode=ro"
+			if err := s.exec(`ATTACH DATABASE ? AS history`, uri); err != nil {
+				s.skipped = append(s.skipped, storage.Problem{Path: e.opt.HistoryPath, Problem: "history not attached: " + err.Error()})
+			}
+		}
+	}
+	if withDocs {
+		if err := s.createDocs(); err != nil {
+			return err
+		}
+	}
+	// From here on, only reads.
+	s.conn.RegisterAuthorizer(s.authorize)
+	return nil
+}
+
+// escapeURIPath escapes what a SQLite URI path may not contain raw.
+func escapeURIPath(p string) string {
+	r := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
+	return r.Replace(p)
+}
+
+func (s *session) close() {
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	for _, src := range s.sources {
+		src.close()
+	}
+}
+
+// Query runs one read-only statement and returns at most limit rows
+// (clamped to 1..MaxLimit), with the total row count.
+func (e *Engine) Query(ctx context.Context, sqlText string, limit int) (*Result, error) {
+	if err := checkStatement(sqlText); err != nil {
+		return nil, err
+	}
+	limit = ClampLimit(limit)
+	ctx, cancel := context.WithTimeout(ctx, e.opt.Timeout)
+	defer cancel()
+	s, err := e.open(ctx, mentionsDocs(sqlText))
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	return s.run(ctx, e, sqlText, limit)
+}
+
+func mentionsDocs(q string) bool {
+	return strings.Contains(strings.ToLower(q), "probing")
+}
+
+func (s *session) run(ctx context.Context, e *Engine, sqlText string, limit int) (*Result, error) {
+	rows, err := s.conn.QueryContext(ctx, sqlText, nil)
+	if err != nil {
+		return nil, s.queryError(ctx, e, err)
+	}
+	defer rows.Close()
+	res := &Result{Columns: uniqueColumns(rows.Columns()), Rows: []Row{}}
+	dest := make([]driver.Value, len(res.Columns))
+	total := 0
+	var cellsCut int
+	for {
+		err := rows.Next(dest)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if total > 0 && ctx.Err() != nil {
+				// The rows we have are good; only the count is cut short.
+				res.TotalRowsLowerBound = true
+				break
+			}
+			return nil, s.queryError(ctx, e, err)
+		}
+		total++
+		if total <= limit {
+			row := Row{cols: res.Columns, vals: make([]any, len(dest))}
+			for i, v := range dest {
+				var cut bool
+				row.vals[i], cut = cell(v, e.opt.MaxCellBytes)
+				if cut {
+					cellsCut++
+				}
+			}
+			res.Rows = append(res.Rows, row)
+		}
+	}
+	res.RowCount = len(res.Rows)
+	res.TotalRows = total
+	res.Truncated = total > res.RowCount
+	res.DataQuality = s.quality(cellsCut, e.opt.MaxCellBytes, res.TotalRowsLowerBound)
+	return res, nil
+}
+
+func (s *session) queryError(ctx context.Context, e *Engine, err error) error {
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return &Error{Kind: "timeout", Msg: fmt.Sprintf("query stopped after the %s time limit; narrow it (a WHERE on the timestamp column prunes whole ring chunks) or aggregate", e.opt.Timeout)}
+	case errors.Is(ctx.Err(), context.Canceled):
+		return &Error{Kind: "canceled", Msg: "query canceled"}
+	case s.denied != "":
+		return &Error{Kind: "read_only", Msg: "read-only SQL engine: " + s.denied + " is not allowed; only SELECT, WITH … SELECT, VALUES and EXPLAIN run here"}
+	}
+	msg := "SQL error: " + err.Error()
+	if strings.Contains(msg, "no such table") {
+		msg += "; " + s.tablesHint()
+	}
+	return &Error{Kind: "sql", Msg: msg}
+}
+
+// tablesHint says which ring tables exist, so a wrong name is easy to fix.
+func (s *session) tablesHint() string {
+	if s.inv.Missing {
+		return fmt.Sprintf("the data dir %s does not exist, so no ring tables exist (is PROBING_DATA_DIR the job's?)", s.inv.Base)
+	}
+	var names []string
+	for _, src := range s.sources {
+		names = append(names, src.schema+"."+src.table)
+	}
+	if len(names) == 0 {
+		return fmt.Sprintf("the data dir %s has no ring tables yet", s.inv.Base)
+	}
+	const show = 12
+	more := ""
+	if len(names) > show {
+		more = fmt.Sprintf(" and %d more", len(names)-show)
+		names = names[:show]
+	}
+	return fmt.Sprintf("ring tables in %s: %s%s (documentation tables: probing.table_docs, probing.column_docs, probing.rings)", s.inv.Base, strings.Join(names, ", "), more)
+}
+
+// Tables lists the queryable tables of the data dir right now: schema,
+// table, the processes that wrote it, and its columns.
+func (e *Engine) Inventory() (*storage.Inventory, error) { return storage.Discover(e.opt.DataDir) }
