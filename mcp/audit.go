@@ -15,6 +15,8 @@ import (
 
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/probing-mcp/probing-mcp/storage/history"
 )
 
 // AuditLog appends one JSON line per write-tool call, before the call
@@ -24,6 +26,10 @@ type AuditLog struct {
 	mu   sync.Mutex
 	f    *os.File
 	next atomic.Int64
+	// history, when set, gets a copy of every record so audits can be
+	// queried (history.audit) next to the verdicts. The JSONL file stays
+	// the record that gates a write.
+	history *history.Store
 }
 
 // AuditRecord is one line of the audit log.
@@ -63,7 +69,15 @@ func (a *AuditLog) write(rec AuditRecord) error {
 	if _, err := a.f.Write(append(line, '\n')); err != nil {
 		return err
 	}
-	return a.f.Sync()
+	if err := a.f.Sync(); err != nil {
+		return err
+	}
+	if a.history != nil {
+		args, _ := json.Marshal(map[string]any{"id": rec.ID, "sha256": rec.ArgsSHA256, "bytes": rec.ArgsBytes})
+		_, _ = a.history.AddAudit(history.AuditEntry{Tool: rec.Tool, Phase: rec.Phase, Caller: rec.Caller,
+			Args: args, Outcome: rec.Outcome, Error: rec.Error})
+	}
+	return nil
 }
 
 // argsDigest is the SHA-256 of the arguments as canonical JSON (Go sorts

@@ -238,6 +238,9 @@ type e2eOut struct {
 	Prompts         []e2ePromptInfo   `json:"prompts"`
 	Calls           []e2eCall         `json:"calls"`
 	Prompt          *e2ePrompt        `json:"prompt"`
+	Resources       []e2eResource     `json:"resources"`
+	Templates       []e2eResource     `json:"resource_templates"`
+	Reads           []e2eRead         `json:"reads"`
 	HTTPStatuses    []int             `json:"http_statuses"`
 	StreamErrors    []e2eError        `json:"stream_errors"`
 	Error           *e2eError         `json:"error"`
@@ -283,6 +286,24 @@ type e2ePrompt struct {
 	Description string    `json:"description"`
 	Text        string    `json:"text"`
 	Error       *e2eError `json:"error"`
+}
+
+type e2eResource struct {
+	URI         string `json:"uri"`
+	URITemplate string `json:"uriTemplate"`
+	Name        string `json:"name"`
+	Title       string `json:"title"`
+	MIMEType    string `json:"mimeType"`
+}
+
+type e2eRead struct {
+	URI      string `json:"uri"`
+	Contents []struct {
+		URI      string `json:"uri"`
+		MIMEType string `json:"mimeType"`
+		Text     string `json:"text"`
+	} `json:"contents"`
+	Error *e2eError `json:"error"`
 }
 
 type e2eError struct {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/prompts"
 	"github.com/probing-mcp/probing-mcp/storage"
+	"github.com/probing-mcp/probing-mcp/storage/history"
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 	"github.com/probing-mcp/probing-mcp/tools"
 )
 
@@ -27,7 +30,10 @@ type Config struct {
 	AllowWrite   bool   // PROBING_MCP_ALLOW_WRITE
 	AuditLogPath string // PROBING_MCP_AUDIT_LOG, default <data dir>/mcp-audit.jsonl
 	DataDir      string
-	Env          tools.Env
+	// HistoryPath is the persisted history (PROBING_MCP_HISTORY, default
+	// <data dir>/probing-mcp/history.db; "off" disables it).
+	HistoryPath string
+	Env         tools.Env
 }
 
 // WriteEnabled parses PROBING_MCP_ALLOW_WRITE: 1, true, on or yes (any
@@ -56,6 +62,28 @@ func ConfigFromEnv(getenv func(string) string, version string, level *slog.Level
 		}
 		maxFile = n
 	}
+	cfg.HistoryPath = strings.TrimSpace(getenv("PROBING_MCP_HISTORY"))
+	switch cfg.HistoryPath {
+	case "":
+		cfg.HistoryPath = history.DefaultPath(cfg.DataDir)
+	case "off":
+		cfg.HistoryPath = ""
+	}
+	timeout := 20 * time.Second
+	if v := strings.TrimSpace(getenv("PROBING_MCP_QUERY_TIMEOUT")); v != "" {
+		d, err := time.ParseDuration(v)
+		if n, nerr := strconv.Atoi(v); nerr == nil {
+			d, err = time.Duration(n)*time.Second, nil
+		}
+		if err != nil || d <= 0 {
+			return cfg, fmt.Errorf("PROBING_MCP_QUERY_TIMEOUT=%q: want a duration such as 20s or a number of seconds", v)
+		}
+		timeout = d
+	}
+	engine, err := sqlengine.New(sqlengine.Options{DataDir: cfg.DataDir, HistoryPath: cfg.HistoryPath, Timeout: timeout})
+	if err != nil {
+		return cfg, err
+	}
 	wd, err := os.Getwd()
 	if err != nil {
 		wd = "."
@@ -65,6 +93,7 @@ func ConfigFromEnv(getenv func(string) string, version string, level *slog.Level
 		MaxFileBytes: maxFile,
 		LogLevel:     level,
 		Logger:       logger,
+		SQL:          engine,
 	}
 	return cfg, nil
 }
@@ -82,6 +111,17 @@ func ParseLogLevel(v string) (slog.Level, error) {
 // tests), gated and audited, the prompts, and instructions generated from
 // what was registered.
 func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer, error) {
+	if cfg.HistoryPath != "" && cfg.Env.History == nil {
+		// History is worth having, not worth refusing to start over: a
+		// read-only or full data dir still leaves every tool usable.
+		h, err := history.Open(cfg.HistoryPath, history.Options{})
+		if err != nil {
+			logger.Warn("persisted history unavailable; verdicts will not be recorded", "path", cfg.HistoryPath, "err", err)
+		} else {
+			cfg.Env.History = h
+			logger.Debug("persisted history", "path", h.Path(), "mode", h.Mode().String())
+		}
+	}
 	defs := append(tools.All(&cfg.Env), extra...)
 	var audit *AuditLog
 	if cfg.AllowWrite {
@@ -89,6 +129,7 @@ func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer
 		if audit, err = OpenAuditLog(cfg.AuditLogPath); err != nil {
 			return nil, fmt.Errorf("writes are enabled (PROBING_MCP_ALLOW_WRITE) but the audit log cannot be opened: %w", err)
 		}
+		audit.history = cfg.Env.History
 	}
 	reg, err := newRegistry(defs, cfg.AllowWrite, audit, logger)
 	if err != nil {
@@ -98,6 +139,7 @@ func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer
 		server.WithInstructions(reg.instructions()),
 		server.WithToolCapabilities(false),
 		server.WithPromptCapabilities(false),
+		server.WithResourceCapabilities(false, false),
 		server.WithRecovery(),
 		server.WithLogger(logger),
 		server.WithToolHandlerMiddleware(logCalls(logger)),
@@ -106,6 +148,10 @@ func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer
 		s.AddTool(d.Tool, d.Handler)
 	}
 	s.AddPrompts(prompts.All(reg.names())...)
+	if res, tmpls := tools.SchemaResources(&cfg.Env); len(res) > 0 {
+		s.AddResources(res...)
+		s.AddResourceTemplates(tmpls...)
+	}
 	return s, nil
 }
 

@@ -2,13 +2,16 @@ package tools
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/storage/history"
 )
 
 // AnalyzeFlightRecorderParams are the arguments of analyze_flight_recorder.
@@ -38,6 +41,8 @@ type AnalyzeFlightRecorderResult struct {
 	FRTrace        FRTraceView     `json:"fr_trace"`
 	DataQuality    DataQualityView `json:"data_quality"`
 	Hint           string          `json:"hint,omitempty"`
+	// HistoryID is the row of history.diagnoses this verdict was stored as.
+	HistoryID int64 `json:"history_id,omitempty"`
 }
 
 // RankView says which ranks were analysed.
@@ -149,7 +154,43 @@ func runAnalyzeFlightRecorder(env *Env, p AnalyzeFlightRecorderParams) (AnalyzeF
 		return res, userErrorf("%v", err)
 	}
 	rep := fr.AnalyzeLoaded(loaded, fr.Options{PG: p.PG, Ranks: ranks})
-	return viewReport(rep, full, p.Offset, p.Limit), nil
+	res = viewReport(rep, full, p.Offset, p.Limit)
+	if p.Offset == 0 { // later pages are the same analysis
+		res.HistoryID = recordDiagnosis(env, p, rep, res)
+	}
+	return res, nil
+}
+
+// recordDiagnosis keeps the verdict in the persisted history (queryable as
+// history.diagnoses after the job and this server are gone). The bounded
+// summary view is stored, not the whole report. Failing to record is
+// logged, never a reason to withhold the answer.
+func recordDiagnosis(env *Env, p AnalyzeFlightRecorderParams, rep *fr.Report, view AnalyzeFlightRecorderResult) int64 {
+	if env.History == nil {
+		return 0
+	}
+	inputs, _ := json.Marshal(p)
+	report, err := json.Marshal(view)
+	if err != nil {
+		return 0
+	}
+	var culprits []int
+	for _, pr := range rep.ProcessGroups {
+		culprits = append(culprits, pr.CulpritRanks...)
+	}
+	verdict := rep.Verdict
+	if line, _, _ := strings.Cut(rep.Summary, "\n"); line != "" {
+		verdict += ": " + line
+	}
+	id, err := env.History.AddDiagnosis(history.Diagnosis{Kind: "flight_recorder", Inputs: inputs, Verdict: verdict,
+		CulpritRanks: rankset.Format(culprits), Report: report})
+	if err != nil {
+		if env.Logger != nil {
+			env.Logger.Warn("diagnosis not recorded in history", "err", err)
+		}
+		return 0
+	}
+	return id
 }
 
 // viewReport pages and condenses a report. In summary mode only groups with

@@ -11,6 +11,9 @@ import (
 
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/probing-mcp/probing-mcp/storage/history"
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
 // Env is what the tools need from the server that hosts them.
@@ -22,6 +25,11 @@ type Env struct {
 	// LogLevel is the server's live log level (set_config changes it).
 	LogLevel *slog.LevelVar
 	Logger   *slog.Logger
+	// SQL answers query and describe_tables; nil leaves them out.
+	SQL *sqlengine.Engine
+	// History persists verdicts and captures; nil when it cannot be
+	// opened (the tools still answer, they just do not record).
+	History *history.Store
 }
 
 // Def is one tool and how the server must treat it.
@@ -37,10 +45,11 @@ type Def struct {
 
 // All returns every tool, in the order they are listed and documented.
 func All(env *Env) []Def {
-	return []Def{
-		analyzeFlightRecorder(env),
-		setConfig(env),
+	defs := []Def{analyzeFlightRecorder(env)}
+	if env.SQL != nil {
+		defs = append(defs, queryTool(env), describeTables(env))
 	}
+	return append(defs, setConfig(env))
 }
 
 // hints sets all four annotation hints: mcp-go's defaults claim every tool

@@ -3,6 +3,7 @@
 //
 //	probing-mcp serve [--http ADDR]     MCP over stdio, or Streamable HTTP at ADDR/mcp
 //	probing-mcp analyze PATH... [--json] verdict from Flight Recorder dumps
+//	probing-mcp query SQL [--data-dir DIR] [--json]  read-only SQL over the rings
 //	probing-mcp version
 //
 // This file only wires flags to the packages that do the work.
@@ -65,6 +66,9 @@ Usage:
   probing-mcp analyze PATH... [--json] [--prefix P] [--pg NAME] [--ranks 0-3] [--verbose]
       Analyse Flight Recorder dumps (files or directories): which process
       group, collective and ranks hang or disagree.
+  probing-mcp query SQL [--data-dir DIR] [--json] [--limit N]
+      Read-only SQL over the ring tables the training processes recorded
+      (live or left behind by a dead job), as the MCP query tool runs it.
   probing-mcp version
 
 Run "probing-mcp COMMAND --help" for a command's flags.
@@ -80,6 +84,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args[1:], stderr)
 	case "analyze", "analyse":
 		return analyze(args[1:], stdout, stderr)
+	case "query":
+		return query(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "probing-mcp", versionString())
 		return 0

@@ -11,6 +11,7 @@ Scenarios (every one initializes and reports the instructions):
   stdio-list   --server BIN                      list tools and prompts
   stdio-call   --server BIN --call NAME JSON...  call tools, in order, in one session
   stdio-prompt --server BIN --prompt NAME [--prompt-args JSON]  list prompts, get one
+  any scenario + --read URI...                  read resources, after the calls
   http-list    --url URL [--header 'K: V']...
   http-call    --url URL [--header 'K: V']... --call NAME JSON...
 A list scenario may also be given --call and --prompt, which run after the
@@ -67,6 +68,27 @@ async def list_all(session: ClientSession, out: dict[str, Any]) -> None:
     with anyio.fail_after(STEP_TIMEOUT):
         prompts = await session.list_prompts()
     out["prompts"] = [dump(p) for p in prompts.prompts]
+    if out.get("capabilities", {}).get("resources") is not None:
+        with anyio.fail_after(STEP_TIMEOUT):
+            resources = await session.list_resources()
+        out["resources"] = [dump(r) for r in resources.resources]
+        with anyio.fail_after(STEP_TIMEOUT):
+            templates = await session.list_resource_templates()
+        out["resource_templates"] = [dump(t) for t in templates.resource_templates]
+
+
+async def read_resources(session: ClientSession, uris: list[str], out: dict[str, Any]) -> None:
+    results = out.setdefault("reads", [])
+    for uri in uris:
+        rec: dict[str, Any] = {"uri": uri}
+        results.append(rec)
+        try:
+            with anyio.fail_after(STEP_TIMEOUT):
+                res = await session.read_resource(uri)
+        except Exception as exc:
+            rec["error"] = error_info(exc)
+            continue
+        rec["contents"] = [dump(c) for c in res.contents]
 
 
 async def call_tools(session: ClientSession, calls: list[tuple[str, Any]], out: dict[str, Any]) -> None:
@@ -116,6 +138,8 @@ async def run_session(session: ClientSession, args: argparse.Namespace, out: dic
         await call_tools(session, args.calls, out)
     if args.prompt:
         await get_prompt(session, args.prompt, args.prompt_args, out)
+    if args.read:
+        await read_resources(session, args.read, out)
 
 
 def message_handler(out: dict[str, Any]) -> Any:
@@ -179,13 +203,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--call", nargs=2, action="append", default=[], metavar=("TOOL", "JSON"),
                    help="call TOOL with the JSON object of arguments (repeatable; calls run in order)")
     p.add_argument("--prompt", help="prompt to get (stdio-prompt)")
+    p.add_argument("--read", action="append", default=[], metavar="URI", help="resource to read (repeatable)")
     p.add_argument("--prompt-args", default="{}", help="JSON object of prompt arguments")
     args = p.parse_args(argv)
     if args.scenario.startswith("stdio-") and not args.server:
         p.error(f"{args.scenario} needs --server")
     if args.scenario.startswith("http-") and not args.url:
         p.error(f"{args.scenario} needs --url")
-    if args.scenario.endswith("-call") and not args.call:
+    if args.scenario.endswith("-call") and not args.call and not args.read:
         p.error(f"{args.scenario} needs at least one --call")
     if args.scenario.endswith("-prompt") and not args.prompt:
         p.error(f"{args.scenario} needs --prompt")

@@ -1,0 +1,185 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	mcplib "github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
+)
+
+// QueryParams are the arguments of query (Probing's names).
+type QueryParams struct {
+	SQL   string `json:"sql" jsonschema:"One read-only SQLite SELECT (or WITH … SELECT) over schema.table names, e.g. SELECT _rank, count(*) FROM python.comm_collective GROUP BY _rank. Call describe_tables for tables and columns."`
+	Limit int    `json:"limit,omitempty" jsonschema:"Rows to return: default 200, max 1000. total_rows still counts them all."`
+}
+
+// QueryResult documents the shape of sqlengine.Result for the output
+// schema: rows are objects keyed by column (in column order), which the
+// schema reflector cannot see through Row's custom encoding.
+type QueryResult struct {
+	Columns             []string           `json:"columns"`
+	Rows                []map[string]any   `json:"rows"`
+	RowCount            int                `json:"row_count"`
+	TotalRows           int                `json:"total_rows"`
+	TotalRowsLowerBound bool               `json:"total_rows_lower_bound,omitempty"`
+	Truncated           bool               `json:"truncated"`
+	DataQuality         *sqlengine.Quality `json:"data_quality,omitempty"`
+}
+
+func queryTool(env *Env) Def {
+	tool := mcplib.NewTool("query",
+		mcplib.WithDescription("Run one read-only SQL query over what the training processes on this node recorded: every ring table "+
+			"in the data dir as schema.table (python.comm_collective, python.torch_nccl_flight_record, python.torch_step_timing, nccl.*, …), "+
+			"rows of all local processes unioned with tag columns _pid, _rank, _local_rank, _node_rank, _role, _host; plus probing.table_docs, "+
+			"probing.column_docs, probing.rings and the persisted history as history.*. SQLite dialect. Returns JSON rows bounded by `limit`, "+
+			"total_rows, truncated, and data_quality when rings were unreadable, overwritten or written by dead processes. "+
+			"A WHERE on the timestamp column skips whole ring chunks."),
+		mcplib.WithInputSchema[QueryParams](),
+		mcplib.WithOutputSchema[QueryResult](),
+		hints(true, false, true, false),
+	)
+	h := typed(func(ctx context.Context, p QueryParams) (*sqlengine.Result, error) {
+		if env.SQL == nil {
+			return nil, userErrorf("the SQL engine is not available on this server")
+		}
+		if p.Limit < 0 {
+			return nil, userErrorf("limit %d is negative; pass 1..%d", p.Limit, sqlengine.MaxLimit)
+		}
+		res, err := env.SQL.Query(ctx, p.SQL, p.Limit)
+		return res, sqlUserError(err)
+	})
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
+		Summary: "read-only SQL over the ring tables every local rank records (collectives, step timings, Flight Recorder rows, …) and the history"}
+}
+
+// sqlUserError turns the engine's refusals into errors the model fixes.
+func sqlUserError(err error) error {
+	var qe *sqlengine.Error
+	if errors.As(err, &qe) {
+		msg := qe.Msg
+		if qe.Kind == "sql" && strings.Contains(msg, "no such") {
+			msg += "; call describe_tables to see the tables and columns that exist"
+		}
+		return &UserError{msg: msg}
+	}
+	return err
+}
+
+// DescribeTablesParams are the arguments of describe_tables.
+type DescribeTablesParams struct {
+	Schema string `json:"schema,omitempty" jsonschema:"Only this schema, e.g. python, nccl, cpu, gpu, probing, history"`
+	Table  string `json:"table,omitempty" jsonschema:"Only this table (without schema), e.g. comm_collective"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"Tables to return: default 200, max 1000; columns up to 4x that"`
+}
+
+// DescribeTablesResult documents sqlengine.Description for the schema.
+type DescribeTablesResult struct {
+	Tables  QueryResult `json:"tables"`
+	Columns QueryResult `json:"columns"`
+	Hint    string      `json:"hint,omitempty"`
+}
+
+type describeAnswer struct {
+	*sqlengine.Description
+	Hint string `json:"hint,omitempty"`
+}
+
+func describeTables(env *Env) Def {
+	tool := mcplib.NewTool("describe_tables",
+		mcplib.WithDescription("Document the queryable tables: what a row is, key columns, caveats, whether rings exist on this node now "+
+			"(processes), and every column's type, unit and meaning. Without schema or table only the table list is returned; "+
+			"pass table (and schema) for its columns. Use before writing SQL for query."),
+		mcplib.WithInputSchema[DescribeTablesParams](),
+		mcplib.WithOutputSchema[DescribeTablesResult](),
+		hints(true, false, true, false),
+	)
+	h := typed(func(ctx context.Context, p DescribeTablesParams) (describeAnswer, error) {
+		if env.SQL == nil {
+			return describeAnswer{}, userErrorf("the SQL engine is not available on this server")
+		}
+		schema, table := p.Schema, p.Table
+		if table != "" && schema == "" {
+			if s, t, ok := strings.Cut(table, "."); ok {
+				schema, table = s, t
+			}
+		}
+		d, err := env.SQL.Describe(ctx, schema, table, p.Limit)
+		if err != nil {
+			return describeAnswer{}, sqlUserError(err)
+		}
+		ans := describeAnswer{Description: d}
+		switch {
+		case d.Tables.TotalRows == 0:
+			return ans, userErrorf("no documented or recorded table matches schema %q table %q; call describe_tables without arguments for the list", schema, table)
+		case schema == "" && table == "":
+			ans.Hint = "columns are listed when you pass table (and schema)"
+		}
+		return ans, nil
+	})
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
+		Summary: "what each table and column means, and which tables have data on this node"}
+}
+
+// SchemaResources are probing://schema/catalog and one
+// probing://schema/{schema}/{table} per table, as Probing serves them, plus
+// a template for tables that appear later (new processes).
+func SchemaResources(env *Env) ([]server.ServerResource, []server.ServerResourceTemplate) {
+	if env.SQL == nil {
+		return nil, nil
+	}
+	catalog := mcplib.NewResource("probing://schema/catalog", "schema-catalog",
+		mcplib.WithResourceDescription("Summary of all documented tables"), mcplib.WithMIMEType("application/json"))
+	res := []server.ServerResource{{Resource: catalog, Handler: func(ctx context.Context, req mcplib.ReadResourceRequest) ([]mcplib.ResourceContents, error) {
+		d, err := env.SQL.Describe(ctx, "", "", sqlengine.MaxLimit)
+		if err != nil {
+			return nil, err
+		}
+		return jsonContents(req.Params.URI, d.Tables)
+	}}}
+	read := func(ctx context.Context, req mcplib.ReadResourceRequest) ([]mcplib.ResourceContents, error) {
+		uri := req.Params.URI
+		rest, ok := strings.CutPrefix(uri, "probing://schema/")
+		schema, table, ok2 := strings.Cut(rest, "/")
+		if !ok || !ok2 || schema == "" || table == "" {
+			return nil, fmt.Errorf("invalid schema resource URI: %s", uri)
+		}
+		d, err := env.SQL.Describe(ctx, schema, table, 1)
+		if err != nil {
+			return nil, err
+		}
+		if d.Tables.TotalRows == 0 {
+			return nil, fmt.Errorf("unknown resource URI: %s", uri)
+		}
+		return jsonContents(uri, map[string]any{"table": d.Tables, "columns": d.Columns})
+	}
+	if d, err := env.SQL.Describe(context.Background(), "", "", sqlengine.MaxLimit); err == nil {
+		for _, row := range d.Tables.Rows {
+			s, _ := row.Get("table_schema")
+			t, _ := row.Get("table_name")
+			desc, _ := row.Get("description")
+			name := fmt.Sprintf("%v.%v", s, t)
+			r := mcplib.NewResource(fmt.Sprintf("probing://schema/%v/%v", s, t), name,
+				mcplib.WithResourceDescription(fmt.Sprint(desc)), mcplib.WithMIMEType("application/json"))
+			r.Title = name
+			res = append(res, server.ServerResource{Resource: r, Handler: read})
+		}
+	}
+	tmpl := mcplib.NewResourceTemplate("probing://schema/{schema}/{table}", "schema-table",
+		mcplib.WithTemplateDescription("Columns of one table (any table recorded in the data dir, documented or not)"),
+		mcplib.WithTemplateMIMEType("application/json"))
+	return res, []server.ServerResourceTemplate{{Template: tmpl, Handler: read}}
+}
+
+func jsonContents(uri string, v any) ([]mcplib.ResourceContents, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return []mcplib.ResourceContents{mcplib.TextResourceContents{URI: uri, MIMEType: "application/json", Text: string(b)}}, nil
+}
