@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/probing-mcp/probing-mcp/storage/fsinfo"
 	"github.com/probing-mcp/probing-mcp/storage/memt"
 )
 
@@ -64,6 +65,11 @@ type Inventory struct {
 	Problems  []Problem
 	// Missing: the data dir does not exist (nothing recorded yet).
 	Missing bool
+	// FS names the data dir's file system; NetworkFS is set for NFS,
+	// Lustre and the like, where rings written on another host are not
+	// coherent through mmap and may read stale.
+	FS        string
+	NetworkFS bool
 }
 
 // Rings lists every ring, by schema, table, then pid.
@@ -109,6 +115,7 @@ func Discover(base string) (*Inventory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", base, err)
 	}
+	inv.FS, inv.NetworkFS, _ = fsinfo.NetworkFS(base)
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid <= 0 || !e.IsDir() {

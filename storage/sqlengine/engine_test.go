@@ -466,3 +466,102 @@ func TestSplitStatements(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentWriterRecyclingWhileQuerying: a writer wraps a small ring
+// again and again while queries scan it; every row a query returns must be
+// whole (its columns agree with each other) and in order.
+func TestConcurrentWriterRecyclingWhileQuerying(t *testing.T) {
+	dir := t.TempDir()
+	w := writeColl(t, dir, 1, 0, 0, memt.Options{ChunkSize: 512, NumChunks: 4, Dedup: true})
+	e := newEngine(t, dir)
+	done := make(chan struct{})
+	wrote := make(chan int)
+	go func() {
+		i := 0
+		for {
+			select {
+			case <-done:
+				wrote <- i
+				return
+			default:
+			}
+			appendColl(t, w, 0, i, i+1)
+			i++
+		}
+	}()
+	var torn int
+	for q := 0; q < 200; q++ {
+		res, err := e.Query(context.Background(), "SELECT timestamp, op, bytes, duration_ms FROM python.comm_collective", MaxLimit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops := []string{"all_reduce", "broadcast", "all_gather"}
+		last := int64(-1)
+		for _, r := range res.Rows {
+			v := r.Values()
+			i := v[0].(int64) - 1_000_000
+			if v[1] != ops[i%3] || v[2].(int64) != 1024*(i+1) || v[3].(float64) != float64(i)/4 {
+				t.Fatalf("query %d: torn row %v", q, v)
+			}
+			if i <= last {
+				t.Fatalf("query %d: row %d after %d", q, i, last)
+			}
+			last = i
+		}
+		if res.DataQuality != nil {
+			torn += res.DataQuality.ChunksTorn
+		}
+	}
+	close(done)
+	n := <-wrote
+	t.Logf("%d rows written during 200 queries; %d chunks skipped as torn", n, torn)
+	if n < 100 {
+		t.Fatalf("the writer barely ran (%d rows): the test proved nothing", n)
+	}
+}
+
+// TestFileShrinkingUnderTheEngine: a ring truncated after the data dir was
+// listed is reported, and the other processes' rows still come back.
+func TestFileShrinkingUnderTheEngine(t *testing.T) {
+	dir := t.TempDir()
+	writeColl(t, dir, 1, 0, 20, memt.Options{ChunkSize: 1024, NumChunks: 4})
+	writeColl(t, dir, 2, 1, 30, memt.Options{ChunkSize: 1024, NumChunks: 4})
+	e := newEngine(t, dir)
+	s, err := e.open(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	if err := os.Truncate(filepath.Join(dir, "1", "python.comm_collective"), 300); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.run(context.Background(), e, "SELECT count(*) AS n FROM python.comm_collective", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := res.Rows[0].Get("n"); v.(int64) != 30 {
+		t.Fatalf("%v rows, want the 30 of the intact ring", v)
+	}
+	q := res.DataQuality
+	if q == nil || !q.Partial || len(q.Problems) != 1 || !strings.Contains(q.Problems[0].Problem, "header describes") {
+		t.Fatalf("quality %+v", q)
+	}
+}
+
+func TestUnreadableDirectory(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("running as root: permissions do not stop reads, so an unreadable directory cannot be made")
+	}
+	dir := t.TempDir()
+	writeColl(t, dir, 1, 0, 5, memt.Options{ChunkSize: 1024, NumChunks: 4})
+	writeColl(t, dir, 2, 1, 5, memt.Options{ChunkSize: 1024, NumChunks: 4})
+	os.Chmod(filepath.Join(dir, "2"), 0)
+	defer os.Chmod(filepath.Join(dir, "2"), 0o755)
+	res := query(t, newEngine(t, dir), "SELECT count(*) AS n FROM python.comm_collective", 0)
+	if v, _ := res.Rows[0].Get("n"); v.(int64) != 5 {
+		t.Fatalf("%v rows", v)
+	}
+	if q := res.DataQuality; q == nil || !q.Partial || len(q.Problems) != 1 || !strings.Contains(q.Problems[0].Problem, "permission denied") {
+		t.Fatalf("quality %+v", q)
+	}
+}

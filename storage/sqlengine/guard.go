@@ -74,7 +74,8 @@ func splitStatements(q string) []string {
 	content := false // the current statement has a token
 	flush := func(end int) {
 		if content {
-			out = append(out, strings.TrimSpace(q[start:end]))
+			// SQLite's blanks are ASCII only: "\u3000" is a (bad) token.
+			out = append(out, strings.Trim(q[start:end], " \t\n\r\f\v"))
 		}
 		start, content = end+1, false
 	}

@@ -158,6 +158,9 @@ func (s *session) quality(cellsCut, maxCell int, countCut bool) *Quality {
 	if countCut {
 		q.Notes = append(q.Notes, "counting the rows past the limit hit the time limit: total_rows is a lower bound")
 	}
+	if s.inv.NetworkFS && q.RingsRead > 0 {
+		q.Notes = append(q.Notes, fmt.Sprintf("the data dir is on %s, a network file system: rings written on another host may read stale; query on the node that runs the job", s.inv.FS))
+	}
 	if s.inv.Missing {
 		q.Notes = append(q.Notes, fmt.Sprintf("data dir %s does not exist: no agent has recorded anything here (set PROBING_DATA_DIR?)", s.inv.Base))
 	}
