@@ -15,9 +15,14 @@ import (
 
 // Format constants.
 const (
-	Magic         = 0x4D454D54 // "TMEM" on disk (little-endian "MEMT")
-	Version       = 5
-	HeaderSize    = 128
+	Magic      = 0x4D454D54 // "TMEM" on disk (little-endian "MEMT")
+	Version    = 5
+	HeaderSize = 128
+	// VersionV3 is what probing-memtable 0.2.5 (crates.io) writes: the v5
+	// chunk and row format behind a 64-byte header without reader leases
+	// or counters. The reader accepts it; the writer writes v5 only.
+	VersionV3     = 3
+	HeaderSizeV3  = 64
 	DescSize      = 64
 	LeaseSlots    = 16
 	LeaseSlotSize = 16

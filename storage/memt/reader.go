@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"unicode/utf8"
 	"unsafe"
@@ -18,6 +19,7 @@ import (
 // not change while they copied it.
 type Table struct {
 	Path         string
+	Version      int // 5, or 3 for files of probing-memtable 0.2.5
 	Columns      []Column
 	TsCol        int // index+1 of the timestamp column, 0 if none
 	Dedup        bool
@@ -66,15 +68,21 @@ func open(f *os.File, path string) (t *Table, err error) {
 	if _, err := f.ReadAt(h[:], 0); err != nil {
 		return nil, bad("reading the header: %v", err)
 	}
+	version := int(le.Uint16(h[offVersion:]))
 	switch {
 	case le.Uint32(h[offMagic:]) != Magic:
 		return nil, bad("not a MEMT table (magic %#x)", le.Uint32(h[offMagic:]))
-	case le.Uint16(h[offVersion:]) != Version:
-		return nil, bad("MEMT version %d, this reader reads %d", le.Uint16(h[offVersion:]), Version)
-	case le.Uint16(h[offHeaderSize:]) < HeaderSize:
-		return nil, bad("header size %d < %d", le.Uint16(h[offHeaderSize:]), HeaderSize)
+	case version != Version && version != VersionV3:
+		return nil, bad("MEMT version %d, this reader reads %d and %d", version, VersionV3, Version)
 	case h[offByteOrder] != 1 || h[offByteOrder+1] != 2:
 		return nil, bad("byte-order mark %x %x, want 01 02", h[offByteOrder], h[offByteOrder+1])
+	}
+	headerSize := HeaderSize
+	if version == VersionV3 {
+		headerSize = HeaderSizeV3
+	}
+	if hs := int(le.Uint16(h[offHeaderSize:])); hs != headerSize {
+		return nil, bad("header size %d, MEMT v%d has %d", hs, version, headerSize)
 	}
 	flags := le.Uint32(h[offFlags:])
 	if flags&^knownFlags != 0 {
@@ -87,19 +95,32 @@ func open(f *os.File, path string) (t *Table, err error) {
 	if numChunks == 0 || numChunks > 1<<20 || chunkSize < ChunkHeader+8 || chunkSize%8 != 0 {
 		return nil, bad("bad geometry: %d chunks of %d bytes", numChunks, chunkSize)
 	}
-	g := NewGeometry(numCols, numChunks, chunkSize)
-	if int(le.Uint32(h[offLeaseOffset:])) != g.LeaseOffset || int(le.Uint32(h[offDataOffset:])) != g.DataOffset || le.Uint32(h[offLeaseSlots:]) != LeaseSlots {
-		return nil, bad("lease/data offsets %d/%d or lease slots %d do not match the layout (%d/%d/16)",
-			le.Uint32(h[offLeaseOffset:]), le.Uint32(h[offDataOffset:]), le.Uint32(h[offLeaseSlots:]), g.LeaseOffset, g.DataOffset)
+	var g Geometry
+	if version == VersionV3 {
+		// v3 (probing-memtable 0.2.5 on crates.io): a 64-byte header,
+		// descriptors right after it, no reader-lease area and no ring
+		// counters; chunks and rows as in v5.
+		g = Geometry{NumCols: numCols, NumChunks: numChunks, ChunkSize: chunkSize, DataOffset: align64(HeaderSizeV3 + DescSize*numCols)}
+		if int(le.Uint32(h[offDataOffset:])) != g.DataOffset {
+			return nil, bad("data offset %d does not match the v3 layout (%d)", le.Uint32(h[offDataOffset:]), g.DataOffset)
+		}
+	} else {
+		g = NewGeometry(numCols, numChunks, chunkSize)
+		if int(le.Uint32(h[offLeaseOffset:])) != g.LeaseOffset || int(le.Uint32(h[offDataOffset:])) != g.DataOffset || le.Uint32(h[offLeaseSlots:]) != LeaseSlots {
+			return nil, bad("lease/data offsets %d/%d or lease slots %d do not match the layout (%d/%d/16)",
+				le.Uint32(h[offLeaseOffset:]), le.Uint32(h[offDataOffset:]), le.Uint32(h[offLeaseSlots:]), g.LeaseOffset, g.DataOffset)
+		}
 	}
 	if int64(g.FileSize()) > info.Size() {
 		return nil, bad("file is %d bytes, the header describes %d", info.Size(), g.FileSize())
 	}
-	t = &Table{Path: path, Geometry: g, Dedup: flags&FlagDedup != 0, TsCol: int(le.Uint16(h[offTsCol:])),
-		CreatorPID: int(le.Uint32(h[offCreatorPID:])), CreatorStart: le.Uint64(h[offCreatorStart:]),
-		InstanceID: le.Uint64(h[offInstanceID:])}
+	t = &Table{Path: path, Version: version, Geometry: g, Dedup: flags&FlagDedup != 0, TsCol: int(le.Uint16(h[offTsCol:])),
+		CreatorPID: int(le.Uint32(h[offCreatorPID:])), CreatorStart: le.Uint64(h[offCreatorStart:])}
+	if version == Version {
+		t.InstanceID = le.Uint64(h[offInstanceID:])
+	}
 	desc := make([]byte, DescSize*numCols)
-	if _, err := f.ReadAt(desc, HeaderSize); err != nil {
+	if _, err := f.ReadAt(desc, int64(headerSize)); err != nil {
 		return nil, bad("reading column descriptors: %v", err)
 	}
 	for i := 0; i < numCols; i++ {
@@ -108,7 +129,9 @@ func open(f *os.File, path string) (t *Table, err error) {
 		if n > maxNameLen {
 			return nil, bad("column %d: name length %d > %d", i, n, maxNameLen)
 		}
-		c := Column{Name: string(d[2 : 2+n]), Type: DType(le.Uint32(d[56:]))}
+		// Writers cut names at 54 bytes, possibly inside a character:
+		// drop the broken tail rather than hand SQL an invalid name.
+		c := Column{Name: strings.ToValidUTF8(string(d[2:2+n]), ""), Type: DType(le.Uint32(d[56:]))}
 		if !c.Type.valid() {
 			return nil, bad("column %d (%s): unknown dtype %d", i, c.Name, c.Type)
 		}
@@ -139,6 +162,9 @@ func (t *Table) u64(off int) uint64 { return atomic.LoadUint64((*uint64)(unsafe.
 
 // Counters reads the ring statistics the writer keeps.
 func (t *Table) Counters() Counters {
+	if t.Version != Version {
+		return Counters{} // v3 keeps none
+	}
 	return Counters{ChunksRecycled: t.u32(offChunksRecycled), RowsOverwritten: t.u32(offRowsOverwrote),
 		WritesBlocked: t.u64(offWritesBlocked), ReaderLeaseFailures: t.u64(offLeaseFailures)}
 }
@@ -438,6 +464,12 @@ func (r *Row) Float64(i int) float64 {
 	return math.Float64frombits(le.Uint64(r.chunk[o:]))
 }
 
+// Float32 returns an F32 column exactly as stored (a signalling NaN stays
+// signalling, which widening to float64 would quiet).
+func (r *Row) Float32(i int) float32 {
+	return math.Float32frombits(le.Uint32(r.chunk[r.offs[i]:]))
+}
+
 // BytesAt returns a Str or Bytes column; the slice is valid during the
 // callback only.
 func (r *Row) BytesAt(i int) []byte {
@@ -449,13 +481,15 @@ func (r *Row) BytesAt(i int) []byte {
 // String returns a Str column (copied).
 func (r *Row) String(i int) string { return string(r.BytesAt(i)) }
 
-// Value returns column i as a Go value: int64, uint64, float64, string or
-// []byte (copied).
+// Value returns column i as a Go value: int64, uint64, float32 (F32,
+// bit for bit), float64, string or []byte (copied).
 func (r *Row) Value(i int) any {
 	switch r.t.Columns[i].Type {
 	case U64:
 		return r.Uint64(i)
-	case F32, F64:
+	case F32:
+		return r.Float32(i)
+	case F64:
 		return r.Float64(i)
 	case Str:
 		return r.String(i)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"syscall"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/edsrzf/mmap-go"
@@ -60,7 +61,13 @@ func Create(path string, cols []Column, opt Options) (*Writer, error) {
 			return nil, fmt.Errorf("memt: column %d (%s): unknown dtype %d", i, c.Name, c.Type)
 		}
 		if len(c.Name) > maxNameLen {
-			cols[i].Name = c.Name[:maxNameLen]
+			// Cut on a character boundary: readers that validate UTF-8
+			// (probing-memtable's) would otherwise drop the whole name.
+			n := maxNameLen
+			for n > 0 && !utf8.RuneStart(c.Name[n]) {
+				n--
+			}
+			cols[i].Name = c.Name[:n]
 		}
 	}
 	if opt.NumChunks < 1 || opt.ChunkSize < ChunkHeader+8 || opt.ChunkSize%8 != 0 {
