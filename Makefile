@@ -3,7 +3,7 @@ GO     ?= go
 PYTHON ?= python3
 VENV   := .venv
 
-.PHONY: build demo test bench fuzz clean
+.PHONY: build demo test bench bench-sql fuzz clean
 
 build:
 	$(GO) build -o bin/probing-mcp ./cmd/probing-mcp
@@ -29,9 +29,20 @@ test: $(VENV)/.installed
 bench:
 	evals/bench/fr_bench.sh
 
+# MEMT writer rows/s, then SQL over rings against a native SQLite table
+# holding the same rows (1M and 10M rows), then the two designs not taken.
+# See docs/BENCHMARKS.md.
+bench-sql:
+	$(GO) test ./storage/memt -run '^$$' -bench Writer -benchtime 10000000x
+	$(GO) test ./storage/sqlengine -run '^$$' -bench SQL -benchtime 3x -timeout 60m
+	$(GO) test -tags sqlite_vtable ./storage/sqlengine -run '^$$' -bench GoVTab -benchtime 3x
+
 fuzz:
 	$(GO) test ./diag/pickle -run '^$$' -fuzz FuzzDecode -fuzztime 60s
 	$(GO) test ./diag/flightrecorder -run '^$$' -fuzz FuzzDecode -fuzztime 60s
+	$(GO) test ./storage/memt -run '^$$' -fuzz FuzzOpenScan -fuzztime 60s
+	$(GO) test ./storage/sqlengine -run '^$$' -fuzz FuzzQueryCorruptRing -fuzztime 60s
+	$(GO) test ./storage/sqlengine -run '^$$' -fuzz FuzzSplitStatements -fuzztime 30s
 
 clean:
 	rm -rf bin $(VENV)

@@ -136,8 +136,12 @@ func Discover(base string) (*Inventory, error) {
 	return inv, nil
 }
 
+// readDir is os.ReadDir; tests replace it to make a directory unreadable,
+// which file modes cannot do for root.
+var readDir = os.ReadDir
+
 func (p *Process) scan(inv *Inventory) error {
-	ents, err := os.ReadDir(p.Dir)
+	ents, err := readDir(p.Dir)
 	if err != nil {
 		return err
 	}
