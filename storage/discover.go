@@ -153,7 +153,7 @@ func (p *Process) scan(inv *Inventory) error {
 		path := filepath.Join(p.Dir, name)
 		schema, table, err := SplitName(name)
 		if err != nil {
-			if isMEMT(path) {
+			if memt.IsMEMT(path) {
 				inv.Problems = append(inv.Problems, Problem{path, err.Error()})
 			}
 			continue
@@ -165,7 +165,7 @@ func (p *Process) scan(inv *Inventory) error {
 		t, err := memt.Open(path)
 		if err != nil {
 			var fe *memt.FormatError
-			if errors.As(err, &fe) && !isMEMT(path) {
+			if errors.As(err, &fe) && !memt.IsMEMT(path) {
 				continue // not ours: MEMH hash tables and other files
 			}
 			inv.Problems = append(inv.Problems, Problem{path, err.Error()})
@@ -181,19 +181,6 @@ func (p *Process) scan(inv *Inventory) error {
 	return nil
 }
 
-// isMEMT reports whether the file starts with the MEMT magic.
-func isMEMT(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	var b [4]byte
-	if _, err := f.ReadAt(b[:], 0); err != nil {
-		return false
-	}
-	return uint32(b[0])|uint32(b[1])<<8|uint32(b[2])<<16|uint32(b[3])<<24 == memt.Magic
-}
 
 // SplitName maps a ring file name to schema and table as Probing does:
 // split at the first dot (python.torch_trace → python, torch_trace;

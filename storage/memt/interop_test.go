@@ -430,16 +430,6 @@ func first(s []string) string {
 	return s[0]
 }
 
-func isMEMT(path string) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	var b [4]byte
-	_, err = io.ReadFull(f, b[:])
-	return err == nil && le.Uint32(b[:]) == Magic
-}
 
 // agentFixtures lists the expected.json files written by
 // gen_probing_rings.py (the rustgen fixtures of the Rust crate share the
@@ -498,7 +488,7 @@ func TestProbingFixture(t *testing.T) {
 				switch {
 				case !listed[rel]:
 					t.Errorf("%s: file not listed in expected.json", p)
-				case !isMEMT(p):
+				case !IsMEMT(p):
 					t.Errorf("%s: not a MEMT file", p)
 				}
 				delete(listed, rel)
@@ -930,7 +920,7 @@ func TestProbingLive(t *testing.T) {
 			ents, _ := os.ReadDir(d)
 			for _, e := range ents {
 				p := filepath.Join(d, e.Name())
-				if !e.IsDir() && !strings.HasPrefix(e.Name(), ".") && isMEMT(p) {
+				if !e.IsDir() && !strings.HasPrefix(e.Name(), ".") && IsMEMT(p) {
 					if _, dup := rings[e.Name()]; !dup {
 						rings[e.Name()] = p
 					}

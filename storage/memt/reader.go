@@ -148,6 +148,22 @@ func open(f *os.File, path string) (t *Table, err error) {
 	return t, nil
 }
 
+// IsMEMT reports whether the file at path starts with the MEMT magic, so
+// that a directory scan can tell a broken table (worth reporting) from
+// another kind of file (Probing's MEMH hash tables share the directories).
+func IsMEMT(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var b [4]byte
+	if _, err := f.ReadAt(b[:], 0); err != nil {
+		return false
+	}
+	return le.Uint32(b[:]) == Magic
+}
+
 // Close unmaps the file.
 func (t *Table) Close() error {
 	err := t.m.Unmap()
