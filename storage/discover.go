@@ -181,7 +181,6 @@ func (p *Process) scan(inv *Inventory) error {
 	return nil
 }
 
-
 // SplitName maps a ring file name to schema and table as Probing does:
 // split at the first dot (python.torch_trace → python, torch_trace;
 // foo.bar.baz → foo, bar.baz); no dot → memtable.<name>. The schema must

@@ -430,7 +430,6 @@ func first(s []string) string {
 	return s[0]
 }
 
-
 // agentFixtures lists the expected.json files written by
 // gen_probing_rings.py (the rustgen fixtures of the Rust crate share the
 // name but not the shape; TestProbingMemtableFixture reads those).
