@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -686,7 +687,7 @@ func checkSetConfigOK(t *testing.T, c e2eCall, previous, value string) {
 		t.Fatalf("structured content is not a SetConfigResult: %v", err)
 	}
 	want := tools.SetConfigResult{Status: "ok", Key: "probing.mcp.loglevel", Previous: previous, Value: value, WriteEnabled: true}
-	if res != want {
+	if !reflect.DeepEqual(res, want) {
 		t.Errorf("set_config result %+v, want %+v", res, want)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/probing-mcp/probing-mcp/agent"
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/prompts"
 	"github.com/probing-mcp/probing-mcp/storage"
@@ -94,6 +95,7 @@ func ConfigFromEnv(getenv func(string) string, version string, level *slog.Level
 		LogLevel:     level,
 		Logger:       logger,
 		SQL:          engine,
+		Agents:       agent.OptionsFromEnv(getenv),
 	}
 	return cfg, nil
 }

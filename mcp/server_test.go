@@ -143,7 +143,9 @@ func TestSchemasAndHints(t *testing.T) {
 	}
 }
 
-// TestToolListBudget keeps the tool list (sent with every request) small.
+// TestToolListBudget keeps the tool list (sent with every request) small:
+// on average 750 tokens a tool, and no single tool over 1200 (its output
+// schema included), so adding tools cannot quietly bloat every context.
 func TestToolListBudget(t *testing.T) {
 	s, _ := testServer(t, true, "")
 	c := connect(t, s)
@@ -152,7 +154,12 @@ func TestToolListBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := json.Marshal(res.Tools)
-	const budgetTokens = 3000
+	budgetTokens := 750 * len(res.Tools)
+	for _, tool := range res.Tools {
+		if tb, _ := json.Marshal(tool); len(tb)/4 > 1200 {
+			t.Errorf("%s: ~%d tokens, over the 1200 a tool may take", tool.Name, len(tb)/4)
+		}
+	}
 	if tokens := len(b) / 4; tokens > budgetTokens {
 		for _, tool := range res.Tools {
 			tb, _ := json.Marshal(tool)

@@ -6,15 +6,21 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/probing-mcp/probing-mcp/agent"
 )
 
 // SetConfigParams are the arguments of set_config (Probing's names).
 type SetConfigParams struct {
-	Key   string `json:"key" jsonschema:"Config key, with or without the probing. prefix, e.g. probing.mcp.loglevel"`
+	Key   string `json:"key" jsonschema:"Config key, with or without the probing. prefix: probing.mcp.* keys are this server's; others go to the training processes' agents (get_config lists them)"`
 	Value string `json:"value" jsonschema:"New value, as text"`
+	PIDs  []int  `json:"pids,omitempty" jsonschema:"Processes whose agent gets the key (default with ranks empty: every live agent on this node)"`
+	Ranks string `json:"ranks,omitempty" jsonschema:"Global ranks whose agent gets the key, as ranges (0-3,7)"`
 }
 
 // SetConfigResult reports the change.
@@ -24,6 +30,17 @@ type SetConfigResult struct {
 	Previous     string `json:"previous"`
 	Value        string `json:"value"`
 	WriteEnabled bool   `json:"write_enabled"`
+	// Processes: one entry per agent written to (agent keys only).
+	Processes []ProcessSet `json:"processes,omitempty"`
+}
+
+// ProcessSet is one agent's answer to a config write.
+type ProcessSet struct {
+	PID      int    `json:"pid"`
+	Rank     int    `json:"rank"`
+	Previous string `json:"previous,omitempty"`
+	Value    string `json:"value,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 // serverKey is a runtime setting of this server that set_config can change.
@@ -48,8 +65,9 @@ var serverKeys = map[string]serverKey{
 
 func setConfig(env *Env) Def {
 	tool := mcplib.NewTool("set_config",
-		mcplib.WithDescription("Change a runtime config key. Supported keys: "+strings.Join(sortedServerKeys(), ", ")+
-			" (this server's own settings). Every call is written to the audit log."),
+		mcplib.WithDescription("Change a runtime config key: this server's own ("+strings.Join(sortedServerKeys(), ", ")+
+			"), or a key of the training processes' agents (e.g. probing.fr.on_watchdog, probing.comm.collectives, probing.sample_rate; "+
+			"get_config lists them), on the processes named by pids/ranks or on every live agent. Every call is written to the audit log."),
 		mcplib.WithInputSchema[SetConfigParams](),
 		mcplib.WithOutputSchema[SetConfigResult](),
 		hints(false, false, true, false),
@@ -63,8 +81,14 @@ func setConfig(env *Env) Def {
 			key = "probing." + key
 		}
 		k, ok := serverKeys[key]
+		if !ok && strings.HasPrefix(key, "probing.mcp.") {
+			return SetConfigResult{}, userErrorf("unknown server key %s; this server has: %s", key, strings.Join(sortedServerKeys(), ", "))
+		}
 		if !ok {
-			return SetConfigResult{}, userErrorf("unknown config key %s; supported: %s", key, strings.Join(sortedServerKeys(), ", "))
+			return setAgentConfig(ctx, env, key, p)
+		}
+		if len(p.PIDs) > 0 || p.Ranks != "" {
+			return SetConfigResult{}, userErrorf("%s is this server's setting; do not pass pids or ranks with it", key)
 		}
 		prev := k.get(env)
 		if err := k.set(env, p.Value); err != nil {
@@ -100,4 +124,50 @@ func sortedServerKeys() []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// setAgentConfig writes key on the selected agents, each independently:
+// one process failing does not stop the others, and each says how it went.
+func setAgentConfig(ctx context.Context, env *Env, key string, p SetConfigParams) (SetConfigResult, error) {
+	targets, _, err := agentsFor(env, Target{PIDs: p.PIDs, Ranks: p.Ranks})
+	if err != nil {
+		return SetConfigResult{}, userErrorf("%s is not one of this server's keys (%s), so it goes to the training processes' agents: %v",
+			key, strings.Join(sortedServerKeys(), ", "), err)
+	}
+	res := SetConfigResult{Status: "ok", Key: key, Value: p.Value, WriteEnabled: true}
+	results := make(map[int]ProcessSet, len(targets))
+	var mu sync.Mutex
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	errs := agent.ForEach(ctx, targets, 16, func(ctx context.Context, a *agent.Agent) error {
+		r, err := agent.SetConfig(ctx, a, key, p.Value)
+		if err != nil {
+			return err
+		}
+		ps := ProcessSet{PID: a.PID, Rank: a.Rank(), Value: r.Value}
+		if r.Previous != nil {
+			ps.Previous = *r.Previous
+		}
+		mu.Lock()
+		results[a.PID] = ps
+		mu.Unlock()
+		return nil
+	})
+	failed := 0
+	for _, a := range targets {
+		ps, ok := results[a.PID]
+		if !ok {
+			ps = ProcessSet{PID: a.PID, Rank: a.Rank(), Error: fmt.Sprint(errs[a.PID])}
+			failed++
+		}
+		res.Processes = append(res.Processes, ps)
+	}
+	switch {
+	case failed == len(targets):
+		return res, userErrorf("%s was not set on any process: %s", key, res.Processes[0].Error)
+	case failed > 0:
+		res.Status = "partial"
+	}
+	env.Logger.Info("agent config changed", "key", key, "processes", len(targets), "failed", failed)
+	return res, nil
 }

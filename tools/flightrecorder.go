@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/probing-mcp/probing-mcp/agent"
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/storage/history"
@@ -312,4 +314,115 @@ func frameLines(frames []fr.Frame) []string {
 		out = append(out, f.String())
 	}
 	return out
+}
+
+// SnapshotFlightRecorderParams are the arguments of snapshot_flight_recorder.
+type SnapshotFlightRecorderParams struct {
+	Target
+	OnlyActive bool   `json:"only_active,omitempty" jsonschema:"Only collectives not yet completed (smaller dumps)"`
+	Detail     string `json:"detail,omitempty" jsonschema:"summary (default) or full, as analyze_flight_recorder,enum=summary,enum=full"`
+	Offset     int    `json:"offset,omitempty" jsonschema:"Skip this many process groups; pass next_offset from a truncated result"`
+	Limit      int    `json:"limit,omitempty" jsonschema:"Process groups per page (default 10 summary / 5 full, max 50)"`
+}
+
+// SnapshotView is one rank's snapshot.
+type SnapshotView struct {
+	PID           int    `json:"pid"`
+	Rank          int    `json:"rank"`
+	Records       int    `json:"records"`
+	ProcessGroups int    `json:"process_groups"`
+	Version       string `json:"version"`
+	Bytes         int    `json:"bytes"`
+	DumpFunction  string `json:"dump_function,omitempty"`
+	HistoryID     int64  `json:"history_id,omitempty"`
+}
+
+// SnapshotFlightRecorderResult is the live analysis and what was captured.
+type SnapshotFlightRecorderResult struct {
+	AnalyzeFlightRecorderResult
+	Snapshots []SnapshotView `json:"snapshots"`
+	// Failed lists the processes whose snapshot failed, with why.
+	Failed []string `json:"failed,omitempty"`
+}
+
+func snapshotFlightRecorder(env *Env) Def {
+	tool := mcplib.NewTool("snapshot_flight_recorder",
+		mcplib.WithDescription("Take a live PyTorch Flight Recorder snapshot from every training process on this node (or pids/ranks) through "+
+			"their agents, store the dumps in history.fr_snapshots, and analyse them together as analyze_flight_recorder does: per process group, "+
+			"the collective and sequence number each rank reached, the culprit and missing ranks, and fr_trace's view. Needs torch.distributed "+
+			"in the processes (the agent turns recording on with a 2000-entry buffer when nothing else set one)."),
+		mcplib.WithInputSchema[SnapshotFlightRecorderParams](),
+		mcplib.WithOutputSchema[SnapshotFlightRecorderResult](),
+		hints(true, false, false, false),
+	)
+	h := typed(func(ctx context.Context, p SnapshotFlightRecorderParams) (SnapshotFlightRecorderResult, error) {
+		var res SnapshotFlightRecorderResult
+		full := false
+		switch p.Detail {
+		case "", "summary":
+		case "full":
+			full = true
+		default:
+			return res, userErrorf("detail %q is not summary or full", p.Detail)
+		}
+		if p.Offset < 0 || p.Limit < 0 {
+			return res, userErrorf("offset and limit must not be negative")
+		}
+		targets, _, err := agentsFor(env, p.Target)
+		if err != nil {
+			return res, err
+		}
+		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		col := agent.CollectFlightRecorder(ctx, targets, p.OnlyActive)
+		res.Snapshots = []SnapshotView{}
+		for _, a := range targets {
+			s := col.Snapshots[a.PID]
+			if s == nil {
+				res.Failed = append(res.Failed, fmt.Sprint(col.Errors[a.PID]))
+				continue
+			}
+			v := SnapshotView{PID: a.PID, Rank: s.Rank, Records: s.Records, ProcessGroups: s.ProcessGroups, Version: s.Version,
+				Bytes: len(s.Data), DumpFunction: s.DumpFunction}
+			v.HistoryID = recordSnapshot(env, a, s)
+			res.Snapshots = append(res.Snapshots, v)
+		}
+		if len(res.Snapshots) == 0 {
+			return res, userErrorf("no process returned a Flight Recorder snapshot: %s", strings.Join(res.Failed, "; "))
+		}
+		rep := fr.AnalyzeLoaded(col.Loaded, fr.Options{})
+		res.AnalyzeFlightRecorderResult = viewReport(rep, full, p.Offset, p.Limit)
+		if p.Offset == 0 {
+			res.HistoryID = recordDiagnosis(env, AnalyzeFlightRecorderParams{Paths: []string{"live snapshot"}}, rep, res.AnalyzeFlightRecorderResult)
+		}
+		return res, nil
+	})
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
+		Summary: "live Flight Recorder snapshot of every local rank, stored and analysed: the hung collective and the culprit ranks"}
+}
+
+func recordSnapshot(env *Env, a *agent.Agent, s *agent.Snapshot) int64 {
+	if env.History == nil {
+		return 0
+	}
+	var rank *int
+	if s.Rank >= 0 {
+		r := s.Rank
+		rank = &r
+	}
+	host := ""
+	if a.Identity != nil {
+		host = a.Identity.Host
+	}
+	format := s.Format
+	if format == "" {
+		format = "pickle"
+	}
+	id, err := env.History.AddSnapshot(history.Snapshot{Host: host, PID: a.PID, Rank: rank, WorldSize: max(s.WorldSize, 0),
+		Source: "live", Format: format, TraceVersion: s.Version, Entries: s.Records, Data: s.Data, Note: s.DumpFunction})
+	if err != nil {
+		env.Logger.Warn("snapshot not recorded in history", "pid", a.PID, "err", err)
+		return 0
+	}
+	return id
 }

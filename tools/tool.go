@@ -12,6 +12,7 @@ import (
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/storage/history"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -27,6 +28,8 @@ type Env struct {
 	Logger   *slog.Logger
 	// SQL answers query and describe_tables; nil leaves them out.
 	SQL *sqlengine.Engine
+	// Agents locates the in-process agents of this node.
+	Agents agent.Options
 	// History persists verdicts and captures; nil when it cannot be
 	// opened (the tools still answer, they just do not record).
 	History *history.Store
@@ -45,11 +48,11 @@ type Def struct {
 
 // All returns every tool, in the order they are listed and documented.
 func All(env *Env) []Def {
-	defs := []Def{analyzeFlightRecorder(env)}
+	defs := []Def{analyzeFlightRecorder(env), listProcesses(env), getStacks(env), snapshotFlightRecorder(env), getConfig(env)}
 	if env.SQL != nil {
 		defs = append(defs, queryTool(env), describeTables(env))
 	}
-	return append(defs, setConfig(env))
+	return append(defs, setConfig(env), evalPython(env))
 }
 
 // hints sets all four annotation hints: mcp-go's defaults claim every tool

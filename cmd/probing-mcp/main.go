@@ -4,6 +4,8 @@
 //	probing-mcp serve [--http ADDR]     MCP over stdio, or Streamable HTTP at ADDR/mcp
 //	probing-mcp analyze PATH... [--json] verdict from Flight Recorder dumps
 //	probing-mcp query SQL [--data-dir DIR] [--json]  read-only SQL over the rings
+//	probing-mcp agent install|uninstall [--python PATH] [--user]
+//	probing-mcp demo [--torch auto|yes|no] [--exit]
 //	probing-mcp version
 //
 // This file only wires flags to the packages that do the work.
@@ -69,6 +71,11 @@ Usage:
   probing-mcp query SQL [--data-dir DIR] [--json] [--limit N]
       Read-only SQL over the ring tables the training processes recorded
       (live or left behind by a dead job), as the MCP query tool runs it.
+  probing-mcp agent install|uninstall [--python PATH] [--user]
+      Install the in-process agent into a Python interpreter (activate with PROBING=1).
+  probing-mcp demo [--torch auto|yes|no] [--exit]
+      Start a 4-rank job with the agent and an injected hang, diagnose it, and
+      print the MCP client configuration to explore it (Ctrl-C stops it).
   probing-mcp version
 
 Run "probing-mcp COMMAND --help" for a command's flags.
@@ -86,6 +93,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return analyze(args[1:], stdout, stderr)
 	case "query":
 		return query(args[1:], stdout, stderr)
+	case "agent":
+		return agentCmd(args[1:], stdout, stderr)
+	case "demo":
+		return demo(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "probing-mcp", versionString())
 		return 0

@@ -1,0 +1,301 @@
+package agent_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/probing-mcp/probing-mcp/agent"
+)
+
+// python is the interpreter the agent tests run (PROBING_TEST_PYTHON, else
+// python3); the agent is stdlib only, so any 3.9+ works.
+func python(t *testing.T) string {
+	p := os.Getenv("PROBING_TEST_PYTHON")
+	if p == "" {
+		p = "python3"
+	}
+	if _, err := exec.LookPath(p); err != nil {
+		t.Skipf("no %s on PATH: the agent tests need a Python 3.9+ interpreter (set PROBING_TEST_PYTHON)", p)
+	}
+	return p
+}
+
+// proc is a Python process with our agent active, in its own data dir and
+// control root.
+type proc struct {
+	cmd  *exec.Cmd
+	opt  agent.Options
+	out  *bufio.Scanner
+	done chan struct{}
+}
+
+// startAgent runs code in a fresh Python process whose first act is to
+// activate the agent exactly as the installed .pth would. It waits until
+// the agent has registered and code printed "READY".
+func startAgent(t *testing.T, code string, env ...string) *proc {
+	t.Helper()
+	dir := t.TempDir()
+	site := filepath.Join(dir, "site")
+	if err := agent.ExtractTo(site, "test"); err != nil {
+		t.Fatal(err)
+	}
+	// The control root lives under /tmp: a Unix socket path must stay under
+	// 108 bytes, which t.TempDir() paths can exceed.
+	ctrl, err := os.MkdirTemp("/tmp", "pmcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(ctrl) })
+	p := &proc{opt: agent.Options{DataDir: filepath.Join(dir, "data"), CtrlRoot: ctrl}, done: make(chan struct{})}
+	script := "import site, sys\nsite.addsitedir(sys.argv[1])\n" + code
+	p.cmd = exec.Command(python(t), "-c", script, site)
+	p.cmd.Env = append(os.Environ(), "PROBING=1", "PROBING_DATA_DIR="+p.opt.DataDir, "PROBING_CTRL_ROOT="+ctrl, "PYTHONUNBUFFERED=1")
+	p.cmd.Env = append(p.cmd.Env, env...)
+	p.cmd.Stderr = os.Stderr
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() { p.kill() })
+	p.out = bufio.NewScanner(stdout)
+	ready := make(chan bool, 1)
+	go func() {
+		for p.out.Scan() {
+			if strings.TrimSpace(p.out.Text()) == "READY" {
+				ready <- true
+				return
+			}
+		}
+		ready <- false
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatal("the Python process exited before READY")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the Python process did not print READY within 30 s")
+	}
+	// The agent registers asynchronously: wait for its socket to answer.
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if a := p.agent(t); a != nil && a.Alive && a.Identity != nil {
+			c, err := agent.NewClient(a)
+			if err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, err = c.Do(ctx, "GET", "/health", nil, "")
+				cancel()
+				if err == nil {
+					return p
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("agent of pid %d did not come up", p.cmd.Process.Pid)
+	return nil
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// agent is this process as Discover sees it, nil if absent.
+func (p *proc) agent(t *testing.T) *agent.Agent {
+	t.Helper()
+	all, err := agent.Discover(p.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range all {
+		if a.PID == p.pid() {
+			return a
+		}
+	}
+	return nil
+}
+
+const idle = "print('READY', flush=True)\nimport time\nwhile True: time.sleep(1)\n"
+
+func TestDiscoverIdentityAndConfigRoundTrip(t *testing.T) {
+	p := startAgent(t, idle, "RANK=3", "WORLD_SIZE=8", "LOCAL_RANK=3", "PROBING_TP_RANK=1", "PROBING_TP_SIZE=2")
+	a := p.agent(t)
+	if a.Kind != agent.KindOurs || a.Rank() != 3 || a.Identity.WorldSize != 8 || a.Identity.LocalRank != 3 || !strings.Contains(a.Identity.Role, "tp=1") {
+		t.Fatalf("agent %+v identity %+v", a, a.Identity)
+	}
+	ctx := context.Background()
+	all, err := agent.Config(ctx, a, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := all["probing.comm.collectives"]; !ok {
+		t.Errorf("config listing lacks probing.comm.collectives: %v", all)
+	}
+	r, err := agent.SetConfig(ctx, a, "sample_rate", "0.25")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Key != "probing.sample_rate" || r.Value != "0.25" {
+		t.Fatalf("set: %+v", r)
+	}
+	got, err := agent.Config(ctx, a, "probing.sample_rate")
+	if err != nil || got["probing.sample_rate"] != "0.25" {
+		t.Fatalf("get after set: %v %v", got, err)
+	}
+	_, err = agent.SetConfig(ctx, a, "probing.sample_rate", "lots")
+	var ae *agent.Error
+	if !errors.As(err, &ae) || ae.Status != 400 {
+		t.Fatalf("an invalid value must be refused with 400, got %v", err)
+	}
+}
+
+func TestEvalNeedsPermissionAndTimesOut(t *testing.T) {
+	ctx := context.Background()
+	p := startAgent(t, idle)
+	_, err := agent.Eval(ctx, p.agent(t), "1+1", 5*time.Second)
+	var ae *agent.Error
+	if !errors.As(err, &ae) || ae.Status != 403 {
+		t.Fatalf("eval without PROBING_ALLOW_EVAL must be refused with 403, got %v", err)
+	}
+	p2 := startAgent(t, "secret = 41\n"+idle, "PROBING_ALLOW_EVAL=1")
+	a := p2.agent(t)
+	r, err := agent.Eval(ctx, a, "print(secret + 1)", 5*time.Second)
+	if err != nil || r.Status != "ok" || strings.TrimSpace(r.Output) != "42" {
+		t.Fatalf("eval: %+v %v", r, err)
+	}
+	r, err = agent.Eval(ctx, a, "1/0", 5*time.Second)
+	if err != nil || r.Status != "error" || !strings.Contains(strings.Join(r.Traceback, ""), "ZeroDivisionError") {
+		t.Fatalf("eval error: %+v %v", r, err)
+	}
+	start := time.Now()
+	r, err = agent.Eval(ctx, a, "import time\nwhile True: time.sleep(0.1)", time.Second)
+	if err != nil || r.Status != "timeout" {
+		t.Fatalf("eval that never returns: %+v %v", r, err)
+	}
+	if time.Since(start) > 4*time.Second {
+		t.Fatalf("the timeout took %s", time.Since(start))
+	}
+}
+
+func TestKilledMidCallAndStaleSocket(t *testing.T) {
+	ctx := context.Background()
+	p := startAgent(t, idle, "PROBING_ALLOW_EVAL=1")
+	a := p.agent(t)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = syscall.Kill(p.pid(), syscall.SIGKILL)
+	}()
+	_, err := agent.Eval(ctx, a, "import time; time.sleep(10)", 8*time.Second)
+	var ae *agent.Error
+	if !errors.As(err, &ae) || (ae.Kind != "dead" && ae.Kind != "refused") {
+		t.Fatalf("a process killed mid-call must give a dead/refused error, got %v", err)
+	}
+	<-p.done
+	// The socket file stays behind: it must be reported stale, and calls
+	// on it must fail fast.
+	a = p.agent(t)
+	if a == nil || a.Alive || !a.Stale {
+		t.Fatalf("dead agent: %+v", a)
+	}
+	start := time.Now()
+	_, err = agent.Config(ctx, a, "probing.loglevel")
+	if err == nil || time.Since(start) > 2*time.Second {
+		t.Fatalf("a stale socket must fail fast: %v after %s", err, time.Since(start))
+	}
+	if _, err := agent.Select([]*agent.Agent{a}, agent.Selection{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStacksWhenTheMainThreadHoldsTheGIL(t *testing.T) {
+	// ctypes.PyDLL does not release the GIL: pause() blocks forever with
+	// it held, so no Python thread (the agent's server included) can run.
+	code := "import ctypes, threading, time\n" +
+		"def side_worker():\n    while True: time.sleep(0.05)\n" +
+		"threading.Thread(target=side_worker, name='side-worker', daemon=True).start()\n" +
+		"def hold_the_gil_forever():\n    print('READY', flush=True)\n    time.sleep(2)\n    libc = ctypes.PyDLL(None)\n    while True: libc.pause()\n" +
+		"hold_the_gil_forever()\n"
+	p := startAgent(t, code)
+	time.Sleep(2500 * time.Millisecond) // past the sleep: now inside pause()
+	a := p.agent(t)
+	ctx := context.Background()
+	if _, err := agent.Config(ctx, a, "probing.loglevel"); err == nil {
+		t.Log("note: the agent still answered; the GIL was not held yet")
+	}
+	st := agent.Stacks(ctx, a, agent.StackOptions{AgentTimeout: 700 * time.Millisecond})
+	if st.Source != "faulthandler" {
+		t.Fatalf("source %q (err %s): want the faulthandler fallback", st.Source, st.Err)
+	}
+	var main string
+	for _, th := range st.Threads {
+		for _, f := range th.Frames {
+			if th.IsMain || f.Function == "hold_the_gil_forever" {
+				main += f.Function + " "
+			}
+		}
+	}
+	if !strings.Contains(main, "hold_the_gil_forever") {
+		t.Fatalf("main thread frames %q lack hold_the_gil_forever; threads %+v", main, st.Threads)
+	}
+	for _, th := range st.Threads {
+		if th.IsMain && (th.State == "" || th.NativeID != p.pid()) {
+			t.Errorf("main thread lacks its /proc state: %+v", th)
+		}
+	}
+}
+
+func TestStacksFromTheAgent(t *testing.T) {
+	code := "import threading, time\n" +
+		"def loader_loop():\n    while True: time.sleep(0.05)\n" +
+		"threading.Thread(target=loader_loop, name='loader-7', daemon=True).start()\n" +
+		"def train_step():\n    print('READY', flush=True)\n    while True: time.sleep(0.05)\n" +
+		"train_step()\n"
+	p := startAgent(t, code)
+	st := agent.Stacks(context.Background(), p.agent(t), agent.StackOptions{})
+	if st.Source != "agent" || st.Err != "" {
+		t.Fatalf("source %q err %q", st.Source, st.Err)
+	}
+	found := map[string]bool{}
+	for _, th := range st.Threads {
+		for _, f := range th.Frames {
+			found[th.Name+":"+f.Function] = true
+		}
+	}
+	if !found["MainThread:train_step"] || !found["loader-7:loader_loop"] {
+		t.Fatalf("frames %v", found)
+	}
+}
+
+func TestSelectNamesWhatIsMissing(t *testing.T) {
+	as := []*agent.Agent{{PID: 10, Kind: agent.KindOurs, Alive: true, Identity: &agent.Identity{Rank: 0}},
+		{PID: 11, Kind: agent.KindOurs, Alive: true, Identity: &agent.Identity{Rank: 1}}}
+	_, err := agent.Select(as, agent.Selection{Ranks: []int{1, 5, 6}})
+	if err == nil || !strings.Contains(err.Error(), "rank 5-6") || !strings.Contains(err.Error(), "ranks here: 0-1") {
+		t.Fatalf("err %v", err)
+	}
+	_, err = agent.Select(as, agent.Selection{PIDs: []int{99}})
+	if err == nil || !strings.Contains(err.Error(), "pid [99]") {
+		t.Fatalf("err %v", err)
+	}
+	got, err := agent.Select(as, agent.Selection{Ranks: []int{1}, PIDs: []int{11}})
+	if err != nil || len(got) != 1 || got[0].PID != 11 {
+		t.Fatalf("%v %v", got, err)
+	}
+	_ = fmt.Sprint
+}

@@ -1,0 +1,311 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/probing-mcp/probing-mcp/agent/procfs"
+	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/diag/stacks"
+)
+
+// StackOptions bound a stack capture.
+type StackOptions struct {
+	// AgentTimeout is how long the agent gets to answer before the
+	// faulthandler fallback (default 2 s).
+	AgentTimeout time.Duration
+	// SignalTimeout is how long the faulthandler dump may take to appear
+	// (default 2 s).
+	SignalTimeout time.Duration
+	MaxFrames     int // per thread (default 200)
+}
+
+func (o *StackOptions) defaults() {
+	if o.AgentTimeout <= 0 {
+		o.AgentTimeout = 2 * time.Second
+	}
+	if o.SignalTimeout <= 0 {
+		o.SignalTimeout = 2 * time.Second
+	}
+	if o.MaxFrames <= 0 {
+		o.MaxFrames = 200
+	}
+}
+
+// Stacks captures every thread of one process, by the best way that works:
+//  1. ask the agent (all threads, names, frames);
+//  2. if it does not answer in time (a thread holds the GIL) and the agent
+//     registered a faulthandler signal, send it and read the dump the C
+//     handler writes without the GIL;
+//  3. always add /proc: thread states and wait channels, which name the
+//     kernel wait even when no Python frame can be had.
+//
+// The returned Process says which source its frames came from; Err says
+// what failed on the way.
+func Stacks(ctx context.Context, a *Agent, opt StackOptions) *stacks.Process {
+	opt.defaults()
+	p := &stacks.Process{PID: a.PID, Rank: a.Rank(), CapturedAt: time.Now()}
+	if a.Identity != nil {
+		p.Host = a.Identity.Host
+	}
+	var errs []string
+	if a.Socket != "" && a.Alive {
+		got, err := agentStacks(ctx, a, opt)
+		if err == nil {
+			got.Rank, got.Host = p.Rank, p.Host
+			p = got
+		} else {
+			errs = append(errs, err.Error())
+		}
+	}
+	if p.Source == "" && a.Identity != nil && a.Identity.FaulthandlerSignal > 0 && a.Identity.FaulthandlerFile != "" {
+		threads, err := faulthandlerStacks(ctx, a.Identity, opt.SignalTimeout)
+		if err == nil {
+			p.Threads, p.Source = threads, "faulthandler"
+		} else {
+			errs = append(errs, "faulthandler: "+err.Error())
+		}
+	}
+	p.Threads = dropAgentThreads(p.Threads)
+	addProc(p)
+	if len(errs) > 0 {
+		p.Err = joinErrs(errs)
+	}
+	return p
+}
+
+// dropAgentThreads removes the agent's own threads (its server answering
+// this very request, its identity watcher): they are in every process and
+// say nothing about the job.
+func dropAgentThreads(ts []stacks.Thread) []stacks.Thread {
+	out := ts[:0]
+	for _, t := range ts {
+		if strings.HasPrefix(t.Name, "probing-mcp-") || (!t.IsMain && runsAgentCode(t.Frames)) {
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// runsAgentCode: the thread was started by the agent (its outermost
+// non-threading frame is in the agent package).
+func runsAgentCode(frames []stacks.Frame) bool {
+	for i := len(frames) - 1; i >= 0; i-- {
+		f := frames[i].File
+		if strings.HasSuffix(f, "/threading.py") || strings.HasSuffix(f, "/socketserver.py") {
+			continue
+		}
+		return strings.Contains(f, "/probing_mcp_agent/")
+	}
+	return false
+}
+
+func joinErrs(errs []string) string {
+	var b bytes.Buffer
+	for i, e := range errs {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(e)
+	}
+	return b.String()
+}
+
+func agentStacks(ctx context.Context, a *Agent, opt StackOptions) (*stacks.Process, error) {
+	c, err := NewClient(a)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, opt.AgentTimeout)
+	defer cancel()
+	if a.Kind == KindProbing {
+		// The original agent gives the main thread only.
+		b, err := c.Do(ctx, http.MethodGet, "/apis/pythonext/callstack", nil, "")
+		if err != nil {
+			return nil, err
+		}
+		p, err := parseProbingCallstack(b)
+		if err != nil {
+			return nil, &Error{PID: a.PID, Kind: "malformed", Msg: err.Error()}
+		}
+		p.PID, p.Source = a.PID, "probing"
+		return p, nil
+	}
+	b, err := c.Do(ctx, http.MethodGet, "/apis/stacks?max_frames="+strconv.Itoa(opt.MaxFrames), nil, "")
+	if err != nil {
+		return nil, err
+	}
+	p, err := stacks.ParseAgentJSON(b)
+	if err != nil {
+		return nil, &Error{PID: a.PID, Kind: "malformed", Msg: err.Error()}
+	}
+	p.Source = "agent"
+	return p, nil
+}
+
+// faulthandlerStacks triggers the agent's faulthandler dump and reads it.
+func faulthandlerStacks(ctx context.Context, id *Identity, timeout time.Duration) ([]stacks.Thread, error) {
+	before := int64(0)
+	if fi, err := os.Stat(id.FaulthandlerFile); err == nil {
+		before = fi.Size()
+	}
+	if err := Signal(id, syscall.Signal(id.FaulthandlerSignal)); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(timeout)
+	last := before
+	stable := 0
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		fi, err := os.Stat(id.FaulthandlerFile)
+		if err != nil {
+			continue
+		}
+		// The handler writes the dump in a burst; it is complete once the
+		// size stops moving.
+		if fi.Size() > before && fi.Size() == last {
+			if stable++; stable >= 2 {
+				break
+			}
+		} else {
+			stable = 0
+		}
+		last = fi.Size()
+	}
+	if last <= before {
+		return nil, fmt.Errorf("no dump appeared in %s within %s", id.FaulthandlerFile, timeout)
+	}
+	f, err := os.Open(id.FaulthandlerFile)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	const maxDump = 16 << 20
+	n := min(last-before, maxDump)
+	buf := make([]byte, n)
+	if _, err := f.ReadAt(buf, before); err != nil {
+		return nil, err
+	}
+	return stacks.ParseFaulthandlerLast(buf, 0)
+}
+
+// addProc adds thread states from /proc, matching Python threads by
+// native id; threads with no Python frames still appear, with their
+// kernel wait channel.
+func addProc(p *stacks.Process) {
+	pr, err := procfs.ReadProcess(p.PID)
+	if err != nil {
+		return
+	}
+	byTID := map[int]int{}
+	for i, t := range p.Threads {
+		// faulthandler names threads by pthread id, not kernel id; only
+		// the main thread's kernel id is known (it is the pid).
+		if t.NativeID == 0 && t.IsMain {
+			p.Threads[i].NativeID = p.PID
+			t.NativeID = p.PID
+		}
+		if t.NativeID > 0 {
+			byTID[t.NativeID] = i
+		}
+	}
+	for _, t := range pr.Threads {
+		if i, ok := byTID[t.TID]; ok {
+			p.Threads[i].State, p.Threads[i].WChan = t.State, t.WChan
+			continue
+		}
+		if p.Source == "" || p.Source == "proc" {
+			p.Threads = append(p.Threads, stacks.Thread{NativeID: t.TID, Name: t.Comm, State: t.State, WChan: t.WChan, IsMain: t.TID == p.PID})
+		}
+	}
+	if p.Source == "" {
+		p.Source = "proc"
+	}
+}
+
+// CollectStacks captures many processes at once (bounded parallelism);
+// the result is in the order of agents.
+func CollectStacks(ctx context.Context, agents []*Agent, opt StackOptions) []stacks.Process {
+	out := make([]stacks.Process, len(agents))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, a := range agents {
+		wg.Add(1)
+		go func(i int, a *Agent) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			out[i] = *Stacks(ctx, a, opt)
+		}(i, a)
+	}
+	wg.Wait()
+	return out
+}
+
+// FRCollection is the Flight Recorder dumps of several ranks, ready for
+// the analysis, with what went wrong per process.
+type FRCollection struct {
+	Loaded    *fr.Loaded
+	Snapshots map[int]*Snapshot // by pid
+	Errors    map[int]error     // by pid
+}
+
+// CollectFlightRecorder snapshots every agent and decodes the dumps.
+func CollectFlightRecorder(ctx context.Context, agents []*Agent, onlyActive bool) *FRCollection {
+	col := &FRCollection{Loaded: &fr.Loaded{}, Snapshots: map[int]*Snapshot{}, Errors: map[int]error{}}
+	var mu sync.Mutex
+	errs := ForEach(ctx, agents, 16, func(ctx context.Context, a *Agent) error {
+		s, err := SnapshotFlightRecorder(ctx, a, onlyActive, true)
+		if err != nil {
+			return err
+		}
+		d, err := fr.Decode(s.Data)
+		if err != nil {
+			return fmt.Errorf("pid %d: its dump does not decode: %w", a.PID, err)
+		}
+		d.Rank = s.Rank
+		if d.Rank < 0 {
+			d.Rank = a.Rank()
+		}
+		d.Path = fmt.Sprintf("pid %d (rank %d)", a.PID, d.Rank)
+		mu.Lock()
+		col.Snapshots[a.PID] = s
+		col.Loaded.Dumps = append(col.Loaded.Dumps, d)
+		mu.Unlock()
+		return nil
+	})
+	for pid, err := range errs {
+		col.Errors[pid] = err
+		r := -1
+		for _, a := range agents {
+			if a.PID == pid {
+				r = a.Rank()
+			}
+		}
+		rr := r
+		col.Loaded.Problems = append(col.Loaded.Problems, fr.FileProblem{Path: fmt.Sprintf("pid %d", pid), Rank: &rr, Problem: err.Error()})
+	}
+	sortDumps(col.Loaded.Dumps)
+	return col
+}
+
+func sortDumps(d []*fr.Dump) {
+	for i := 1; i < len(d); i++ {
+		for j := i; j > 0 && d[j].Rank < d[j-1].Rank; j-- {
+			d[j], d[j-1] = d[j-1], d[j]
+		}
+	}
+}

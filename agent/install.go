@@ -1,0 +1,182 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// The Python agent, embedded so that one binary can install it into any
+// interpreter on the node. The pattern names .py files explicitly: a
+// directory embed would skip __init__.py and _hook.py (leading _).
+//
+//go:embed python/probing_mcp_agent/*.py
+var pythonFS embed.FS
+
+const (
+	pkgDir     = "python/probing_mcp_agent"
+	pkgName    = "probing_mcp_agent"
+	pthName    = "probing_mcp_agent.pth"
+	markerName = "INSTALLED_BY_PROBING_MCP"
+	// pthLine is what Python runs at every start-up: the hook decides,
+	// from PROBING, whether to activate (agent/PROTOCOL.md).
+	pthLine = "import probing_mcp_agent._hook\n"
+)
+
+// ExtractTo writes the agent package (and its .pth) into dir, which then
+// works as a site directory: site.addsitedir(dir), or PYTHONPATH=dir with
+// an explicit "import probing_mcp_agent._hook".
+func ExtractTo(dir, version string) error {
+	target := filepath.Join(dir, pkgName)
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	err := fs.WalkDir(pythonFS, pkgDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := pythonFS.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(target, filepath.Base(p)), b, 0o644)
+	})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(target, markerName), []byte("probing-mcp "+version+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, pthName), []byte(pthLine), 0o644)
+}
+
+// pythonInfo is what an interpreter says about itself.
+type pythonInfo struct {
+	Exe        string `json:"exe"`
+	Version    string `json:"version"`
+	Purelib    string `json:"purelib"`
+	UserSite   string `json:"user"`
+	EnableUser *bool  `json:"enable_user"`
+}
+
+const infoScript = `import json, site, sys, sysconfig
+print(json.dumps({"exe": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3],
+  "purelib": sysconfig.get_paths()["purelib"], "user": site.getusersitepackages(), "enable_user": site.ENABLE_USER_SITE}))`
+
+func inspectPython(ctx context.Context, python string) (*pythonInfo, error) {
+	out, err := exec.CommandContext(ctx, python, "-c", infoScript).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return nil, fmt.Errorf("%s failed: %v: %s", python, err, bytes.TrimSpace(ee.Stderr))
+		}
+		return nil, fmt.Errorf("cannot run %s: %w", python, err)
+	}
+	var info pythonInfo
+	if err := json.Unmarshal(out, &info); err != nil {
+		return nil, fmt.Errorf("%s: unexpected answer %q", python, out)
+	}
+	var major, minor int
+	fmt.Sscanf(info.Version, "%d.%d", &major, &minor)
+	if major < 3 || (major == 3 && minor < 9) {
+		return nil, fmt.Errorf("%s is Python %s; the agent needs 3.9 or newer", python, info.Version)
+	}
+	return &info, nil
+}
+
+// Install writes the agent and its start-up hook into the site-packages of
+// python (the user site with user), checks that the interpreter imports
+// it, and returns one line per thing it did.
+func Install(python string, user bool, version string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	info, err := inspectPython(ctx, python)
+	if err != nil {
+		return nil, err
+	}
+	site := info.Purelib
+	if user {
+		if info.EnableUser != nil && !*info.EnableUser {
+			return nil, fmt.Errorf("%s has user site-packages disabled (ENABLE_USER_SITE is false, e.g. in a virtualenv): install without --user", info.Exe)
+		}
+		site = info.UserSite
+	}
+	var did []string
+	if err := os.MkdirAll(site, 0o755); err != nil {
+		return nil, fmt.Errorf("site-packages %s: %w", site, err)
+	}
+	target := filepath.Join(site, pkgName)
+	if _, err := os.Stat(target); err == nil {
+		if _, err := os.Stat(filepath.Join(target, markerName)); err != nil {
+			return nil, fmt.Errorf("%s exists and was not installed by probing-mcp: remove it first", target)
+		}
+		if err := os.RemoveAll(target); err != nil {
+			return nil, err
+		}
+		did = append(did, "replaced the previous install in "+target)
+	}
+	if err := ExtractTo(site, version); err != nil {
+		return nil, fmt.Errorf("writing into %s: %w", site, err)
+	}
+	did = append(did, fmt.Sprintf("wrote the agent package %s (Python %s, %s)", target, info.Version, info.Exe),
+		fmt.Sprintf("wrote the start-up hook %s: %q", filepath.Join(site, pthName), strings.TrimSpace(pthLine)))
+	check := exec.CommandContext(ctx, info.Exe, "-c", "import probing_mcp_agent, sys; sys.stdout.write(getattr(probing_mcp_agent, '__version__', '?'))")
+	check.Env = append(os.Environ(), "PROBING=0")
+	out, err := check.CombinedOutput()
+	if err != nil {
+		return did, fmt.Errorf("installed, but %s cannot import it: %v: %s", info.Exe, err, bytes.TrimSpace(out))
+	}
+	did = append(did, fmt.Sprintf("checked: %s imports probing_mcp_agent %s", info.Exe, out),
+		"activate it per process with PROBING=1 (this process), PROBING=2 (and children) or PROBING=train.py (by script name)")
+	return did, nil
+}
+
+// Uninstall removes what Install wrote from both the system and the user
+// site of python, and only that.
+func Uninstall(python string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	info, err := inspectPython(ctx, python)
+	if err != nil {
+		return nil, err
+	}
+	var did []string
+	for _, site := range []string{info.Purelib, info.UserSite} {
+		if site == "" {
+			continue
+		}
+		target := filepath.Join(site, pkgName)
+		if _, err := os.Stat(filepath.Join(target, markerName)); err == nil {
+			if err := os.RemoveAll(target); err != nil {
+				return did, err
+			}
+			did = append(did, "removed "+target)
+		} else if _, err := os.Stat(target); err == nil {
+			did = append(did, "left "+target+": not installed by probing-mcp")
+		}
+		pth := filepath.Join(site, pthName)
+		if b, err := os.ReadFile(pth); err == nil {
+			if string(b) != pthLine {
+				did = append(did, "left "+pth+": not ours")
+				continue
+			}
+			if err := os.Remove(pth); err != nil {
+				return did, err
+			}
+			did = append(did, "removed "+pth)
+		}
+	}
+	if len(did) == 0 {
+		did = append(did, "nothing to remove: the agent is not installed for "+info.Exe)
+	}
+	return did, nil
+}

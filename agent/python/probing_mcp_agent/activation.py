@@ -1,0 +1,267 @@
+"""Starts the agent in this process (idempotent): config, faulthandler,
+control server, identity file, then the optional table/Flight Recorder
+modules, then the identity watcher.
+
+Every step is guarded: a failing step is logged and the others still run;
+nothing here raises into the training process.
+"""
+import atexit
+import importlib
+import os
+import sys
+import threading
+
+from . import config, runtime
+
+_OFF = ("0", "off", "false", "no")
+_ON = ("1", "true", "on", "yes")
+
+
+def original_probing_active():
+    """A reason string when the original Probing agent is active in this
+    process (its package imported by its own site hook), else ""."""
+    m = sys.modules.get("probing")
+    if m is None or getattr(m, "__name__", "") != "probing":
+        return ""
+    if "probing_hook" in sys.modules or "probing.site_hook" in sys.modules or "probing._core" in sys.modules:
+        return "the original Probing agent is active in this process (module 'probing' loaded by its site hook)"
+    return ""
+
+
+def _optional(modname, funcname, *args, **kwargs):
+    """Calls .<modname>.<funcname>(); a missing module is skipped quietly."""
+    try:
+        mod = importlib.import_module("." + modname, __package__)
+    except ImportError as e:
+        if getattr(e, "name", None) in (__package__ + "." + modname, modname):
+            runtime.logger.debug("%s not present: %s", modname, e)
+        else:
+            runtime.logger.warning("cannot import %s: %s", modname, e)
+        return None
+    except Exception as e:
+        runtime.logger.warning("cannot import %s: %r", modname, e)
+        return None
+    fn = getattr(mod, funcname, None)
+    if fn is None:
+        runtime.logger.debug("%s.%s missing", modname, funcname)
+        return None
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:
+        runtime.logger.warning("%s.%s() failed: %r", modname, funcname, e,
+                               exc_info=runtime.logger.isEnabledFor(10))
+        return None
+
+
+def _loglevel_validator(value):
+    s = str(value).strip().lower()
+    s = {"warn": "warning", "trace": "debug", "critical": "error"}.get(s, s)
+    if s not in ("debug", "info", "warning", "error"):
+        raise ValueError("accepted values are debug, info, warning, error")
+    return s
+
+
+def _register_core_keys(st):
+    config.register("probing.loglevel", "warning", "the agent's logger level (debug, info, warning, error)",
+                    validator=_loglevel_validator, on_change=runtime.set_log_level)
+    ro = [
+        ("probing.server.address", "", "bound TCP address of the control server (\"\" = none)"),
+        ("probing.server.unix_socket", "", "path of the control Unix socket"),
+        ("probing.allow.eval", "false", "whether POST /apis/pythonext/eval is allowed (PROBING_ALLOW_EVAL at start)"),
+        ("probing.data.dir", "", "data dir: identity file, stack dumps, MEMT tables"),
+        ("probing.ctrl.root", "", "directory of the control socket"),
+        ("probing.stack.signal", "-1", "signal that makes faulthandler append all stacks to .stacks.txt"),
+        ("probing.crash.backtrace", "on", "fatal-signal stacks to <data dir>/crash/<pid>/faulthandler.txt"),
+    ]
+    for key, default, doc in ro:
+        config.register(key, default, doc + " (read-only)", settable=False)
+
+
+def _pick_stack_signal():
+    import signal
+
+    raw = (os.environ.get("PROBING_STACK_SIGNAL") or "").strip()
+    if raw:
+        if raw.lower() in _OFF + ("none", "-1"):
+            return None
+        try:
+            n = int(raw)
+        except ValueError:
+            n = getattr(signal, raw.upper(), None)
+            if n is None:
+                n = getattr(signal, "SIG" + raw.upper(), None)
+            if n is None:
+                runtime.logger.warning("PROBING_STACK_SIGNAL=%r is not a signal; using the default", raw)
+                raw = ""
+            else:
+                n = int(n)
+    if not raw:
+        if hasattr(signal, "SIGRTMIN") and hasattr(signal, "SIGRTMAX") and int(signal.SIGRTMIN) + 3 <= int(signal.SIGRTMAX):
+            n = int(signal.SIGRTMIN) + 3
+        else:
+            n = int(signal.SIGUSR2)
+    forbidden = set(int(getattr(signal, s)) for s in ("SIGKILL", "SIGSTOP", "SIGSEGV", "SIGFPE", "SIGABRT",
+                                                       "SIGBUS", "SIGILL", "SIGINT", "SIGCHLD")
+                    if hasattr(signal, s))
+    if n in forbidden or n <= 0:
+        runtime.logger.warning("PROBING_STACK_SIGNAL=%s cannot be used for stack dumps; none registered", n)
+        return None
+    return n
+
+
+def _install_stack_dump(st):
+    import faulthandler
+    import signal
+
+    n = _pick_stack_signal()
+    if n is None:
+        return
+    try:
+        h = signal.getsignal(n)
+    except (ValueError, OSError):
+        h = None
+    if callable(h) or h == signal.SIG_IGN:
+        runtime.logger.warning("signal %d already has a handler in this program; no faulthandler stack dump", n)
+        return
+    path = os.path.join(runtime.pid_dir(), runtime.STACKS_FILE)
+    fh = open(path, "a")
+    try:
+        faulthandler.register(n, file=fh, all_threads=True, chain=False)
+    except Exception:
+        fh.close()
+        raise
+    st.stack_signal, st.stack_file, st.stack_fh = n, path, fh
+
+
+def _install_crash_handler(st):
+    import faulthandler
+
+    if (os.environ.get("PROBING_CRASH_BACKTRACE") or "on").strip().lower() in _OFF:
+        return
+    if faulthandler.is_enabled():
+        runtime.logger.info("faulthandler already enabled by the program; crash stacks go where it says")
+        return
+    path = os.path.join(runtime.crash_dir(), "faulthandler.txt")
+    fh = open(path, "a")
+    try:
+        faulthandler.enable(file=fh, all_threads=True)
+    except Exception:
+        fh.close()
+        raise
+    st.crash_file, st.crash_fh = path, fh
+
+
+def _step(name, fn, *args):
+    try:
+        return fn(*args)
+    except Exception as e:
+        runtime.logger.warning("activation step %s failed: %r", name, e, exc_info=runtime.logger.isEnabledFor(10))
+        return None
+
+
+def _at_exit():
+    st = runtime.state
+    if st.pid != os.getpid():
+        return
+    try:
+        from . import server
+
+        server.close_all()
+    except Exception:
+        pass
+    # An empty crash file means no crash: leave nothing behind.
+    try:
+        if st.crash_file and os.path.getsize(st.crash_file) == 0:
+            os.unlink(st.crash_file)
+            os.rmdir(os.path.dirname(st.crash_file))
+    except OSError:
+        pass
+
+
+def activate(mode="manual", beside_original=False):
+    """Activates the agent in this process. Returns True when it is active
+    (now or already), False when it stood aside or failed. Never raises.
+    beside_original: activate even if the original Probing agent is active
+    (PROBING_MCP_AGENT asked for this agent explicitly)."""
+    try:
+        st = runtime.state
+        with st.lock:
+            if runtime.started() or (st.activating and st.pid == os.getpid()):
+                return True
+            why = None if beside_original else original_probing_active()
+            if why:
+                st.stood_aside = why
+                runtime.setup_logging((os.environ.get("PROBING_LOGLEVEL") or "warning"))
+                runtime.logger.warning("%s; the probing-mcp agent stands aside", why)
+                return False
+            st.activating = True
+            st.pid = os.getpid()
+            st.activation_mode = mode
+        try:
+            _activate(st)
+            return runtime.started()
+        finally:
+            st.activating = False
+    except Exception as e:
+        try:
+            runtime.logger.warning("activation failed: %r", e)
+        except Exception:
+            pass
+        return False
+
+
+def _activate(st):
+    env = os.environ
+    try:
+        runtime.setup_logging(_loglevel_validator(env.get("PROBING_LOGLEVEL") or "warning"))
+    except ValueError:
+        runtime.setup_logging("warning")
+        runtime.logger.warning("PROBING_LOGLEVEL=%r is not debug/info/warning/error; using warning",
+                               env.get("PROBING_LOGLEVEL"))
+    st.data_dir = runtime._default_data_dir()
+    st.eval_allowed = (env.get("PROBING_ALLOW_EVAL") or "").strip().lower() in _ON
+    st.auth_token = env.get("PROBING_AUTH_TOKEN") or ""
+    st.auth_username = env.get("PROBING_AUTH_USERNAME") or "admin"
+    _step("config", _register_core_keys, st)
+    _step("config env", config.load_env)
+    try:
+        runtime.set_log_level(config.get("probing.loglevel", "warning"))
+    except Exception:
+        pass
+    # Before any process group exists: the Flight Recorder buffer default.
+    _optional("fr", "configure_env")
+    _step("stack dump signal", _install_stack_dump, st)
+    _step("crash backtrace", _install_crash_handler, st)
+    from . import server
+
+    st.socket_path = _step("control socket", server.start_unix) or ""
+    st.tcp_address = _step("tcp listener", server.start_tcp) or ""
+    for key, value in (("probing.server.address", st.tcp_address),
+                       ("probing.server.unix_socket", st.socket_path),
+                       ("probing.allow.eval", "true" if st.eval_allowed else "false"),
+                       ("probing.data.dir", st.data_dir),
+                       ("probing.ctrl.root", server.ctrl_root()),
+                       ("probing.stack.signal", str(st.stack_signal if st.stack_signal else -1)),
+                       ("probing.crash.backtrace", "on" if st.crash_file else "off")):
+        _step("config " + key, config.set_internal, key, value)
+    from . import identity
+
+    st.identity = None
+    st.identity = _step("identity", identity.build)
+    st.started = True
+    _step("identity file", runtime.write_identity)
+    _step("atexit", atexit.register, _at_exit)
+    _optional("tables", "start")
+    _optional("fr", "install_watchdog_hook")
+
+    def _watch():
+        try:
+            identity.watch()
+        except Exception:
+            pass
+
+    _step("identity watcher", lambda: threading.Thread(target=_watch, name="probing-mcp-identity",
+                                                       daemon=True).start())
+    st.ready = True
+    runtime.logger.info("active (%s): socket %s%s, data dir %s", st.activation_mode, st.socket_path or "none",
+                        (", tcp " + st.tcp_address) if st.tcp_address else "", st.data_dir)

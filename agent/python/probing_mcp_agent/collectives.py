@@ -1,0 +1,412 @@
+"""python.comm_collective: one row per torch.distributed collective call.
+
+When torch.distributed is imported (now, or later: tables.when_imported
+watches that one module name), the public collectives are replaced, in
+both ``torch.distributed`` and ``torch.distributed.distributed_c10d``, by
+thin wrappers:
+
+  all_reduce broadcast all_gather all_gather_into_tensor reduce_scatter
+  reduce_scatter_tensor all_to_all all_to_all_single barrier reduce gather
+  scatter send recv isend irecv batch_isend_irecv
+
+(``init_process_group`` and ``destroy_process_group`` are wrapped too,
+only to drop cached group information.)
+Code that bound an original with ``from torch.distributed import x``
+*before* the patch keeps calling the original and is not recorded.
+
+Row (contract §3.2 plus one trailing extension column):
+  timestamp (µs, when the call was entered), micro_step, local_step,
+  global_step, micro_batches (steptiming.STEP), rank, world_size (global),
+  role, op, group_rank, group_size, participate_ranks (JSON list of the
+  group's global ranks, "" if unknown), tensor_shape ("(4, 3)"; a list of
+  tensors gives "[(4, 3), (4, 3)]"), tensor_dtype ("torch.float32"),
+  bytes (the tensor, or the sum over a list), duration_ms, async_op (0/1),
+  group_seq (EXTENSION: 1-based count of wrapped calls this process made on
+  that process group, counting every call even when sampling skips its
+  row; equal across members that issued the same calls, so the member with
+  the lowest max(group_seq) is the one that stopped issuing them).
+
+The row is written when the call is *entered*, with duration_ms = -1, and
+duration_ms is patched in place (one 8-byte store, only if the chunk was
+not recycled meanwhile) when the call returns or raises. So a rank stuck
+inside a collective shows that collective as its last row with
+duration_ms = -1, which is what a hang diagnosis needs. duration_ms is the
+Python wall time of the call: for async_op=True (and isend/irecv/
+batch_isend_irecv) only the launch.
+
+probing.comm.collectives (on/off) and probing.sample_rate (0..1) are read
+from module globals that config updates: a disabled wrapper costs one
+global lookup and a call.
+"""
+
+import random
+import sys
+import threading
+import time
+
+from . import steptiming, tables
+
+OPS = {
+    # op: name of the argument that carries the communicated tensor(s)
+    "all_reduce": "tensor",
+    "broadcast": "tensor",
+    "all_gather": "tensor",
+    "all_gather_into_tensor": "input_tensor",
+    "reduce_scatter": "input_list",
+    "reduce_scatter_tensor": "input",
+    "all_to_all": "input_tensor_list",
+    "all_to_all_single": "input",
+    "barrier": None,
+    "reduce": "tensor",
+    "gather": "tensor",
+    "scatter": "tensor",
+    "send": "tensor",
+    "recv": "tensor",
+    "isend": "tensor",
+    "irecv": "tensor",
+    "batch_isend_irecv": "p2p_op_list",
+}
+_ALWAYS_ASYNC = ("isend", "irecv", "batch_isend_irecv")
+# The positions torch 2.x uses, for when a signature cannot be read.
+_FALLBACK_PARAMS = {
+    "all_reduce": ("tensor", "op", "group", "async_op"),
+    "broadcast": ("tensor", "src", "group", "async_op"),
+    "all_gather": ("tensor_list", "tensor", "group", "async_op"),
+    "all_gather_into_tensor": ("output_tensor", "input_tensor", "group", "async_op"),
+    "reduce_scatter": ("output", "input_list", "op", "group", "async_op"),
+    "reduce_scatter_tensor": ("output", "input", "op", "group", "async_op"),
+    "all_to_all": ("output_tensor_list", "input_tensor_list", "group", "async_op"),
+    "all_to_all_single": ("output", "input", "output_split_sizes", "input_split_sizes", "group", "async_op"),
+    "barrier": ("group", "async_op", "device_ids"),
+    "reduce": ("tensor", "dst", "op", "group", "async_op"),
+    "gather": ("tensor", "gather_list", "dst", "group", "async_op"),
+    "scatter": ("tensor", "scatter_list", "src", "group", "async_op"),
+    "send": ("tensor", "dst", "group", "tag"),
+    "recv": ("tensor", "src", "group", "tag"),
+    "isend": ("tensor", "dst", "group", "tag"),
+    "irecv": ("tensor", "src", "group", "tag"),
+    "batch_isend_irecv": ("p2p_op_list",),
+}
+
+_on = True
+_rate = 1.0
+_random = random.random
+
+
+class _TLS(threading.local):
+    busy = False  # inside a wrapped call on this thread (nested calls are not recorded)
+
+
+_tls = _TLS()
+_patched = {}        # op -> original
+_modules = []        # modules we patched
+_gcache = {}         # id(group) -> [group, group_rank, group_size, ranks_json, seq]
+_c10d = [None]
+
+
+def set_enabled(value):
+    global _on
+    _on = str(value).strip().lower() not in ("0", "off", "false", "no")
+
+
+def set_sample_rate(value):
+    global _rate
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        f = 1.0
+    _rate = min(max(f, 0.0), 1.0)
+
+
+# -- group and tensor facts ------------------------------------------------------
+# A group entry is [group, group_rank, group_size, participate_ranks, seq].
+# The default group's entry is cached in _wentry (with the global rank and
+# world size in _wrank); init_process_group / destroy_process_group (both
+# wrapped) drop the caches.
+
+_wentry = None
+_wrank = [-1, -1]
+
+
+def _default_pg():
+    c = _c10d[0]
+    try:
+        w = getattr(c, "_world", None)
+        if w is not None:
+            return w.default_pg
+        return c.GroupMember.WORLD
+    except Exception:
+        return None
+
+
+def _entry(g):
+    d = sys.modules.get("torch.distributed")
+    gr, gs, ranks = d.get_rank(g), d.get_world_size(g), ""
+    try:
+        ranks = str(list(d.get_process_group_ranks(g)))
+    except Exception:
+        pass
+    return [g, gr, gs, ranks, 0]
+
+
+def _world_entry():
+    """The default group's entry, or None before init_process_group."""
+    global _wentry
+    e = _wentry
+    if e is not None:
+        return e
+    pg = _default_pg()
+    if pg is None:
+        return None
+    try:
+        e = _entry(pg)
+    except Exception:
+        return None
+    if not e[3] and e[2] > 0:
+        e[3] = str(list(range(e[2])))
+    _wrank[0], _wrank[1] = e[1], e[2]
+    _gcache[id(pg)] = e
+    _wentry = e
+    return e
+
+
+_NOGROUP = [None, 0, 0, "", 0]
+
+
+def _group(g):
+    """The entry of group g (None = the default group), cached per group."""
+    if g is None:
+        e = _wentry if _wentry is not None else _world_entry()
+        return e if e is not None else list(_NOGROUP)
+    e = _gcache.get(id(g))
+    if e is not None and e[0] is g:
+        return e
+    w = _world_entry()
+    if w is not None and w[0] is g:
+        return w
+    try:
+        e = _entry(g)
+    except Exception:
+        return list(_NOGROUP)
+    _gcache[id(g)] = e
+    return e
+
+
+def _world_rank():
+    if _wentry is None and _world_entry() is None:
+        r, ws, _ = tables.identity_fields()
+        return r, ws
+    return _wrank[0], _wrank[1]
+
+
+def _reset_groups():
+    global _wentry
+    _gcache.clear()
+    _wentry = None
+    _wrank[0] = _wrank[1] = -1
+
+
+_dtype_names = {}
+
+
+def _one(t):
+    dt = t.dtype
+    s = _dtype_names.get(dt)
+    if s is None:
+        s = _dtype_names[dt] = str(dt)
+    return str(tuple(t.shape)), s, t.numel() * t.element_size()
+
+
+def _tensor_facts(x):
+    """(shape, dtype, bytes) of a tensor or a list of tensors."""
+    if x is None:
+        return "", "", 0
+    if isinstance(x, (list, tuple)):
+        shapes, dtype, total = [], "", 0
+        for t in x:
+            t = getattr(t, "tensor", t)  # P2POp
+            try:
+                s, dt, n = _one(t)
+            except Exception:
+                continue
+            if len(shapes) < 16:
+                shapes.append(s)
+            dtype = dtype or dt
+            total += n
+        if len(x) > 16:
+            shapes.append("...")
+        return "[" + ", ".join(shapes) + "]", dtype, total
+    try:
+        return _one(x)
+    except Exception:
+        return "", "", 0
+
+
+# -- the wrapper --------------------------------------------------------------------
+
+def _params(op, fn):
+    try:
+        import inspect
+
+        return tuple(inspect.signature(fn).parameters)
+    except Exception:
+        return _FALLBACK_PARAMS.get(op, ())
+
+
+def _make_wrapper(op, fn):
+    params = _params(op, fn)
+    tname = OPS.get(op)
+    ti = params.index(tname) if tname in params else -1
+    gi = params.index("group") if "group" in params else -1
+    ai = params.index("async_op") if "async_op" in params else -1
+    always_async = op in _ALWAYS_ASYNC
+    is_batch = op == "batch_isend_irecv"
+    perf = time.perf_counter
+    tns = time.time_ns
+    mono = time.monotonic
+    STEP = steptiming.STEP
+
+    rget = tables._rings.get
+    tls = _tls
+
+    def wrapper(*args, **kwargs):
+        if not _on or tls.busy or not tables._enabled:
+            return fn(*args, **kwargs)
+        located = None
+        try:
+            ts = tns() // 1000
+            if is_batch:
+                ops = args[0] if args else kwargs.get("p2p_op_list")
+                g = getattr(ops[0], "group", None) if ops else None
+                x = ops
+            else:
+                g = args[gi] if 0 <= gi < len(args) else kwargs.get("group")
+                x = (args[ti] if 0 <= ti < len(args) else kwargs.get(tname)) if tname else None
+            ge = _wentry if g is None and _wentry is not None else _group(g)
+            ge[4] += 1
+            if _rate >= 1.0 or _random() < _rate:
+                r = rget("comm_collective") or tables.ring("comm_collective")
+                if r is not None:
+                    if always_async:
+                        a = 1
+                    else:
+                        a = 1 if (args[ai] if 0 <= ai < len(args) else kwargs.get("async_op")) else 0
+                    if x is None:
+                        shape, dtype, nbytes = "", "", 0
+                    else:
+                        shape, dtype, nbytes = _tensor_facts(x)
+                    if _wentry is not None:
+                        rank, ws = _wrank
+                    else:
+                        rank, ws = _world_rank()
+                    idn = tables._ident
+                    role = idn[2] if mono() < idn[3] else tables.identity_fields()[2]
+                    w = r.writer
+                    located = w.append_located((
+                        ts, STEP[0], STEP[1], STEP[2], STEP[3], rank, ws, role, op,
+                        ge[1], ge[2], ge[3], shape, dtype, nbytes, -1.0, a, ge[4]))
+                    if located[0]:
+                        r._drop(located[0])
+                        located = None
+                    else:
+                        r.appended += 1
+        except Exception as e:
+            located = None
+            tables.warn_once(("collective", op), "recording %s failed: %s", op, e)
+        tls.busy = True
+        t0 = perf()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            dt = (perf() - t0) * 1000.0
+            tls.busy = False
+            if located is not None:
+                try:
+                    # duration_ms is followed by async_op and group_seq (2 x I64)
+                    w.update_f64(located[1], located[2], located[3] - 24, dt)
+                except Exception:
+                    pass
+
+    return wrapper
+
+
+def _wrap_reset(fn):
+    """init_process_group / destroy_process_group: drop the group caches."""
+    def reset_groups(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _reset_groups()
+            tables.invalidate_identity()
+    return reset_groups
+
+
+def patch(dist):
+    """Wrap the collectives of module ``dist`` (torch.distributed)."""
+    try:
+        if not dist.is_available():
+            return 0
+    except Exception:
+        return 0
+    c10d = sys.modules.get("torch.distributed.distributed_c10d") or getattr(dist, "distributed_c10d", None)
+    _c10d[0] = c10d if c10d is not None else dist
+    import functools
+
+    mods = [m for m in (dist, c10d) if m is not None]
+    n = 0
+    for op in OPS:
+        orig = getattr(dist, op, None)
+        if orig is None or getattr(orig, "__probing_mcp_wrapped__", None) is not None:
+            continue
+        w = _make_wrapper(op, orig)
+        try:
+            functools.update_wrapper(w, orig)
+        except Exception:
+            pass
+        w.__probing_mcp_wrapped__ = orig
+        for m in mods:
+            if getattr(m, op, None) is orig:
+                setattr(m, op, w)
+        _patched[op] = orig
+        n += 1
+    for name in ("init_process_group", "destroy_process_group"):
+        orig = getattr(dist, name, None)
+        if orig is None or getattr(orig, "__probing_mcp_wrapped__", None) is not None:
+            continue
+        w = _wrap_reset(orig)
+        try:
+            functools.update_wrapper(w, orig)
+        except Exception:
+            pass
+        w.__probing_mcp_wrapped__ = orig
+        for m in mods:
+            if getattr(m, name, None) is orig:
+                setattr(m, name, w)
+        _patched[name] = orig
+    for m in mods:
+        if m not in _modules:
+            _modules.append(m)
+    return n
+
+
+def _on_import(dist):
+    n = patch(dist)
+    if n:
+        tables.log.debug("wrapped %d torch.distributed collectives", n)
+
+
+def install():
+    tables.identity_fields()  # prime rank/role cache
+    tables.when_imported("torch.distributed", _on_import)
+
+
+def unpatch():
+    """Put the originals back (tests)."""
+    for m in _modules:
+        for op, orig in _patched.items():
+            cur = getattr(m, op, None)
+            if getattr(cur, "__probing_mcp_wrapped__", None) is orig:
+                setattr(m, op, orig)
+    _patched.clear()
+    del _modules[:]
+    _reset_groups()

@@ -1,0 +1,599 @@
+"""The agent's ring tables: registry, schemas, collectors.
+
+Every table is a MEMT v5 ring (memt.py) named ``python.<table>`` under
+``runtime.pid_dir()`` (= ``<data dir>/<pid>/``), created lazily on its first
+row, with a leading ``timestamp`` I64 column (µs since the epoch, the time
+the row was written) as Probing's Python ``@table`` rings have.
+
+Tables with a fixed schema (contract §3.2; ``group_seq`` is our extension):
+
+  python.comm_collective        collectives.py (torch.distributed wrappers)
+  python.torch_step_timing      steptiming.py  (optimizer step hooks)
+  python.trace_event            spans.py       (span / event API)
+  python.torch_nccl_flight_record, python.torch_nccl_pg_status   fr.py
+
+Any other table gets its dtypes from its first row (contract §4.9).
+
+Ring sizes: torch_step_timing 2 MiB (Probing's explicit size); the others
+PROBING_TABLE_DEFAULT_MB MiB when that variable is set, else the modest
+defaults in DEFAULT_CAPACITY below (Probing's own default of 20 MiB a table
+is used for tables we do not know). 8 chunks each. tmpfs pages are only
+allocated as rows are written, so an unused ring costs a few KiB.
+
+``start()`` (called by the core at activation, after fr.configure_env())
+registers the config keys, then wires the collectors: the torch.distributed
+wrappers and the optimizer step hooks are installed as soon as torch is
+imported (immediately if it already is; otherwise by a one-shot post-import
+hook on sys.meta_path that watches only the ``torch.distributed`` and
+``torch.optim.optimizer`` module names and removes itself once both fired).
+
+Nothing here may break the training process: every public entry point
+catches its exceptions and logs them (once per kind) through the
+"probing_mcp_agent" logger. After os.fork() the child records nothing (its
+parent's writers are abandoned, not touched): activation is per process.
+"""
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+
+from . import memt
+
+log = logging.getLogger("probing_mcp_agent")
+
+I64, F64, STR, U8 = memt.I64, memt.F64, memt.STR, memt.U8
+
+# -- schemas -----------------------------------------------------------------
+# (name, dtype, default used when a dict row lacks the column)
+
+_STEP = [("micro_step", I64, 0), ("local_step", I64, 0), ("global_step", I64, 0), ("micro_batches", I64, 1)]
+_WHO = [("rank", I64, -1), ("world_size", I64, -1)]
+
+SCHEMAS = {
+    "comm_collective": [("timestamp", I64, 0)] + _STEP + _WHO + [
+        ("role", STR, ""), ("op", STR, ""), ("group_rank", I64, 0), ("group_size", I64, 0),
+        ("participate_ranks", STR, ""), ("tensor_shape", STR, ""), ("tensor_dtype", STR, ""),
+        ("bytes", I64, 0), ("duration_ms", F64, -1.0), ("async_op", I64, 0),
+        # extension: per-process-group count of wrapped calls, 1-based
+        ("group_seq", I64, 0),
+    ],
+    "torch_step_timing": [("timestamp", I64, 0)] + _STEP + _WHO + [
+        ("role", STR, ""), ("step_duration_sec", F64, -1.0), ("is_shadow", I64, 0), ("sampled", I64, 1),
+        ("shadow_normal", I64, 0), ("shadow_baseline", I64, 0), ("sample_rate", F64, 1.0),
+        ("sample_mode", STR, ""),
+    ],
+    "trace_event": [
+        ("timestamp", I64, 0), ("record_type", STR, ""), ("trace_id", I64, 0), ("span_id", I64, 0),
+        ("name", STR, ""), ("time", I64, 0), ("thread_id", I64, 0), ("parent_id", I64, -1),
+        ("phase", STR, ""), ("location", STR, ""), ("attributes", STR, ""), ("event_attributes", STR, ""),
+    ],
+    "torch_nccl_flight_record": [
+        ("timestamp", I64, 0), ("snapshot_id", I64, 0), ("rank", I64, -1), ("world_size", I64, -1),
+        ("record_id", I64, -1), ("pg_id", STR, ""), ("pg_name", STR, ""), ("pg_desc", STR, ""),
+        ("collective_seq_id", I64, -1), ("p2p_seq_id", I64, -1), ("op_id", I64, -1),
+        ("profiling_name", STR, ""), ("state", STR, ""), ("input_sizes", STR, ""), ("input_dtypes", STR, ""),
+        ("output_sizes", STR, ""), ("output_dtypes", STR, ""), ("time_created_ns", I64, -1),
+        ("time_discovered_started_ns", I64, -1), ("time_discovered_completed_ns", I64, -1),
+        ("duration_ns", I64, -1), ("timeout_ms", I64, -1), ("retired", I64, 0), ("is_p2p", I64, 0),
+        ("frames", STR, ""), ("top_frame", STR, ""),
+    ],
+    "torch_nccl_pg_status": [
+        ("timestamp", I64, 0), ("snapshot_id", I64, 0), ("rank", I64, -1), ("world_size", I64, -1),
+        ("pg_id", STR, ""), ("pg_name", STR, ""), ("pg_desc", STR, ""), ("ranks", STR, ""),
+        ("last_enqueued_collective", I64, -1), ("last_started_collective", I64, -1),
+        ("last_completed_collective", I64, -1),
+    ],
+}
+
+# Ring capacity (bytes) when PROBING_TABLE_DEFAULT_MB is not set.
+DEFAULT_CAPACITY = {
+    "comm_collective": 8 << 20,          # ~60k rows of ~140 bytes
+    "trace_event": 4 << 20,
+    "torch_nccl_flight_record": 8 << 20,  # a 2000-entry snapshot with stacks is 2-4 MiB
+    "torch_nccl_pg_status": 1 << 20,
+}
+
+# -- state -------------------------------------------------------------------
+
+_lock = threading.RLock()
+_rings = {}          # table -> Ring
+_failed = {}         # table -> monotonic time of the last failed creation
+_warned = set()
+_enabled = True      # False in a forked child, or after stop()
+_started = False
+
+RETRY_SECS = 30.0
+
+
+def warn_once(key, msg, *args):
+    """Log a warning once per key (the agent must not flood the job's log)."""
+    if key in _warned:
+        log.debug(msg, *args)
+        return
+    _warned.add(key)
+    try:
+        log.warning(msg, *args)
+    except Exception:
+        pass
+
+
+def now_us():
+    return time.time_ns() // 1000
+
+
+class Ring(object):
+    """One table: its writer, column names and per-column defaults."""
+
+    __slots__ = ("table", "writer", "names", "index", "defaults", "dtypes", "appended", "dropped")
+
+    def __init__(self, table, writer, defaults):
+        self.table = table
+        self.writer = writer
+        self.names = [n for n, _ in writer.columns]
+        self.index = dict((n, i) for i, n in enumerate(self.names))
+        self.dtypes = list(writer.dtypes)
+        self.defaults = defaults
+        self.appended = 0
+        self.dropped = 0
+
+    def append_values(self, values):
+        st = self.writer.append(values)
+        if st == memt.OK:
+            self.appended += 1
+        else:
+            self._drop(st)
+        return st
+
+    def _drop(self, st):
+        self.dropped += 1
+        if st == memt.ROW_TOO_LARGE:
+            warn_once(("too_large", self.table), "python.%s: a row larger than a ring chunk was dropped", self.table)
+        elif st == memt.READERS_PINNED:
+            warn_once(("pinned", self.table), "python.%s: a reader lease pins the next chunk; rows dropped", self.table)
+
+    def row_from_dict(self, row):
+        vals = list(self.defaults)
+        idx = self.index
+        for k, v in row.items():
+            i = idx.get(k)
+            if i is not None and v is not None:
+                vals[i] = v
+        if self.names[0] == "timestamp" and not row.get("timestamp"):
+            vals[0] = now_us()
+        return vals
+
+
+def _path(table):
+    from . import runtime
+
+    return os.path.join(runtime.pid_dir(), "python." + table)
+
+
+def _capacity(table):
+    return memt.capacity_for(table, default=DEFAULT_CAPACITY.get(table))
+
+
+def _create(table, columns, defaults, dedup=False):
+    path = _path(table)
+    chunk, n = memt.size_for(_capacity(table))
+    try:
+        w = memt.Writer(path, columns, chunk, n, dedup=dedup)
+    except FileExistsError:
+        # A file left by a dead process whose pid we reuse, or an earlier
+        # incarnation of this table: replace it unless a writer holds it.
+        if not memt.replace_stale(path):
+            raise
+        w = memt.Writer(path, columns, chunk, n, dedup=dedup)
+    return Ring(table, w, defaults)
+
+
+def ring(table, first_row=None):
+    """The Ring of ``table`` (created on first use), or None when it cannot
+    exist (agent disabled, or creation failed within the last 30 s)."""
+    r = _rings.get(table)
+    if r is not None:
+        return r
+    if not _enabled:
+        return None
+    with _lock:
+        r = _rings.get(table)
+        if r is not None or not _enabled:
+            return r
+        t = _failed.get(table)
+        if t is not None and time.monotonic() - t < RETRY_SECS:
+            return None
+        try:
+            schema = SCHEMAS.get(table)
+            if schema is not None:
+                cols = [(n, d) for n, d, _ in schema]
+                defaults = [v for _, _, v in schema]
+            elif first_row is not None:
+                cols, defaults = infer_schema(first_row)
+            else:
+                return None
+            r = _create(table, cols, defaults)
+        except Exception as e:
+            _failed[table] = time.monotonic()
+            warn_once(("create", table), "cannot create ring python.%s: %s", table, e)
+            return None
+        _rings[table] = r
+        return r
+
+
+def infer_schema(row):
+    """Columns and defaults of a table from its first row (dict): a leading
+    timestamp I64, then the row's keys in order with dtypes per §4.9."""
+    cols, defaults = [("timestamp", I64)], [0]
+    for k, v in row.items():
+        if k == "timestamp":
+            continue
+        d = memt.infer_dtype(k, v)
+        cols.append((k, d))
+        defaults.append("" if d in (memt.STR, memt.BYTES) else (0.0 if d in (memt.F64, memt.F32) else 0))
+    return cols, defaults
+
+
+def append(table, row):
+    """Append a row (a dict; missing columns take the table's defaults, the
+    timestamp is filled in) to python.<table>. Returns True if written.
+    Never raises."""
+    try:
+        r = _rings.get(table) or ring(table, row)
+        if r is None:
+            return False
+        return r.append_values(r.row_from_dict(row)) == memt.OK
+    except Exception as e:
+        warn_once(("append", table), "python.%s: append failed: %s", table, e)
+        return False
+
+
+def append_many(table, rows):
+    """Append dict rows; returns how many were written. Never raises."""
+    n = 0
+    try:
+        r = None
+        for row in rows:
+            if r is None:
+                r = _rings.get(table) or ring(table, row)
+                if r is None:
+                    return 0
+            if r.append_values(r.row_from_dict(row)) == memt.OK:
+                n += 1
+    except Exception as e:
+        warn_once(("append", table), "python.%s: append failed: %s", table, e)
+    return n
+
+
+def stats():
+    """{table: {path, appended, dropped, counters...}} of the open rings."""
+    out = {}
+    with _lock:
+        for t, r in list(_rings.items()):
+            try:
+                d = dict(r.writer.counters())
+            except Exception:
+                d = {}
+            d.update({"path": r.writer.path, "appended": r.appended, "dropped": r.dropped,
+                      "chunk_size": r.writer.chunk_size, "num_chunks": r.writer.num_chunks})
+            out["python." + t] = d
+    return out
+
+
+def close_all():
+    """Close every writer (files stay). Rings are recreated on next use
+    under a new instance id only if the agent is re-enabled."""
+    with _lock:
+        for r in list(_rings.values()):
+            try:
+                r.writer.close()
+            except Exception:
+                pass
+        _rings.clear()
+
+
+# -- identity (rank, world size, role) ---------------------------------------
+
+_ident = [-1, -1, "", 0.0]  # rank, world_size, role, next refresh (monotonic)
+
+
+def identity_fields():
+    """(rank, world_size, role), cached; refreshed every 5 s and at once
+    while the rank is unknown but torch.distributed is initialized."""
+    c = _ident
+    now = time.monotonic()
+    if now < c[3] and (c[0] >= 0 or not _dist_initialized()):
+        return c[0], c[1], c[2]
+    rank, ws, role = -1, -1, ""
+    try:
+        from . import runtime
+
+        idn = runtime.identity()
+        rank, ws, role = int(idn.get("rank", -1)), int(idn.get("world_size", -1)), str(idn.get("role") or "")
+    except Exception:
+        pass
+    d = sys.modules.get("torch.distributed")
+    if d is not None:
+        try:
+            if d.is_available() and d.is_initialized():
+                rank, ws = d.get_rank(), d.get_world_size()
+        except Exception:
+            pass
+    c[0], c[1], c[2], c[3] = rank, ws, role, now + 5.0
+    return rank, ws, role
+
+
+def _dist_initialized():
+    d = sys.modules.get("torch.distributed")
+    if d is None:
+        return False
+    try:
+        return bool(d.is_initialized())
+    except Exception:
+        return False
+
+
+def invalidate_identity():
+    _ident[3] = 0.0
+
+
+# -- post-import hooks ---------------------------------------------------------
+
+_watch = {}          # module name -> [callbacks]
+_watch_lock = threading.RLock()
+_busy = set()
+
+
+class _Loader(object):
+    """Wraps a module's loader to run callbacks once the module executed.
+    The module's __loader__ and __spec__.loader are put back to the real
+    loader before its code runs, so nothing downstream sees the wrapper."""
+
+    def __init__(self, loader, name):
+        self._loader = loader
+        self._name = name
+
+    def create_module(self, spec):
+        f = getattr(self._loader, "create_module", None)
+        return f(spec) if f is not None else None
+
+    def exec_module(self, module):
+        try:
+            spec = getattr(module, "__spec__", None)
+            if spec is not None and spec.loader is self:
+                spec.loader = self._loader
+            if getattr(module, "__loader__", None) is self:
+                module.__loader__ = self._loader
+        except Exception:
+            pass
+        self._loader.exec_module(module)
+        _fire(self._name, module)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _Finder(object):
+    """A sys.meta_path entry that only looks at the watched names; for any
+    other import it returns None at the cost of one dict lookup."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _watch or fullname in _busy:
+            return None
+        _busy.add(fullname)
+        try:
+            spec = None
+            for f in list(sys.meta_path):
+                if f is self or isinstance(f, _Finder):
+                    continue
+                fs = getattr(f, "find_spec", None)
+                if fs is None:
+                    continue
+                try:
+                    spec = fs(fullname, path, target)
+                except TypeError:
+                    spec = fs(fullname, path)
+                if spec is not None:
+                    break
+        except Exception:
+            return None
+        finally:
+            _busy.discard(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        spec.loader = _Loader(spec.loader, fullname)
+        return spec
+
+    def invalidate_caches(self):
+        pass
+
+
+_finder = _Finder()
+
+
+def _fire(name, module):
+    with _watch_lock:
+        cbs = _watch.pop(name, [])
+        if not _watch:
+            try:
+                sys.meta_path.remove(_finder)
+            except ValueError:
+                pass
+    for cb in cbs:
+        try:
+            cb(module)
+        except Exception as e:
+            warn_once(("import-hook", name, getattr(cb, "__name__", "")),
+                      "post-import hook for %s failed: %s", name, e)
+
+
+def _loaded(name):
+    m = sys.modules.get(name)
+    if m is None:
+        return None
+    spec = getattr(m, "__spec__", None)
+    if spec is not None and getattr(spec, "_initializing", False):
+        return None
+    return m
+
+
+def when_imported(name, callback):
+    """Call ``callback(module)`` once module ``name`` has been imported:
+    now if it already is, else right after its code ran."""
+    m = _loaded(name)
+    if m is not None:
+        callback(m)
+        return
+    with _watch_lock:
+        _watch.setdefault(name, []).append(callback)
+        if _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+    if name in sys.modules:
+        # Being imported right now (we were activated from inside that
+        # import): its find_spec is past, so poll until it has finished.
+        def poll():
+            for _ in range(600):
+                time.sleep(0.1)
+                if name not in _watch:
+                    return
+                mod = _loaded(name)
+                if mod is not None:
+                    _fire(name, mod)
+                    return
+        threading.Thread(target=poll, name="probing-mcp-import-watch", daemon=True).start()
+
+
+# -- config ---------------------------------------------------------------------
+
+def _on_off_value(v):
+    return str(v).strip().lower() in ("1", "true", "on", "yes", "auto")
+
+
+def _rate(v):
+    f = float(str(v).strip())
+    if not (0.0 <= f <= 1.0):
+        raise ValueError("accepted values are numbers from 0 to 1")
+    return f
+
+
+def _backends(v):
+    out = []
+    for b in str(v).replace(";", ",").split(","):
+        b = b.strip().lower()
+        if not b:
+            continue
+        if b not in ("memtable", "logger", "none", "otel"):
+            warn_once(("span-backend", b), "unknown span backend %r: using memtable", b)
+            b = "memtable"
+        if b not in out:
+            out.append(b)
+    return ",".join(out) or "memtable"
+
+
+def register_config():
+    """Declare the keys the recorders honour (agent/PROTOCOL.md)."""
+    from . import config
+
+    on_off = getattr(config, "on_off", None)
+    one_of = getattr(config, "one_of", None)
+    from . import collectives, spans, steptiming, fr
+
+    def reg(key, default, doc, validator=None, on_change=None):
+        try:
+            v = config.register(key, default, doc, validator=validator, on_change=on_change)
+        except Exception as e:
+            warn_once(("config", key), "config key %s: %s", key, e)
+            v = config.get(key, default)
+        if on_change is not None:
+            try:
+                on_change(v)
+            except Exception as e:
+                warn_once(("config-apply", key), "config key %s=%r: %s", key, v, e)
+
+    reg("probing.comm.collectives", "on",
+        "Record python.comm_collective by wrapping torch.distributed collectives (on/off)",
+        on_off, collectives.set_enabled)
+    reg("probing.sample_rate", 1.0,
+        "Fraction of collectives recorded in python.comm_collective (0..1); group_seq still counts every call",
+        _rate, collectives.set_sample_rate)
+    reg("probing.step_timing", "on",
+        "Record python.torch_step_timing from optimizer step hooks (on/off)",
+        on_off, steptiming.set_enabled)
+    reg("probing.span.backends", "memtable",
+        "Span backends: memtable (python.trace_event), logger and/or none, comma-separated",
+        _backends, spans.set_backends)
+    reg("probing.span.location", "off",
+        "Record the caller's file:line in python.trace_event.location (on/off)",
+        on_off, spans.set_location)
+    reg("probing.fr.on_watchdog", "auto",
+        "A watchdog or collective-timeout exception triggers a persisted Flight Recorder snapshot (auto=on, on, off)",
+        one_of("auto", "on", "off") if one_of else None, fr.set_on_watchdog)
+
+
+# -- lifecycle ---------------------------------------------------------------------
+
+def start():
+    """Called by the core at activation: config keys, then the collectors."""
+    global _started, _enabled
+    with _lock:
+        if _started:
+            return
+        _started = True
+        _enabled = True
+    try:
+        register_config()
+    except Exception as e:
+        warn_once("register-config", "recorder config keys not registered: %s", e)
+    for name in ("steptiming", "collectives", "spans"):
+        try:
+            mod = __import__(__name__.rsplit(".", 1)[0] + "." + name, fromlist=["install"])
+            mod.install()
+        except Exception as e:
+            warn_once(("install", name), "recorder %s not installed: %s", name, e)
+
+
+def stop():
+    """Stop recording (hooks stay installed but do nothing) and close rings."""
+    global _enabled, _started
+    _enabled = False
+    _started = False
+    for name in ("collectives", "steptiming"):
+        try:
+            mod = sys.modules.get(__name__.rsplit(".", 1)[0] + "." + name)
+            if mod is not None:
+                mod.set_enabled(False)
+        except Exception:
+            pass
+    close_all()
+
+
+def enabled():
+    return _enabled
+
+
+def _after_fork_in_child():
+    global _lock, _watch_lock, _enabled, _started
+    _lock = threading.RLock()
+    _watch_lock = threading.RLock()
+    for r in list(_rings.values()):
+        try:
+            r.writer.abandon()
+        except Exception:
+            pass
+    _rings.clear()
+    _enabled = False
+    _started = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def dumps(obj):
+    """Compact JSON for Str columns (never raises)."""
+    try:
+        return json.dumps(obj, separators=(", ", ": "), default=str)
+    except Exception:
+        return ""

@@ -1,0 +1,290 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	mcplib "github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
+)
+
+// Target picks processes by pid or rank; both empty means every live
+// agent on this node.
+type Target struct {
+	PIDs  []int  `json:"pids,omitempty" jsonschema:"Process ids (from list_processes)"`
+	Ranks string `json:"ranks,omitempty" jsonschema:"Global ranks as ranges, e.g. 0-3,7"`
+}
+
+// agentsFor resolves a target into agents.
+func agentsFor(env *Env, t Target) ([]*agent.Agent, []*agent.Agent, error) {
+	all, err := agent.Discover(env.Agents)
+	if err != nil {
+		return nil, nil, err
+	}
+	sel := agent.Selection{PIDs: t.PIDs}
+	if strings.TrimSpace(t.Ranks) != "" {
+		if sel.Ranks, err = rankset.Parse(t.Ranks); err != nil {
+			return nil, nil, userErrorf("ranks %q: %v", t.Ranks, err)
+		}
+	}
+	picked, err := agent.Select(all, sel)
+	if err != nil {
+		return nil, nil, &UserError{msg: err.Error()}
+	}
+	if len(picked) == 0 {
+		return nil, all, userErrorf("no live agent on this node (data dir %s, control sockets in %s); start the job with PROBING=1 and the agent installed (probing-mcp agent install), or use query for a dead job's rings",
+			env.Agents.DataDir, env.Agents.CtrlRoot)
+	}
+	return picked, all, nil
+}
+
+// one resolves a target that must name exactly one process.
+func one(env *Env, pid int, rank *int) (*agent.Agent, error) {
+	t := Target{}
+	switch {
+	case pid > 0 && rank != nil:
+		return nil, userErrorf("pass pid or rank, not both")
+	case pid > 0:
+		t.PIDs = []int{pid}
+	case rank != nil:
+		t.Ranks = fmt.Sprint(*rank)
+	default:
+		return nil, userErrorf("pass the pid or the rank of the process (list_processes shows them)")
+	}
+	as, _, err := agentsFor(env, t)
+	if err != nil {
+		return nil, err
+	}
+	if len(as) != 1 {
+		return nil, userErrorf("rank %d matches %d processes on this node; pass pid instead", *rank, len(as))
+	}
+	if !as[0].Alive {
+		return nil, userErrorf("pid %d is not running (its agent left a stale socket or identity)", as[0].PID)
+	}
+	return as[0], nil
+}
+
+// agentError turns a failed agent call into a message the model can act on.
+func agentError(err error) error {
+	var ae *agent.Error
+	if errors.As(err, &ae) {
+		switch ae.Kind {
+		case "http":
+			if ae.Status == 403 || ae.Status == 400 || ae.Status == 404 {
+				return &UserError{msg: ae.Error()}
+			}
+		case "timeout":
+			return &UserError{msg: ae.Error() + "; get_stacks still works on a wedged process (faulthandler and /proc)"}
+		default:
+			return &UserError{msg: ae.Error()}
+		}
+	}
+	return err
+}
+
+// ListProcessesParams are the arguments of list_processes.
+type ListProcessesParams struct {
+	IncludeDead bool `json:"include_dead,omitempty" jsonschema:"Also list exited processes that left rings or a stale socket (a dead job's data)"`
+}
+
+// ProcessView is one process on this node.
+type ProcessView struct {
+	PID       int    `json:"pid"`
+	Rank      int    `json:"rank"`
+	LocalRank int    `json:"local_rank"`
+	WorldSize int    `json:"world_size"`
+	Role      string `json:"role,omitempty"`
+	Kind      string `json:"agent"`
+	Alive     bool   `json:"alive"`
+	Stale     bool   `json:"stale_socket,omitempty"`
+	Command   string `json:"command,omitempty"`
+	Rings     int    `json:"rings"`
+	Torch     string `json:"torch,omitempty"`
+	Eval      bool   `json:"eval_allowed,omitempty"`
+}
+
+// ListProcessesResult lists them, ranks first.
+type ListProcessesResult struct {
+	Summary   string        `json:"summary"`
+	Processes []ProcessView `json:"processes"`
+	Omitted   int           `json:"dead_omitted,omitempty"`
+	Truncated bool          `json:"truncated"`
+}
+
+const maxProcesses = 256
+
+func listProcesses(env *Env) Def {
+	tool := mcplib.NewTool("list_processes",
+		mcplib.WithDescription("List the training processes on this node that an in-process agent lives in (ours, or the original Probing agent): "+
+			"pid, global and local rank, world size, role, whether alive, the command, and how many ring tables each recorded. "+
+			"Dead processes with rings or stale sockets are counted, and listed with include_dead."),
+		mcplib.WithInputSchema[ListProcessesParams](),
+		mcplib.WithOutputSchema[ListProcessesResult](),
+		hints(true, false, true, false),
+	)
+	h := typed(func(ctx context.Context, p ListProcessesParams) (ListProcessesResult, error) {
+		all, err := agent.Discover(env.Agents)
+		if err != nil {
+			return ListProcessesResult{}, err
+		}
+		res := ListProcessesResult{Processes: []ProcessView{}}
+		var ranks []int
+		alive, stale := 0, 0
+		for _, a := range all {
+			if a.Alive {
+				alive++
+				if r := a.Rank(); r >= 0 {
+					ranks = append(ranks, r)
+				}
+			}
+			if a.Stale {
+				stale++
+			}
+			if !a.Alive && !p.IncludeDead {
+				res.Omitted++
+				continue
+			}
+			if len(res.Processes) == maxProcesses {
+				res.Truncated = true
+				continue
+			}
+			res.Processes = append(res.Processes, processView(a))
+		}
+		sort.Ints(ranks)
+		res.Summary = fmt.Sprintf("%d live process(es) with an agent (ranks %s)", alive, orDash(rankset.Format(ranks)))
+		if res.Omitted > 0 {
+			res.Summary += fmt.Sprintf("; %d exited (%d with a stale socket): include_dead lists them", res.Omitted, stale)
+		}
+		return res, nil
+	})
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
+		Summary: "the processes on this node with an agent: pid, rank, liveness"}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func processView(a *agent.Agent) ProcessView {
+	v := ProcessView{PID: a.PID, Rank: -1, LocalRank: -1, WorldSize: -1, Kind: a.Kind, Alive: a.Alive, Stale: a.Stale, Rings: a.Rings}
+	if id := a.Identity; id != nil {
+		v.Rank, v.LocalRank, v.WorldSize, v.Role, v.Torch, v.Eval = id.Rank, id.LocalRank, id.WorldSize, id.Role, id.Torch, id.EvalAllowed
+	}
+	cmd := strings.Join(a.Command, " ")
+	if len(cmd) > 200 {
+		cmd = cmd[:200] + "…"
+	}
+	v.Command = cmd
+	return v
+}
+
+// GetConfigParams are the arguments of get_config.
+type GetConfigParams struct {
+	PID  int    `json:"pid,omitempty" jsonschema:"Process id"`
+	Rank *int   `json:"rank,omitempty" jsonschema:"Global rank (instead of pid)"`
+	Key  string `json:"key,omitempty" jsonschema:"One key (probing. prefix optional); empty lists every key with its doc"`
+}
+
+// GetConfigResult is the process's config.
+type GetConfigResult struct {
+	PID    int               `json:"pid"`
+	Rank   int               `json:"rank"`
+	Values map[string]string `json:"values"`
+	Keys   []agent.ConfigKey `json:"keys,omitempty"`
+}
+
+func getConfig(env *Env) Def {
+	tool := mcplib.NewTool("get_config",
+		mcplib.WithDescription("Read the runtime config (probing.* keys) of one training process's agent: one key, or every key with what it does and whether set_config can change it."),
+		mcplib.WithInputSchema[GetConfigParams](),
+		mcplib.WithOutputSchema[GetConfigResult](),
+		hints(true, false, true, false),
+	)
+	h := typed(func(ctx context.Context, p GetConfigParams) (GetConfigResult, error) {
+		a, err := one(env, p.PID, p.Rank)
+		if err != nil {
+			return GetConfigResult{}, err
+		}
+		res := GetConfigResult{PID: a.PID, Rank: a.Rank()}
+		if p.Key == "" && a.Kind == agent.KindOurs {
+			keys, err := agent.ConfigKeys(ctx, a)
+			if err != nil {
+				return res, agentError(err)
+			}
+			res.Keys, res.Values = keys, map[string]string{}
+			for _, k := range keys {
+				res.Values[k.Key] = k.Value
+			}
+			return res, nil
+		}
+		res.Values, err = agent.Config(ctx, a, p.Key)
+		if err != nil {
+			return res, agentError(err)
+		}
+		return res, nil
+	})
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
+		Summary: "a process's runtime config (probing.* keys)"}
+}
+
+// EvalPythonParams are the arguments of eval_python.
+type EvalPythonParams struct {
+	PID     int    `json:"pid,omitempty" jsonschema:"Process id"`
+	Rank    *int   `json:"rank,omitempty" jsonschema:"Global rank (instead of pid)"`
+	Code    string `json:"code" jsonschema:"Python source run inside the process; a final expression's value is printed"`
+	Timeout int    `json:"timeout,omitempty" jsonschema:"Seconds before giving up (default 10, max 300); the code's thread cannot be killed and keeps running"`
+}
+
+// EvalPythonResult is what the code printed.
+type EvalPythonResult struct {
+	PID        int      `json:"pid"`
+	Rank       int      `json:"rank"`
+	Status     string   `json:"status"`
+	Output     string   `json:"output"`
+	Traceback  []string `json:"traceback,omitempty"`
+	DurationMS float64  `json:"duration_ms"`
+}
+
+func evalPython(env *Env) Def {
+	tool := mcplib.NewTool("eval_python",
+		mcplib.WithDescription("Run Python code inside one training process (its agent must have been started with PROBING_ALLOW_EVAL=1): "+
+			"stdout/stderr of the code are returned, with the traceback on error. Code that does not finish within timeout is reported "+
+			"as timeout and keeps running in its thread. Every call is written to the audit log."),
+		mcplib.WithInputSchema[EvalPythonParams](),
+		mcplib.WithOutputSchema[EvalPythonResult](),
+		hints(false, true, false, false),
+	)
+	h := typed(func(ctx context.Context, p EvalPythonParams) (EvalPythonResult, error) {
+		if strings.TrimSpace(p.Code) == "" {
+			return EvalPythonResult{}, userErrorf("code is empty")
+		}
+		if p.Timeout < 0 || p.Timeout > 300 {
+			return EvalPythonResult{}, userErrorf("timeout %d: want 1..300 seconds", p.Timeout)
+		}
+		timeout := 10 * time.Second
+		if p.Timeout > 0 {
+			timeout = time.Duration(p.Timeout) * time.Second
+		}
+		a, err := one(env, p.PID, p.Rank)
+		if err != nil {
+			return EvalPythonResult{}, err
+		}
+		r, err := agent.Eval(ctx, a, p.Code, timeout)
+		if err != nil {
+			return EvalPythonResult{}, agentError(err)
+		}
+		return EvalPythonResult{PID: a.PID, Rank: a.Rank(), Status: r.Status, Output: r.Output, Traceback: r.Traceback, DurationMS: r.DurationMS}, nil
+	})
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Write: true,
+		Summary: "run Python inside a training process (audited)"}
+}

@@ -1,0 +1,131 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	mcplib "github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/storage/history"
+)
+
+// GetStacksParams are the arguments of get_stacks.
+type GetStacksParams struct {
+	Target
+	Merge       *bool `json:"merge,omitempty" jsonschema:"Merge identical stacks across processes (default true); false lists each process's threads"`
+	IncludeIdle bool  `json:"include_idle,omitempty" jsonschema:"List idle background threads (waiting in queue/select/sleep) instead of only counting them"`
+	MaxGroups   int   `json:"max_groups,omitempty" jsonschema:"Stack groups to list (default 10, max 50)"`
+	MaxFrames   int   `json:"max_frames,omitempty" jsonschema:"Frames per stack, innermost kept (default 30, max 200)"`
+}
+
+// GetStacksResult is the merged account, bounded.
+type GetStacksResult struct {
+	stacks.Merged
+	// Sources says how each process's stacks were obtained: agent (the
+	// in-process agent answered), faulthandler (the agent did not answer;
+	// the GIL-free signal dump was read), proc (no Python frames: kernel
+	// thread states only), probing (the original agent: main thread only).
+	Sources map[string]string `json:"sources"`
+	// HistoryIDs are the rows of history.stack_captures written.
+	HistoryIDs []int64 `json:"history_ids,omitempty"`
+	// Processes lists every thread per process when merge is false.
+	Processes []stacks.Process `json:"processes,omitempty"`
+}
+
+func getStacks(env *Env) Def {
+	tool := mcplib.NewTool("get_stacks",
+		mcplib.WithDescription("Capture the Python stacks of every thread of the training processes on this node (all live agents, or pids/ranks) "+
+			"and merge identical stacks across processes: each distinct stack once with the ranks that share it (0-2,4-7), "+
+			"the odd ones out first, idle background threads collapsed. Works on a wedged process too: if the agent cannot answer "+
+			"(a thread holds the GIL), the GIL-free faulthandler dump is used, and /proc adds thread states and kernel wait channels. "+
+			"Captures are stored in history.stack_captures."),
+		mcplib.WithInputSchema[GetStacksParams](),
+		mcplib.WithOutputSchema[GetStacksResult](),
+		hints(true, false, false, false),
+	)
+	h := typed(func(ctx context.Context, p GetStacksParams) (GetStacksResult, error) {
+		if p.MaxGroups < 0 || p.MaxGroups > 50 || p.MaxFrames < 0 || p.MaxFrames > 200 {
+			return GetStacksResult{}, userErrorf("max_groups must be 0..50 and max_frames 0..200")
+		}
+		targets, _, err := agentsFor(env, p.Target)
+		if err != nil {
+			return GetStacksResult{}, err
+		}
+		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		procs := agent.CollectStacks(ctx, targets, agent.StackOptions{})
+		res := GetStacksResult{Sources: map[string]string{}}
+		for _, pr := range procs {
+			res.Sources[fmt.Sprint(pr.PID)] = pr.Source
+		}
+		res.Merged = stacks.Merge(procs, stacks.MergeOptions{MaxGroups: p.MaxGroups, MaxFrames: p.MaxFrames, IncludeIdle: p.IncludeIdle})
+		if p.Merge != nil && !*p.Merge {
+			res.Processes = boundProcesses(procs, p.MaxFrames)
+			res.Groups = nil
+		}
+		res.HistoryIDs = recordStacks(env, procs)
+		return res, nil
+	})
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
+		Summary: "every thread's stack in every local process, identical stacks merged with their ranks, odd ones out first"}
+}
+
+// boundProcesses keeps the per-process listing within the frame budget.
+func boundProcesses(procs []stacks.Process, maxFrames int) []stacks.Process {
+	if maxFrames <= 0 {
+		maxFrames = 30
+	}
+	out := make([]stacks.Process, len(procs))
+	for i, p := range procs {
+		out[i] = p
+		out[i].Threads = make([]stacks.Thread, len(p.Threads))
+		for j, t := range p.Threads {
+			if len(t.Frames) > maxFrames {
+				t.Frames, t.FramesTruncated = t.Frames[:maxFrames], true
+			}
+			out[i].Threads[j] = t
+		}
+	}
+	return out
+}
+
+// recordStacks stores each capture in the history (best effort).
+func recordStacks(env *Env, procs []stacks.Process) []int64 {
+	if env.History == nil {
+		return nil
+	}
+	var ids []int64
+	for _, p := range procs {
+		if len(p.Threads) == 0 {
+			continue
+		}
+		b, err := json.Marshal(p)
+		if err != nil {
+			continue
+		}
+		method := p.Source
+		if method == "probing" {
+			method = "agent"
+		}
+		var rank *int
+		if p.Rank >= 0 {
+			r := p.Rank
+			rank = &r
+		}
+		id, err := env.History.AddStackCapture(history.StackCapture{Host: p.Host, PID: p.PID, Rank: rank, Method: method,
+			ThreadCount: len(p.Threads), Stacks: b})
+		if err != nil {
+			env.Logger.Warn("stack capture not recorded in history", "pid", p.PID, "err", err)
+			continue
+		}
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
