@@ -9,7 +9,7 @@ build:
 	$(GO) build -o bin/probing-mcp ./cmd/probing-mcp
 
 demo: build
-	./bin/probing-mcp analyze testdata/fr/real/missing_rank
+	./bin/probing-mcp demo
 
 # The end-to-end tests drive the built binary with the official Python MCP
 # client, installed into .venv from PyPI.
@@ -23,6 +23,7 @@ test: $(VENV)/.installed
 	  if [ -n "$$unformatted" ]; then echo "not gofmt-ed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	PROBING_E2E_PYTHON=$(CURDIR)/$(VENV)/bin/python PROBING_E2E_REQUIRED=1 $(GO) test -race -count=1 ./...
+	$(PYTHON) -m pytest -q agent/python/tests
 
 # Decode + analyse synthetic dumps of 64..4096 ranks, side by side with
 # torch's fr_trace when PYTHON can import torch. See docs/BENCHMARKS.md.

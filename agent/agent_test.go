@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -298,4 +299,112 @@ func TestSelectNamesWhatIsMissing(t *testing.T) {
 		t.Fatalf("%v %v", got, err)
 	}
 	_ = fmt.Sprint
+}
+
+// TestOriginalProbingAgent: with the original Probing agent installed
+// (development only), our side lists it, reads its stacks and its config.
+func TestOriginalProbingAgent(t *testing.T) {
+	py := os.Getenv("PROBING_INTEROP_PYTHON")
+	if py == "" {
+		py = "/root/devenv/bin/python"
+	}
+	if err := exec.Command(py, "-c", "import probing").Run(); err != nil {
+		t.Skipf("the original Probing agent is not importable by %s (set PROBING_INTEROP_PYTHON to an interpreter with `pip install probing`): %v", py, err)
+	}
+	cmd := exec.Command(py, "-c", "import time\ndef waiting_in_probing_test():\n    time.sleep(60)\nwaiting_in_probing_test()\n")
+	cmd.Env = append(os.Environ(), "PROBING=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	opt := agent.Options{DataDir: t.TempDir(), CtrlRoot: t.TempDir()}
+	var a *agent.Agent
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && a == nil; time.Sleep(200 * time.Millisecond) {
+		all, err := agent.Discover(opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range all {
+			if x.PID == cmd.Process.Pid {
+				a = x
+			}
+		}
+	}
+	if a == nil || a.Kind != agent.KindProbing || !a.Alive || a.Socket != fmt.Sprintf("@probing-%d", cmd.Process.Pid) {
+		t.Fatalf("the original agent was not discovered: %+v", a)
+	}
+	time.Sleep(time.Second)
+	st := agent.Stacks(context.Background(), a, agent.StackOptions{AgentTimeout: 5 * time.Second})
+	var funcs []string
+	for _, th := range st.Threads {
+		for _, f := range th.Frames {
+			funcs = append(funcs, f.Function)
+		}
+	}
+	if st.Source != "probing" || !strings.Contains(strings.Join(funcs, " "), "waiting_in_probing_test") {
+		t.Fatalf("stacks from the original agent: source %q err %q frames %v", st.Source, st.Err, funcs)
+	}
+	cfg, err := agent.Config(context.Background(), a, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg["probing.server.timeout"] == "" || (cfg["probing.server.auth_token"] != "" && cfg["probing.server.auth_token"] != "<redacted>") {
+		t.Fatalf("config from the original agent: %v", cfg)
+	}
+}
+
+// TestBadAgents: a socket that answers garbage, one that never answers and
+// one that hangs up must each give a clear, classified error in bounded
+// time, never a hang or a panic.
+func TestBadAgents(t *testing.T) {
+	dir, err := os.MkdirTemp("/tmp", "pmcpbad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	serve := func(name string, handle func(c net.Conn)) *agent.Agent {
+		path := filepath.Join(dir, name)
+		l, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go handle(c)
+			}
+		}()
+		return &agent.Agent{PID: os.Getpid(), Kind: agent.KindOurs, Socket: path, Alive: true, Identity: &agent.Identity{Rank: 0}}
+	}
+	garbage := serve("garbage.sock", func(c net.Conn) {
+		defer c.Close()
+		bufio.NewReader(c).ReadString('\n')
+		c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{\"threads"))
+	})
+	silent := serve("silent.sock", func(c net.Conn) { time.Sleep(10 * time.Second); c.Close() })
+	hangup := serve("hangup.sock", func(c net.Conn) { c.Close() })
+	ctx := context.Background()
+	for _, tc := range []struct {
+		a    *agent.Agent
+		kind string
+	}{{garbage, "malformed"}, {silent, "timeout"}, {hangup, "dead"}} {
+		start := time.Now()
+		_, err := agent.Config(ctx, tc.a, "")
+		if tc.kind == "malformed" {
+			// Config of a garbage reply: a JSON error.
+			var ae *agent.Error
+			if !errors.As(err, &ae) || ae.Kind != "malformed" {
+				t.Errorf("%s: %v", tc.a.Socket, err)
+			}
+		}
+		st := agent.Stacks(ctx, tc.a, agent.StackOptions{AgentTimeout: 500 * time.Millisecond})
+		if st.Err == "" || time.Since(start) > 8*time.Second {
+			t.Errorf("%s: stacks err %q after %s", tc.a.Socket, st.Err, time.Since(start))
+		}
+		t.Logf("%s: %s", filepath.Base(tc.a.Socket), st.Err)
+	}
 }

@@ -18,10 +18,13 @@ func Config(ctx context.Context, a *Agent, key string) (map[string]string, error
 	if err != nil {
 		return nil, err
 	}
-	if key == "" {
-		if a.Kind != KindOurs {
-			return nil, fmt.Errorf("pid %d runs the original Probing agent, which cannot list its config: pass a key (e.g. probing.server.address)", a.PID)
+	if a.Kind == KindProbing {
+		if key != "" {
+			key = normalizeKey(key)
 		}
+		return probingConfig(ctx, c, key)
+	}
+	if key == "" {
 		out := map[string]string{}
 		return out, c.GetJSON(ctx, "/config", &out)
 	}

@@ -26,13 +26,16 @@ Row (contract §3.2 plus one trailing extension column):
   row; equal across members that issued the same calls, so the member with
   the lowest max(group_seq) is the one that stopped issuing them).
 
-The row is written when the call is *entered*, with duration_ms = -1, and
-duration_ms is patched in place (one 8-byte store, only if the chunk was
-not recycled meanwhile) when the call returns or raises. So a rank stuck
-inside a collective shows that collective as its last row with
-duration_ms = -1, which is what a hang diagnosis needs. duration_ms is the
-Python wall time of the call: for async_op=True (and isend/irecv/
-batch_isend_irecv) only the launch.
+The wrapper itself only queues a small list (tables.defer_call); the
+flusher thread encodes and writes it, normally after the call returned,
+with its duration. A call still running when the flusher writes it (a rank
+stuck in a collective, or just a long one) gets duration_ms = -1 in the
+ring, patched in place (one 8-byte store, only if the chunk was not
+recycled meanwhile) when the call returns or raises. So a hung rank's last
+row is the collective it is stuck in, with duration_ms = -1, visible
+within ~50 ms (tables.FLUSH_INTERVAL). ``timestamp`` is when the call was
+entered. duration_ms is the Python wall time of the call: for
+async_op=True (and isend/irecv/batch_isend_irecv) only the launch.
 
 probing.comm.collectives (on/off) and probing.sample_rate (0..1) are read
 from module globals that config updates: a disabled wrapper costs one
@@ -263,18 +266,16 @@ def _make_wrapper(op, fn):
     is_batch = op == "batch_isend_irecv"
     perf = time.perf_counter
     tns = time.time_ns
-    mono = time.monotonic
     STEP = steptiming.STEP
 
-    rget = tables._rings.get
     tls = _tls
+    defer = tables.defer_call
 
     def wrapper(*args, **kwargs):
         if not _on or tls.busy or not tables._enabled:
             return fn(*args, **kwargs)
-        located = None
+        e = None
         try:
-            ts = tns() // 1000
             if is_batch:
                 ops = args[0] if args else kwargs.get("p2p_op_list")
                 g = getattr(ops[0], "group", None) if ops else None
@@ -285,34 +286,22 @@ def _make_wrapper(op, fn):
             ge = _wentry if g is None and _wentry is not None else _group(g)
             ge[4] += 1
             if _rate >= 1.0 or _random() < _rate:
-                r = rget("comm_collective") or tables.ring("comm_collective")
-                if r is not None:
-                    if always_async:
-                        a = 1
-                    else:
-                        a = 1 if (args[ai] if 0 <= ai < len(args) else kwargs.get("async_op")) else 0
-                    if x is None:
-                        shape, dtype, nbytes = "", "", 0
-                    else:
-                        shape, dtype, nbytes = _tensor_facts(x)
-                    if _wentry is not None:
-                        rank, ws = _wrank
-                    else:
-                        rank, ws = _world_rank()
-                    idn = tables._ident
-                    role = idn[2] if mono() < idn[3] else tables.identity_fields()[2]
-                    w = r.writer
-                    located = w.append_located((
-                        ts, STEP[0], STEP[1], STEP[2], STEP[3], rank, ws, role, op,
-                        ge[1], ge[2], ge[3], shape, dtype, nbytes, -1.0, a, ge[4]))
-                    if located[0]:
-                        r._drop(located[0])
-                        located = None
-                    else:
-                        r.appended += 1
-        except Exception as e:
-            located = None
-            tables.warn_once(("collective", op), "recording %s failed: %s", op, e)
+                if always_async:
+                    a = 1
+                else:
+                    a = 1 if (args[ai] if 0 <= ai < len(args) else kwargs.get("async_op")) else 0
+                if x is None:
+                    shape, dtype, nbytes = "", "", 0
+                elif isinstance(x, (list, tuple)):
+                    shape, dtype, nbytes = _tensor_facts(x)
+                else:
+                    shape, dtype, nbytes = x.shape, x.dtype, x.nbytes
+                e = [tns() // 1000, STEP[0], STEP[1], STEP[2], STEP[3], _wrank[0], _wrank[1], op, ge,
+                     shape, dtype, nbytes, a, ge[4], -1.0, None]
+                defer(_write_row, e)
+        except Exception as err:
+            e = None
+            tables.warn_once(("collective", op), "recording %s failed: %s", op, err)
         tls.busy = True
         t0 = perf()
         try:
@@ -320,14 +309,67 @@ def _make_wrapper(op, fn):
         finally:
             dt = (perf() - t0) * 1000.0
             tls.busy = False
-            if located is not None:
-                try:
-                    # duration_ms is followed by async_op and group_seq (2 x I64)
-                    w.update_f64(located[1], located[2], located[3] - 24, dt)
-                except Exception:
-                    pass
+            if e is not None:
+                e[14] = dt
+                if e[15] is not None:  # already in the ring (a long call): patch it there
+                    _patch(e, dt)
 
     return wrapper
+
+
+# An entry: [0 ts, 1 micro_step, 2 local_step, 3 global_step, 4 micro_batches,
+# 5 rank, 6 world_size, 7 op, 8 group entry, 9 shape, 10 dtype, 11 bytes,
+# 12 async_op, 13 group_seq, 14 duration_ms (-1.0 while in flight),
+# 15 where the row went (set by the flusher when it wrote an in-flight row)].
+# Handshake without a lock (each list store/load is atomic under the GIL):
+# the caller stores [14] then reads [15]; the flusher stores [15] then
+# re-reads [14]. Whichever sees the other's store patches the row (both
+# may; the value is the same).
+
+def _dtype_str(dt):
+    s = _dtype_names.get(dt)
+    if s is None:
+        s = _dtype_names[dt] = str(dt)
+    return s
+
+
+def _write_row(e):
+    r = tables._rings.get("comm_collective") or tables.ring("comm_collective")
+    if r is None:
+        return
+    ge = e[8]
+    shape = e[9]
+    if shape.__class__ is not str:
+        shape = str(tuple(shape))
+    dtype = e[10]
+    if dtype.__class__ is not str:
+        dtype = _dtype_str(dtype)
+    rank, ws = e[5], e[6]
+    if rank < 0 and _wentry is not None:
+        rank, ws = _wrank
+    dur = e[14]
+    loc = r.writer.append_located((e[0], e[1], e[2], e[3], e[4], rank, ws, tables.identity_fields()[2], e[7],
+                                   ge[1], ge[2], ge[3], shape, dtype, e[11], dur, e[12], e[13]))
+    if loc[0]:
+        r._drop(loc[0])
+        return
+    r.appended += 1
+    if dur == -1.0:
+        e[15] = loc
+        d2 = e[14]
+        if d2 != -1.0:
+            r.writer.update_f64(loc[1], loc[2], loc[3] - 24, d2)
+
+
+def _patch(e, dt):
+    try:
+        r = tables._rings.get("comm_collective")
+        loc = e[15]
+        if r is not None and loc is not None:
+            # duration_ms is followed by async_op and group_seq (2 x I64)
+            r.writer.update_f64(loc[1], loc[2], loc[3] - 24, dt)
+    except Exception:
+        pass
 
 
 def _wrap_reset(fn):

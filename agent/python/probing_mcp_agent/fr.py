@@ -465,6 +465,10 @@ def snapshot(fmt="pickle", include_stack_traces=True, only_active=False, persist
     and python.torch_nccl_pg_status (reply key ``persisted``: rows
     written). Raises SnapshotError."""
     fmt = str(fmt or "pickle").lower()
+    try:
+        tables.flush(timeout=1.0)  # queued collective rows first, so the rings line up
+    except Exception:
+        pass
     with _lock:
         snapshot_id = time.time_ns()
         try:

@@ -97,10 +97,8 @@ def _caller(depth):
 
 def _emit(record_type, trace_id, span_id, name, t_ns, parent_id, phase, location, attrs, event_attrs):
     if _mem and tables._enabled:
-        r = tables._rings.get("trace_event") or tables.ring("trace_event")
-        if r is not None:
-            r.append_values((t_ns // 1000, record_type, trace_id, span_id, name, t_ns,
-                             threading.get_ident(), parent_id, phase, location, attrs, event_attrs))
+        tables.defer("trace_event", (t_ns // 1000, record_type, trace_id, span_id, name, t_ns,
+                                     threading.get_ident(), parent_id, phase, location, attrs, event_attrs))
     if _log:
         _span_log.log(_level, "%s %s trace=%d span=%d parent=%d phase=%s %s%s", record_type, name,
                       trace_id, span_id, parent_id, phase, attrs, (" " + event_attrs) if event_attrs else "")

@@ -106,12 +106,10 @@ def _post_hook(optimizer, args, kwargs):
         mb = STEP[3]
         k = STEP[2]
         if _enabled and tables._enabled:
-            r = tables._rings.get("torch_step_timing") or tables.ring("torch_step_timing")
-            if r is not None:
-                rank, ws, role = tables.identity_fields()
-                r.append_values((time.time_ns() // 1000, STEP[0], STEP[1], k, mb, rank, ws, role,
-                                 (now - prev) if prev is not None else -1.0,
-                                 0, 1, 0, 0, 1.0, "optimizer_hook"))
+            rank, ws, role = tables.identity_fields()
+            tables.defer("torch_step_timing", (time.time_ns() // 1000, STEP[0], STEP[1], k, mb, rank, ws, role,
+                                               (now - prev) if prev is not None else -1.0,
+                                               0, 1, 0, 0, 1.0, "optimizer_hook"))
         # the next step starts
         STEP[2] = k + 1
         if STEP[0] < STEP[2] * mb:

@@ -33,6 +33,8 @@ catches its exceptions and logs them (once per kind) through the
 parent's writers are abandoned, not touched): activation is per process.
 """
 
+import atexit
+import collections
 import json
 import logging
 import os
@@ -269,7 +271,7 @@ def append_many(table, rows):
 
 def stats():
     """{table: {path, appended, dropped, counters...}} of the open rings."""
-    out = {}
+    out = {"queue": queue_stats()}
     with _lock:
         for t, r in list(_rings.items()):
             try:
@@ -292,6 +294,122 @@ def close_all():
             except Exception:
                 pass
         _rings.clear()
+
+
+# -- deferred writes -----------------------------------------------------------
+# The recorders on the training path (collectives, step hook, spans) do not
+# write the ring themselves: they queue (fn, arg) and a daemon thread calls
+# fn(arg) for the queued items every FLUSH_INTERVAL seconds (sooner when
+# KICK items are waiting), writing rows in batches. A write into the mmap
+# costs a few µs of CPU in a tight loop but far more inside a training step
+# (caches and TLB are cold after compute, and on some VMs the first store
+# to a page after a while traps to the hypervisor), so batching them away
+# from the step is what keeps the agent's cost small. The flusher runs
+# while the training thread waits in communication or compute with the
+# GIL released. Rows reach the ring at most ~FLUSH_INTERVAL after the call;
+# flush() forces it (FR snapshots and the watchdog hook call it; so does
+# atexit). At most QUEUE_MAX items wait; more are dropped and counted.
+
+FLUSH_INTERVAL = 0.05
+KICK = 2048
+QUEUE_MAX = 1 << 16
+
+_queue = collections.deque()
+_qdropped = [0]
+_flusher = [None]
+_flush_ev = threading.Event()
+_flush_lock = threading.Lock()
+
+
+def _write_plain(arg):
+    table, values = arg
+    r = _rings.get(table) or ring(table)
+    if r is not None:
+        r.append_values(values)
+
+
+def defer(table, values):
+    """Queue a row (values in schema order, timestamp included)."""
+    defer_call(_write_plain, (table, values))
+
+
+def defer_call(fn, arg):
+    """Queue fn(arg) for the flusher thread (fn writes rows)."""
+    q = _queue
+    n = len(q)
+    if n >= QUEUE_MAX or not _enabled:
+        _qdropped[0] += 1
+        return
+    q.append((fn, arg))
+    if _flusher[0] is None:
+        _start_flusher()
+    elif n == KICK:
+        _flush_ev.set()
+
+
+def flush(timeout=None):
+    """Write every queued row now (from the calling thread). Returns the
+    number of items written; 0 if another flush holds the lock past
+    ``timeout`` seconds (None: wait)."""
+    if timeout is None:
+        _flush_lock.acquire()
+    elif not _flush_lock.acquire(True, timeout):
+        return 0
+    n = 0
+    try:
+        q = _queue
+        pop = q.popleft
+        while q:
+            try:
+                fn, arg = pop()
+            except IndexError:
+                break
+            try:
+                fn(arg)
+            except Exception as e:
+                warn_once(("flush", getattr(fn, "__name__", "")), "writing a queued row failed: %s", e)
+            n += 1
+    finally:
+        _flush_lock.release()
+    return n
+
+
+def _flusher_main():
+    ev = _flush_ev
+    while True:
+        try:
+            ev.wait(FLUSH_INTERVAL)
+            ev.clear()
+            if _queue:
+                flush(timeout=1.0)
+        except Exception as e:  # never die
+            warn_once("flusher", "ring flusher: %s", e)
+            time.sleep(FLUSH_INTERVAL)
+
+
+def _start_flusher():
+    with _lock:
+        if _flusher[0] is not None or not _enabled:
+            return
+        t = threading.Thread(target=_flusher_main, name="probing-mcp-flusher", daemon=True)
+        _flusher[0] = t
+        t.start()
+
+
+def queue_stats():
+    return {"queued": len(_queue), "dropped": _qdropped[0],
+            "flusher": bool(_flusher[0] is not None and _flusher[0].is_alive())}
+
+
+def _atexit_flush():
+    try:
+        if _queue and _enabled:
+            flush(timeout=2.0)
+    except Exception:
+        pass
+
+
+atexit.register(_atexit_flush)
 
 
 # -- identity (rank, world size, role) ---------------------------------------
@@ -557,6 +675,10 @@ def start():
 def stop():
     """Stop recording (hooks stay installed but do nothing) and close rings."""
     global _enabled, _started
+    try:
+        flush(timeout=2.0)
+    except Exception:
+        pass
     _enabled = False
     _started = False
     for name in ("collectives", "steptiming"):
@@ -574,9 +696,13 @@ def enabled():
 
 
 def _after_fork_in_child():
-    global _lock, _watch_lock, _enabled, _started
+    global _lock, _watch_lock, _enabled, _started, _flush_lock, _flush_ev
     _lock = threading.RLock()
     _watch_lock = threading.RLock()
+    _flush_lock = threading.Lock()
+    _flush_ev = threading.Event()
+    _flusher[0] = None
+    _queue.clear()
     for r in list(_rings.values()):
         try:
             r.writer.abandon()

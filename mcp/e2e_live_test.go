@@ -1,0 +1,184 @@
+package mcp_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/probing-mcp/probing-mcp/agent/demojob"
+)
+
+// startDemo runs the demo job (real processes with the agent) until it
+// hangs; torch selects the gloo variant.
+func startDemo(t *testing.T, python, torch string) *demojob.Job {
+	t.Helper()
+	job, err := demojob.Start(context.Background(), demojob.Options{Python: python, Torch: torch, Version: "e2e",
+		Env: []string{"PROBING_ALLOW_EVAL=1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { job.Stop() })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := job.WaitHung(ctx, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
+// TestE2ELiveJob drives the agent tools through the official Python MCP
+// client against a real hung job (plain Python ranks, rank 2 stuck in a
+// fake data loader), with writes allowed and audited.
+func TestE2ELiveJob(t *testing.T) {
+	t.Parallel()
+	h := e2eSetup(t)
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3 for the demo job's ranks")
+	}
+	job := startDemo(t, py, "no")
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
+	env := e2eEnv("PROBING_DATA_DIR="+job.DataDir, "PROBING_CTRL_ROOT="+job.CtrlRoot,
+		"PROBING_MCP_ALLOW_WRITE=1", "PROBING_MCP_AUDIT_LOG="+audit)
+	pids := job.PIDs()
+	calls := [][]string{
+		e2eArgs("list_processes", map[string]any{}),
+		e2eArgs("get_stacks", map[string]any{}),
+		e2eArgs("get_config", map[string]any{"rank": 1}),
+		e2eArgs("set_config", map[string]any{"key": "sample_rate", "value": "0.5", "ranks": "0-3"}),
+		e2eArgs("get_config", map[string]any{"pid": pids[3], "key": "sample_rate"}),
+		e2eArgs("eval_python", map[string]any{"rank": 2, "code": "import sys\nsys._getframe(0).f_code.co_name + ' ' + str(RANK)"}),
+		e2eArgs("eval_python", map[string]any{"rank": 0, "code": "while True: pass", "timeout": 1}),
+		e2eArgs("get_stacks", map[string]any{"ranks": "7"}),
+		e2eArgs("get_stacks", map[string]any{"pids": []int{pids[2]}, "merge": false}),
+	}
+	out := h.stdio(t, env, "stdio-call", slices.Concat(calls...)...)
+	out.mustOK(t)
+
+	var lp struct {
+		Summary   string `json:"summary"`
+		Processes []struct {
+			PID   int  `json:"pid"`
+			Rank  int  `json:"rank"`
+			Alive bool `json:"alive"`
+		} `json:"processes"`
+	}
+	json.Unmarshal(out.call(t, 0).ok(t), &lp)
+	if len(lp.Processes) != 4 || !strings.Contains(lp.Summary, "ranks 0-3") {
+		t.Errorf("list_processes: %+v", lp)
+	}
+	var gs struct {
+		Summary string `json:"summary"`
+		Groups  []struct {
+			Outlier bool   `json:"outlier"`
+			Ranks   string `json:"ranks"`
+			Role    string `json:"role"`
+		} `json:"groups"`
+		HistoryIDs []int64 `json:"history_ids"`
+	}
+	json.Unmarshal(out.call(t, 1).ok(t), &gs)
+	if len(gs.Groups) == 0 || !gs.Groups[0].Outlier || gs.Groups[0].Ranks != "2" || !strings.Contains(gs.Summary, "fake_data_loader") ||
+		!strings.Contains(gs.Summary, "ranks 0-1,3") || len(gs.HistoryIDs) != 4 {
+		t.Errorf("get_stacks does not put rank 2 first as the odd one out: %s", out.call(t, 1).Text)
+	}
+	if txt := out.call(t, 2).Text; !strings.Contains(txt, "probing.comm.collectives") {
+		t.Errorf("get_config: %s", txt)
+	}
+	var sc struct {
+		Status    string `json:"status"`
+		Processes []struct {
+			PID   int    `json:"pid"`
+			Value string `json:"value"`
+		} `json:"processes"`
+	}
+	json.Unmarshal(out.call(t, 3).ok(t), &sc)
+	if sc.Status != "ok" || len(sc.Processes) != 4 {
+		t.Errorf("set_config on ranks 0-3: %s", out.call(t, 3).Text)
+	}
+	if txt := out.call(t, 4).Text; !strings.Contains(txt, `"probing.sample_rate":"0.5"`) {
+		t.Errorf("get_config after set_config: %s", txt)
+	}
+	var ev struct {
+		Status string `json:"status"`
+		Output string `json:"output"`
+	}
+	json.Unmarshal(out.call(t, 5).ok(t), &ev)
+	if ev.Status != "ok" || !strings.Contains(ev.Output, "2") {
+		t.Errorf("eval_python in rank 2: %s", out.call(t, 5).Text)
+	}
+	json.Unmarshal(out.call(t, 6).ok(t), &ev)
+	if ev.Status != "timeout" {
+		t.Errorf("eval_python that never returns: %s", out.call(t, 6).Text)
+	}
+	if msg := out.call(t, 7).toolError(t); !strings.Contains(msg, "rank 7") || !strings.Contains(msg, "0-3") {
+		t.Errorf("unknown rank: %q", msg)
+	}
+	if txt := out.call(t, 8).Text; !strings.Contains(txt, `"processes":[{"pid":`+fmt.Sprint(pids[2])) {
+		t.Errorf("merge=false: %.300s", txt)
+	}
+	// Every write call, and only those, was audited before and after.
+	recs := readAudit(t, audit)
+	var tools []string
+	for _, r := range recs {
+		tools = append(tools, r.Tool+":"+r.Phase)
+	}
+	want := "set_config:call,set_config:result,eval_python:call,eval_python:result,eval_python:call,eval_python:result"
+	if strings.Join(tools, ",") != want {
+		t.Errorf("audit log %v, want %s", tools, want)
+	}
+}
+
+// TestE2ELiveTorchJob: a real 4-rank gloo job where rank 2 skips an
+// all_reduce; the tools must name rank 2 (torch is for development only:
+// skipped without it).
+func TestE2ELiveTorchJob(t *testing.T) {
+	t.Parallel()
+	h := e2eSetup(t)
+	py := os.Getenv("PROBING_TORCH_PYTHON")
+	if py == "" {
+		py = "/root/devenv/bin/python"
+	}
+	if err := exec.Command(py, "-c", "import torch.distributed as d; assert d.is_available()").Run(); err != nil {
+		t.Skipf("torch.distributed is not importable by %s (set PROBING_TORCH_PYTHON): %v", py, err)
+	}
+	job := startDemo(t, py, "yes")
+	env := e2eEnv("PROBING_DATA_DIR="+job.DataDir, "PROBING_CTRL_ROOT="+job.CtrlRoot)
+	out := h.stdio(t, env, "stdio-call", slices.Concat(
+		e2eArgs("snapshot_flight_recorder", map[string]any{}),
+		e2eArgs("get_stacks", map[string]any{}),
+		e2eArgs("query", map[string]any{"sql": "SELECT _rank, count(*) AS n FROM python.comm_collective GROUP BY _rank ORDER BY _rank"}),
+	)...)
+	out.mustOK(t)
+	var fr struct {
+		Verdict       string `json:"verdict"`
+		ProcessGroups []struct {
+			CulpritRanks string `json:"culprit_ranks"`
+			MissingRanks string `json:"missing_ranks"`
+		} `json:"process_groups"`
+		Snapshots []struct {
+			Rank      int   `json:"rank"`
+			HistoryID int64 `json:"history_id"`
+		} `json:"snapshots"`
+	}
+	json.Unmarshal(out.call(t, 0).ok(t), &fr)
+	if fr.Verdict != "MISSING_RANKS" || len(fr.ProcessGroups) == 0 || fr.ProcessGroups[0].CulpritRanks != "2" || len(fr.Snapshots) != 4 || fr.Snapshots[0].HistoryID == 0 {
+		t.Errorf("snapshot_flight_recorder: %.2000s", out.call(t, 0).Text)
+	}
+	if txt := out.call(t, 1).Text; !strings.Contains(txt, "checkpoint_to_slow_disk") || !strings.Contains(txt, "odd one out") {
+		t.Errorf("get_stacks: %.1500s", txt)
+	}
+	var q struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	json.Unmarshal(out.call(t, 2).ok(t), &q)
+	if len(q.Rows) != 4 {
+		t.Errorf("python.comm_collective through query: %s", out.call(t, 2).Text)
+	}
+}
