@@ -19,7 +19,7 @@ import (
 
 // python is the interpreter the agent tests run (PROBING_TEST_PYTHON, else
 // python3); the agent is stdlib only, so any 3.9+ works.
-func python(t *testing.T) string {
+func python(t testing.TB) string {
 	p := os.Getenv("PROBING_TEST_PYTHON")
 	if p == "" {
 		p = "python3"
@@ -42,13 +42,13 @@ type proc struct {
 // startAgent runs code in a fresh Python process whose first act is to
 // activate the agent exactly as the installed .pth would. It waits until
 // the agent has registered and code printed "READY".
-func startAgent(t *testing.T, code string, env ...string) *proc {
+func startAgent(t testing.TB, code string, env ...string) *proc {
 	t.Helper()
-	dir := t.TempDir()
-	site := filepath.Join(dir, "site")
-	if err := agent.ExtractTo(site, "test"); err != nil {
-		t.Fatal(err)
-	}
+	return startAgentIn(t, newDirs(t), code, env...)
+}
+
+// newDirs makes a data dir and a control root for agents to share.
+func newDirs(t testing.TB) agent.Options {
 	// The control root lives under /tmp: a Unix socket path must stay under
 	// 108 bytes, which t.TempDir() paths can exceed.
 	ctrl, err := os.MkdirTemp("/tmp", "pmcp")
@@ -56,7 +56,17 @@ func startAgent(t *testing.T, code string, env ...string) *proc {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(ctrl) })
-	p := &proc{opt: agent.Options{DataDir: filepath.Join(dir, "data"), CtrlRoot: ctrl}, done: make(chan struct{})}
+	return agent.Options{DataDir: filepath.Join(t.TempDir(), "data"), CtrlRoot: ctrl}
+}
+
+func startAgentIn(t testing.TB, opt agent.Options, code string, env ...string) *proc {
+	t.Helper()
+	site := filepath.Join(t.TempDir(), "site")
+	if err := agent.ExtractTo(site, "test"); err != nil {
+		t.Fatal(err)
+	}
+	ctrl := opt.CtrlRoot
+	p := &proc{opt: opt, done: make(chan struct{})}
 	script := "import site, sys\nsite.addsitedir(sys.argv[1])\n" + code
 	p.cmd = exec.Command(python(t), "-c", script, site)
 	p.cmd.Env = append(os.Environ(), "PROBING=1", "PROBING_DATA_DIR="+p.opt.DataDir, "PROBING_CTRL_ROOT="+ctrl, "PYTHONUNBUFFERED=1")
@@ -118,7 +128,7 @@ func (p *proc) kill() {
 }
 
 // agent is this process as Discover sees it, nil if absent.
-func (p *proc) agent(t *testing.T) *agent.Agent {
+func (p *proc) agent(t testing.TB) *agent.Agent {
 	t.Helper()
 	all, err := agent.Discover(p.opt)
 	if err != nil {

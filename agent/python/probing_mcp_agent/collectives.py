@@ -42,6 +42,7 @@ from module globals that config updates: a disabled wrapper costs one
 global lookup and a call.
 """
 
+import os
 import random
 import sys
 import threading
@@ -110,6 +111,11 @@ _c10d = [None]
 def set_enabled(value):
     global _on
     _on = str(value).strip().lower() not in ("0", "off", "false", "no")
+
+
+def _after_fork_in_child():
+    global _on
+    _on = False  # a forked child is not an active agent (tables are off too)
 
 
 def set_sample_rate(value):
@@ -221,9 +227,7 @@ def _one(t):
 
 
 def _tensor_facts(x):
-    """(shape, dtype, bytes) of a tensor or a list of tensors."""
-    if x is None:
-        return "", "", 0
+    """(shape text, (dtype text, bytes)) of a list of tensors (or P2POps)."""
     if isinstance(x, (list, tuple)):
         shapes, dtype, total = [], "", 0
         for t in x:
@@ -238,11 +242,12 @@ def _tensor_facts(x):
             total += n
         if len(x) > 16:
             shapes.append("...")
-        return "[" + ", ".join(shapes) + "]", dtype, total
+        return "[" + ", ".join(shapes) + "]", (dtype, total)
     try:
-        return _one(x)
+        s, dt, n = _one(x)
+        return s, (dt, n)
     except Exception:
-        return "", "", 0
+        return "", ("", 0)
 
 
 # -- the wrapper --------------------------------------------------------------------
@@ -265,16 +270,18 @@ def _make_wrapper(op, fn):
     always_async = op in _ALWAYS_ASYNC
     is_batch = op == "batch_isend_irecv"
     perf = time.perf_counter
-    tns = time.time_ns
     STEP = steptiming.STEP
 
     tls = _tls
-    defer = tables.defer_call
+    q = tables._queue
+    qmax, kick = tables.QUEUE_MAX, tables.KICK
+    write = _write_row
 
     def wrapper(*args, **kwargs):
-        if not _on or tls.busy or not tables._enabled:
+        if not _on or tls.busy:
             return fn(*args, **kwargs)
         e = None
+        t0 = perf()
         try:
             if is_batch:
                 ops = args[0] if args else kwargs.get("p2p_op_list")
@@ -291,25 +298,31 @@ def _make_wrapper(op, fn):
                 else:
                     a = 1 if (args[ai] if 0 <= ai < len(args) else kwargs.get("async_op")) else 0
                 if x is None:
-                    shape, dtype, nbytes = "", "", 0
+                    shape, dtype = "", ""
                 elif isinstance(x, (list, tuple)):
-                    shape, dtype, nbytes = _tensor_facts(x)
+                    shape, dtype = _tensor_facts(x)
                 else:
-                    shape, dtype, nbytes = x.shape, x.dtype, x.nbytes
-                e = [tns() // 1000, STEP[0], STEP[1], STEP[2], STEP[3], _wrank[0], _wrank[1], op, ge,
-                     shape, dtype, nbytes, a, ge[4], -1.0, None]
-                defer(_write_row, e)
+                    shape, dtype = x.shape, x.dtype
+                e = [t0, STEP[0], STEP[1], STEP[2], STEP[3], _wrank[0], _wrank[1], op, ge,
+                     shape, dtype, 0, a, ge[4], -1.0, None]
+                n = len(q)
+                if n < qmax:
+                    q.append((write, e))
+                    if n == kick:
+                        tables._flush_ev.set()
+                else:
+                    tables._qdropped[0] += 1
+                    e = None
         except Exception as err:
             e = None
             tables.warn_once(("collective", op), "recording %s failed: %s", op, err)
         tls.busy = True
-        t0 = perf()
         try:
             return fn(*args, **kwargs)
         finally:
-            dt = (perf() - t0) * 1000.0
             tls.busy = False
             if e is not None:
+                dt = (perf() - t0) * 1000.0
                 e[14] = dt
                 if e[15] is not None:  # already in the ring (a long call): patch it there
                     _patch(e, dt)
@@ -317,14 +330,35 @@ def _make_wrapper(op, fn):
     return wrapper
 
 
-# An entry: [0 ts, 1 micro_step, 2 local_step, 3 global_step, 4 micro_batches,
-# 5 rank, 6 world_size, 7 op, 8 group entry, 9 shape, 10 dtype, 11 bytes,
+# An entry: [0 perf_counter at entry, 1 micro_step, 2 local_step,
+# 3 global_step, 4 micro_batches, 5 rank, 6 world_size, 7 op, 8 group entry,
+# 9 shape (torch.Size, or text for a list), 10 dtype (torch.dtype, or
+# (text, bytes) for a list), 11 unused,
 # 12 async_op, 13 group_seq, 14 duration_ms (-1.0 while in flight),
 # 15 where the row went (set by the flusher when it wrote an in-flight row)].
 # Handshake without a lock (each list store/load is atomic under the GIL):
 # the caller stores [14] then reads [15]; the flusher stores [15] then
 # re-reads [14]. Whichever sees the other's store patches the row (both
 # may; the value is the same).
+
+_itemsizes = {}
+
+
+def _itemsize(dt):
+    n = _itemsizes.get(dt)
+    if n is None:
+        try:
+            n = int(dt.itemsize)
+        except Exception:
+            try:
+                import torch
+
+                n = torch.empty((), dtype=dt).element_size()
+            except Exception:
+                n = 0
+        _itemsizes[dt] = n
+    return n
+
 
 def _dtype_str(dt):
     s = _dtype_names.get(dt)
@@ -338,18 +372,24 @@ def _write_row(e):
     if r is None:
         return
     ge = e[8]
-    shape = e[9]
-    if shape.__class__ is not str:
+    shape, dtype = e[9], e[10]
+    nbytes = 0
+    if dtype.__class__ is tuple:  # a list of tensors: (dtype name, total bytes)
+        dtype, nbytes = dtype
+    elif dtype.__class__ is not str:  # one tensor: torch.Size, torch.dtype
+        n = 1
+        for d in shape:
+            n *= d
+        nbytes = n * _itemsize(dtype)
         shape = str(tuple(shape))
-    dtype = e[10]
-    if dtype.__class__ is not str:
         dtype = _dtype_str(dtype)
     rank, ws = e[5], e[6]
     if rank < 0 and _wentry is not None:
         rank, ws = _wrank
     dur = e[14]
-    loc = r.writer.append_located((e[0], e[1], e[2], e[3], e[4], rank, ws, tables.identity_fields()[2], e[7],
-                                   ge[1], ge[2], ge[3], shape, dtype, e[11], dur, e[12], e[13]))
+    ts = int((e[0] + tables.epoch_offset[0]) * 1e6)
+    loc = r.writer.append_located((ts, e[1], e[2], e[3], e[4], rank, ws, tables.identity_fields()[2], e[7],
+                                   ge[1], ge[2], ge[3], shape, dtype, nbytes, dur, e[12], e[13]))
     if loc[0]:
         r._drop(loc[0])
         return
@@ -452,3 +492,7 @@ def unpatch():
     _patched.clear()
     del _modules[:]
     _reset_groups()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

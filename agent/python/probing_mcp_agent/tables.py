@@ -316,6 +316,9 @@ QUEUE_MAX = 1 << 16
 
 _queue = collections.deque()
 _qdropped = [0]
+# time.time() - time.perf_counter(): the flusher turns perf_counter stamps
+# taken on the training path (one cheap clock read) into epoch time.
+epoch_offset = [time.time() - time.perf_counter()]
 _flusher = [None]
 _flush_ev = threading.Event()
 _flush_lock = threading.Lock()
@@ -381,6 +384,7 @@ def _flusher_main():
             ev.wait(FLUSH_INTERVAL)
             ev.clear()
             if _queue:
+                epoch_offset[0] = time.time() - time.perf_counter()
                 flush(timeout=1.0)
         except Exception as e:  # never die
             warn_once("flusher", "ring flusher: %s", e)
@@ -664,6 +668,10 @@ def start():
         register_config()
     except Exception as e:
         warn_once("register-config", "recorder config keys not registered: %s", e)
+    try:
+        _start_flusher()
+    except Exception as e:
+        warn_once("flusher-start", "ring flusher not started: %s", e)
     for name in ("steptiming", "collectives", "spans"):
         try:
             mod = __import__(__name__.rsplit(".", 1)[0] + "." + name, fromlist=["install"])
