@@ -1,0 +1,74 @@
+package agent_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/probing-mcp/probing-mcp/agent"
+)
+
+// TestInstallIntoAVirtualenv installs the embedded agent into a fresh
+// virtualenv, checks that PROBING=1 activates it in a plain `python`
+// (through the .pth, as in a real job) and that uninstall removes exactly
+// what install wrote.
+func TestInstallIntoAVirtualenv(t *testing.T) {
+	py := python(t)
+	venv := filepath.Join(t.TempDir(), "venv")
+	if out, err := exec.Command(py, "-m", "venv", "--without-pip", venv).CombinedOutput(); err != nil {
+		t.Skipf("cannot create a virtualenv with %s: %v: %s", py, err, out)
+	}
+	vpy := filepath.Join(venv, "bin", "python")
+	did, err := agent.Install(vpy, false, "test")
+	if err != nil {
+		t.Fatalf("install: %v (%v)", err, did)
+	}
+	if !strings.Contains(strings.Join(did, "\n"), "imports probing_mcp_agent") {
+		t.Errorf("install did not report its check: %v", did)
+	}
+	// --user inside a virtualenv is refused with the reason.
+	if _, err := agent.Install(vpy, true, "test"); err == nil || !strings.Contains(err.Error(), "user site-packages disabled") {
+		t.Errorf("--user in a venv: %v", err)
+	}
+	opt := newDirs(t)
+	cmd := exec.Command(vpy, "-c", "import time; time.sleep(20)")
+	cmd.Env = append(os.Environ(), "PROBING=1", "PROBING_DATA_DIR="+opt.DataDir, "PROBING_CTRL_ROOT="+opt.CtrlRoot)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var found *agent.Agent
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline) && found == nil; time.Sleep(100 * time.Millisecond) {
+		all, _ := agent.Discover(opt)
+		for _, a := range all {
+			if a.PID == cmd.Process.Pid && a.Alive && a.Identity != nil {
+				found = a
+			}
+		}
+	}
+	if found == nil {
+		t.Fatal("PROBING=1 did not activate the installed agent")
+	}
+	// Without PROBING nothing activates.
+	out, err := exec.Command(vpy, "-c", "import sys; print('probing_mcp_agent.runtime' in sys.modules)").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "False" {
+		t.Errorf("without PROBING: %s %v", out, err)
+	}
+	did, err = agent.Uninstall(vpy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(did) != 2 {
+		t.Errorf("uninstall: %v", did)
+	}
+	if err := exec.Command(vpy, "-c", "import probing_mcp_agent").Run(); err == nil {
+		t.Error("the agent is still importable after uninstall")
+	}
+	did, _ = agent.Uninstall(vpy)
+	if len(did) != 1 || !strings.Contains(did[0], "nothing to remove") {
+		t.Errorf("second uninstall: %v", did)
+	}
+}
