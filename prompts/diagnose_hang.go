@@ -33,6 +33,14 @@ func renderDiagnoseHang(tools map[string]bool, dumps, symptom string) string {
 	}
 	b.WriteString("\nSteps:\n")
 	step := 1
+	if tools["list_processes"] && tools["get_stacks"] {
+		fmt.Fprintf(&b, "%d. Call list_processes. If it lists live ranks, the job still runs on this node: call get_stacks. Its summary says where every rank's main thread is, odd ones out first: a rank in a data loader, a checkpoint or an exception path while the others wait in a collective is the culprit. A process whose stacks came from faulthandler did not let its agent answer: it holds the GIL (stuck in C code).\n", step)
+		step++
+		if tools["snapshot_flight_recorder"] {
+			fmt.Fprintf(&b, "%d. Call snapshot_flight_recorder for the live Flight Recorder verdict of every local rank; read it as in the next steps. If list_processes shows no live rank, the job is dead: use its dumps (next step) and query its rings (history and python.* tables).\n", step)
+			step++
+		}
+	}
 	if tools["analyze_flight_recorder"] {
 		where := dumps
 		if where == "" {
