@@ -104,12 +104,17 @@ if mode == "write":
     table("memtable_like", [("x" * 60, "I64"), ("p", "Str"), ("q", "Str")], 1024, 2, True,
           [(i, "same", "same") for i in range(30)])
     json.dump({"tables": tables}, sys.stdout)
-elif mode == "stream":
+elif mode in ("stream", "stream_batch"):
     n, path = int(sys.argv[4]), os.path.join(out, "python.stream")
     w = memt.Writer(path, [("timestamp", "I64"), ("seq", "I64"), ("name", "Str"), ("val", "F64")], 2048, 4)
     open(os.path.join(out, "ready"), "w").close()
-    for i in range(n):
-        w.append((1000 + i, i, "n%d" % i + "x" * (i % 23), i * 0.5))
+    row = lambda i: (1000 + i, i, "n%d" % i + "x" * (i % 23), i * 0.5)
+    if mode == "stream":
+        for i in range(n):
+            w.append(row(i))
+    else:  # what the agent's flusher does: batches of rows, one publish per chunk
+        for i in range(0, n, 37):
+            w.append_batch([row(j) for j in range(i, min(n, i + 37))])
     print(json.dumps(w.counters()))
     w.close()
 `
@@ -319,14 +324,21 @@ func hasBackRef(t *testing.T, path string, tb *Table) bool {
 }
 
 // TestPythonWriterConcurrentRead scans a ring again and again while a
-// Python process appends to it and wraps it many times: every row read
-// must be intact (its content follows from its seq), in order, and no
-// chunk may fail to parse.
+// Python process appends to it (row by row, and in batches as the agent's
+// flusher does) and wraps it many times: every row read must be intact
+// (its content follows from its seq), in order, and no chunk may fail to
+// parse.
 func TestPythonWriterConcurrentRead(t *testing.T) {
+	for _, mode := range []string{"stream", "stream_batch"} {
+		t.Run(mode, func(t *testing.T) { concurrentRead(t, mode) })
+	}
+}
+
+func concurrentRead(t *testing.T, mode string) {
 	python, module := pythonForWriter(t)
 	dir := t.TempDir()
 	const n = 300000
-	cmd := exec.Command(python, "-c", pyWriterScript, module, "stream", dir, strconv.Itoa(n))
+	cmd := exec.Command(python, "-c", pyWriterScript, module, mode, dir, strconv.Itoa(n))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {

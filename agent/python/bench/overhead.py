@@ -17,22 +17,25 @@ collective and every step writes a row) and OFF (the original
 torch.distributed functions put back and the step hook removed: no agent
 code on the path at all), in the order ON OFF OFF ON ..., all ranks
 switching at the same step after a barrier. The first step of a block is
-dropped. Two numbers per rank:
+dropped. Per rank:
 
 1. end to end: the median over adjacent (ON, OFF) block pairs of the
    relative difference of their median step times. Honest, but on a small
    shared machine it is dominated by scheduling: with 2 vCPUs for 2 ranks
    that spin in gloo, a *no-op* wrapper (--what wrappers) moves it by
    several percent either way.
-2. in situ: the time spent inside the agent, measured in the same run by
-   timing shims put around the agent's wrappers and around the functions
-   they call (and the same shims in OFF blocks, to cancel their own cost),
-   plus the optimizer hook's own time. Divided by the median OFF step time.
+2. on the training thread: the time spent inside the agent, measured in
+   the same run by timing shims put around the agent's wrappers and around
+   the functions they call (the same shims in OFF blocks cancel their own
+   cost), plus the optimizer hook's own time; wall and thread CPU time.
+3. the flusher thread's CPU time (rows are encoded and written there).
+Each divided by the median OFF step time; "total CPU" is 2 + 3.
 
 Needs torch (a CPU build is fine). Prints a JSON summary on the last line.
 """
 
 import argparse
+import functools
 import json
 import os
 import socket
@@ -69,6 +72,7 @@ class Shims(object):
     def _shim(fn, acc):
         perf, cpu = time.perf_counter, time.thread_time
 
+        @functools.wraps(fn)  # the agent reads the signature through __wrapped__
         def shim(*args, **kwargs):
             t0, c0 = perf(), cpu()
             try:
@@ -165,6 +169,8 @@ def rank_main(a):
             hook_time[1] += time.thread_time() - c0
     steptiming._post_hook = timed_hook
 
+    collectives.unpatch()  # the shims must capture torch's own functions
+    steptiming.uninstall()
     shims = Shims(dist, list(collectives.OPS))
     shimmed = a.what != "steps"
 
@@ -215,11 +221,13 @@ def rank_main(a):
         u[3] += (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
         times[on].extend(bt)
         blocks.append((on, statistics.median(bt)))
+    tables.flush()
+    flusher_cpu = tables.flusher_cpu[0]
     set_mode(True)
     st = tables.stats()
-    rows = dict((k, v.get("appended", 0)) for k, v in st.items())
+    rows = dict((k, v.get("appended", 0)) for k, v in st.items() if k.startswith("python."))
     out = {"rank": rank, "on": times[1], "off": times[0], "collectives_per_step": len(buckets),
-           "blocks": blocks, "agent": agent, "usage": usage, "rows": rows}
+           "blocks": blocks, "agent": agent, "usage": usage, "rows": rows, "flusher_cpu_s": flusher_cpu}
     with open(os.path.join(a.out, "rank%d.json" % rank), "w") as f:
         json.dump(out, f)
     dist.barrier()
@@ -248,6 +256,7 @@ def summarize(d, nsteps):
     agent_us_step = agent_s / nsteps * 1e6
     shim_cpu_per_call = a_off[2] / a_off[1] if a_off[1] else 0.0
     agent_cpu_us_step = (a_on[2] - shim_cpu_per_call * a_on[1]) / nsteps * 1e6
+    flusher_us_step = d.get("flusher_cpu_s", 0.0) / nsteps * 1e6
     return {"rank": d["rank"], "median_on_ms": on * 1e3, "median_off_ms": off * 1e3,
             "end_to_end_pct": statistics.median(pairs) if pairs else (on - off) / off * 100.0,
             "end_to_end_pairs": len(pairs),
@@ -256,6 +265,8 @@ def summarize(d, nsteps):
             "agent_pct": agent_us_step / (off * 1e6) * 100.0,
             "agent_cpu_us_per_step": agent_cpu_us_step,
             "agent_cpu_pct": agent_cpu_us_step / (off * 1e6) * 100.0,
+            "flusher_cpu_us_per_step": flusher_us_step,
+            "total_cpu_pct": (agent_cpu_us_step + flusher_us_step) / (off * 1e6) * 100.0,
             "collectives_per_step": d["collectives_per_step"], "rows": d["rows"],
             "per_step_on": _per_step(d["usage"]["1"], nsteps), "per_step_off": _per_step(d["usage"]["0"], nsteps)}
 
@@ -276,6 +287,7 @@ def main():
                          "step hook, or the collective wrappers with recording disabled")
     ap.add_argument("--data-dir", default="",
                     help="PROBING_DATA_DIR of the ranks (default: a fresh dir under /dev/shm, else under $TMPDIR)")
+    ap.add_argument("--keep", action="store_true", help="keep the data dir (rings) and per-rank results")
     ap.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
     ap.add_argument("--out", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -284,6 +296,18 @@ def main():
     work = tempfile.mkdtemp(prefix="probing-bench-")
     data = a.data_dir or (tempfile.mkdtemp(prefix="probing-bench-", dir="/dev/shm")
                           if os.path.isdir("/dev/shm") else os.path.join(work, "data"))
+    try:
+        return run(a, work, data)
+    finally:
+        if not a.keep:
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
+            if not a.data_dir:
+                shutil.rmtree(data, ignore_errors=True)
+
+
+def run(a, work, data):
     port = free_port()
     procs = []
     for r in range(a.ranks):
@@ -305,21 +329,25 @@ def main():
     for p in per_rank:
         print("rank %(rank)d: step %(median_off_ms).3f ms off / %(median_on_ms).3f ms on; "
               "end to end %(end_to_end_pct)+.2f%% (median of %(end_to_end_pairs)d block pairs); "
-              "in situ %(agent_us_per_step).1f us/step wall = %(agent_pct).2f%%, "
-              "%(agent_cpu_us_per_step).1f us/step CPU = %(agent_cpu_pct).2f%% "
+              "on the training thread %(agent_us_per_step).1f us/step wall = %(agent_pct).2f%%, "
+              "%(agent_cpu_us_per_step).1f us/step CPU = %(agent_cpu_pct).2f%%; flusher thread "
+              "%(flusher_cpu_us_per_step).1f us/step CPU; total CPU %(total_cpu_pct).2f%% "
               "(%(collectives_per_step)d collectives/step)" % p)
     summary = {
-        "ranks": a.ranks, "data_dir": data, "python": sys.version.split()[0],
+        "ranks": a.ranks, "python": sys.version.split()[0],
         "median_step_ms_off": statistics.median(p["median_off_ms"] for p in per_rank),
         "agent_pct_median": statistics.median(p["agent_pct"] for p in per_rank),
         "agent_pct_max": max(p["agent_pct"] for p in per_rank),
         "agent_cpu_pct_median": statistics.median(p["agent_cpu_pct"] for p in per_rank),
+        "total_cpu_pct_median": statistics.median(p["total_cpu_pct"] for p in per_rank),
+        "total_cpu_pct_max": max(p["total_cpu_pct"] for p in per_rank),
         "end_to_end_pct_median": statistics.median(p["end_to_end_pct"] for p in per_rank),
-        "per_rank": per_rank, "args": dict((k, v) for k, v in vars(a).items() if k not in ("rank", "out")),
+        "per_rank": per_rank, "args": dict((k, v) for k, v in vars(a).items() if k not in ("rank", "out", "keep")),
     }
-    print("in situ agent time: median %.2f%% of the step wall time (max %.2f%%), %.2f%% in thread CPU time; "
-          "end to end: median %+.2f%%" % (summary["agent_pct_median"], summary["agent_pct_max"],
-                                          summary["agent_cpu_pct_median"], summary["end_to_end_pct_median"]))
+    print("agent on the training thread: median %.2f%% of the step (wall; max %.2f%%), %.2f%% CPU; "
+          "agent total CPU incl. the flusher thread: median %.2f%% (max %.2f%%); end to end: median %+.2f%%"
+          % (summary["agent_pct_median"], summary["agent_pct_max"], summary["agent_cpu_pct_median"],
+             summary["total_cpu_pct_median"], summary["total_cpu_pct_max"], summary["end_to_end_pct_median"]))
     print(json.dumps(summary))
     return 0
 

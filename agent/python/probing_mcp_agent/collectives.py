@@ -33,7 +33,7 @@ stuck in a collective, or just a long one) gets duration_ms = -1 in the
 ring, patched in place (one 8-byte store, only if the chunk was not
 recycled meanwhile) when the call returns or raises. So a hung rank's last
 row is the collective it is stuck in, with duration_ms = -1, visible
-within ~50 ms (tables.FLUSH_INTERVAL). ``timestamp`` is when the call was
+within ~0.5 s (tables.FLUSH_INTERVAL). ``timestamp`` is when the call was
 entered. duration_ms is the Python wall time of the call: for
 async_op=True (and isend/irecv/batch_isend_irecv) only the launch.
 
@@ -201,13 +201,6 @@ def _group(g):
     return e
 
 
-def _world_rank():
-    if _wentry is None and _world_entry() is None:
-        r, ws, _ = tables.identity_fields()
-        return r, ws
-    return _wrank[0], _wrank[1]
-
-
 def _reset_groups():
     global _wentry
     _gcache.clear()
@@ -269,6 +262,10 @@ def _make_wrapper(op, fn):
     ai = params.index("async_op") if "async_op" in params else -1
     always_async = op in _ALWAYS_ASYNC
     is_batch = op == "batch_isend_irecv"
+    # Only batch_isend_irecv calls other wrapped functions (the isend/irecv
+    # of its P2POps); other nested calls inside torch go to module globals
+    # that are recorded as what they are.
+    nestable = op in ("isend", "irecv", "send", "recv")
     perf = time.perf_counter
     STEP = steptiming.STEP
 
@@ -278,7 +275,7 @@ def _make_wrapper(op, fn):
     write = _write_row
 
     def wrapper(*args, **kwargs):
-        if not _on or tls.busy:
+        if not _on or (nestable and tls.busy):
             return fn(*args, **kwargs)
         e = None
         t0 = perf()
@@ -316,11 +313,13 @@ def _make_wrapper(op, fn):
         except Exception as err:
             e = None
             tables.warn_once(("collective", op), "recording %s failed: %s", op, err)
-        tls.busy = True
+        if is_batch:
+            tls.busy = True  # its isend/irecv calls are part of this row
         try:
             return fn(*args, **kwargs)
         finally:
-            tls.busy = False
+            if is_batch:
+                tls.busy = False
             if e is not None:
                 dt = (perf() - t0) * 1000.0
                 e[14] = dt
@@ -368,37 +367,47 @@ def _dtype_str(dt):
 
 
 def _write_row(e):
+    """Flusher side: write one queued entry (see _write_rows)."""
+    _write_rows([e])
+
+
+def _write_rows(entries):
+    """Flusher side, batched: every queued entry of one flush."""
     r = tables._rings.get("comm_collective") or tables.ring("comm_collective")
     if r is None:
         return
-    ge = e[8]
-    shape, dtype = e[9], e[10]
-    nbytes = 0
-    if dtype.__class__ is tuple:  # a list of tensors: (dtype name, total bytes)
-        dtype, nbytes = dtype
-    elif dtype.__class__ is not str:  # one tensor: torch.Size, torch.dtype
-        n = 1
-        for d in shape:
-            n *= d
-        nbytes = n * _itemsize(dtype)
-        shape = str(tuple(shape))
-        dtype = _dtype_str(dtype)
-    rank, ws = e[5], e[6]
-    if rank < 0 and _wentry is not None:
-        rank, ws = _wrank
-    dur = e[14]
-    ts = int((e[0] + tables.epoch_offset[0]) * 1e6)
-    loc = r.writer.append_located((ts, e[1], e[2], e[3], e[4], rank, ws, tables.identity_fields()[2], e[7],
-                                   ge[1], ge[2], ge[3], shape, dtype, nbytes, dur, e[12], e[13]))
-    if loc[0]:
-        r._drop(loc[0])
-        return
-    r.appended += 1
-    if dur == -1.0:
-        e[15] = loc
-        d2 = e[14]
-        if d2 != -1.0:
-            r.writer.update_f64(loc[1], loc[2], loc[3] - 24, d2)
+    role = tables.identity_fields()[2]
+    off = tables.epoch_offset[0]
+    rows = []
+    for e in entries:
+        ge = e[8]
+        shape, dtype = e[9], e[10]
+        nbytes = 0
+        if dtype.__class__ is tuple:
+            dtype, nbytes = dtype
+        elif dtype.__class__ is not str:
+            n = 1
+            for d in shape:
+                n *= d
+            nbytes = n * _itemsize(dtype)
+            shape = str(tuple(shape))
+            dtype = _dtype_str(dtype)
+        rank, ws = e[5], e[6]
+        if rank < 0:
+            rank, ws = _wrank if _wentry is not None else tables.identity_fields()[:2]
+        rows.append((int((e[0] + off) * 1e6), e[1], e[2], e[3], e[4], rank, ws, role, e[7],
+                     ge[1], ge[2], ge[3], shape, dtype, nbytes, e[14], e[12], e[13]))
+    res = r.append_batch(rows)
+    w = r.writer
+    for e, row, loc in zip(entries, rows, res):
+        if loc[0] == 0 and row[15] == -1.0:  # written while in flight
+            e[15] = loc
+            d2 = e[14]
+            if d2 != -1.0:
+                w.update_f64(loc[1], loc[2], loc[3] - 24, d2)
+
+
+_write_row.batch = _write_rows
 
 
 def _patch(e, dt):

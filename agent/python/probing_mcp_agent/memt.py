@@ -12,24 +12,32 @@ storage/memt/python_writer_test.go):
   or, with FLAG_DEDUP, ``[i32 -offset]`` pointing back at an earlier copy of
   the same bytes in the same chunk and column.
 
-Writer protocol (§4.7). One writer per file: the file is created with
-O_EXCL and an exclusive flock is held while the Writer lives; within the
-process a ``threading.Lock`` serialises appends. A row is published in this
-order: (1) the row bytes (one mmap slice assignment), (2) the chunk's
-min/max timestamp, (3) ``used`` (4) ``row_count``. Advancing to the next
-chunk stores state=Empty, checks the reader leases, seals the old chunk,
-updates the ring counters, bumps the generation, zeroes used/row_count,
-resets min/max, stores state=Writing and finally ``write_chunk``.
+Writer protocol (§4.7). One writer per file. The file is built under a
+hidden temporary name in the same directory (readers skip dot files:
+O_CREAT|O_EXCL, flock(LOCK_EX|LOCK_NB), ftruncate, mmap, header init) and
+then link()ed to its name, which fails if the name exists -- O_EXCL's
+guarantee, without readers ever seeing a half-initialised table; the flock
+is held while the Writer lives. Within the process a ``threading.Lock``
+serialises appends. The writer keeps Python-side copies of the current
+chunk's used/row_count/min/max (nobody else writes them) and publishes in
+this order: (1) the row bytes (one mmap slice assignment; append_batch
+writes every row that fits in the chunk with one assignment), (2) the
+chunk's min/max timestamp when they change, (3) ``used``, (4)
+``row_count``. Advancing to the next chunk stores state=Empty, checks the
+reader leases (live pins: the row is dropped and writes_blocked counted),
+seals the old chunk, updates chunks_recycled/rows_overwritten, bumps the
+generation, zeroes used/row_count, resets min/max, stores state=Writing and
+finally ``write_chunk``.
 
 Memory ordering. Python cannot emit fences. Every header field a reader
 relies on (generation, used, row_count, state, write_chunk, the counters,
 lease slots) is written with ONE aligned store: an element assignment on a
-``memoryview.cast('I'|'Q')`` of the mapping, which CPython compiles to a
-single 4- or 8-byte memcpy (one ``mov``/``str`` instruction on x86-64 and
-arm64, both of which make aligned 4/8-byte stores single-copy atomic). Row
-bytes go in with one slice assignment (memcpy) *before* ``used`` is stored.
-Each of these is a separate C call made in program order, so the compiler
-cannot reorder them.
+``memoryview.cast('I'|'Q'|'q')`` of the mapping, which CPython implements
+as a fixed-size memcpy of 4 or 8 bytes that GCC and Clang compile to one
+``mov``/``str`` (x86-64 and arm64 make aligned 4/8-byte stores single-copy
+atomic). Row bytes go in with one slice assignment (memcpy) *before*
+``used`` is stored. Each of these is a separate C call made in program
+order, so the compiler cannot reorder them.
 
 * x86-64 (TSO): stores become visible in program order, so a reader that
   sees the new ``used`` also sees the row bytes, and a reader that copies a
@@ -418,7 +426,13 @@ class Writer(object):
         d = os.path.dirname(path)
         if d:
             os.makedirs(d, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, "memt: %s exists" % path, path)
+        # Built under a hidden temporary name (readers skip dot files), then
+        # linked into place, which fails if the name exists (O_EXCL's
+        # guarantee): a reader never sees a half-initialised table.
+        tmp = os.path.join(d, ".%s.%d.%d.tmp" % (os.path.basename(path), os.getpid(), threading.get_ident()))
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -429,22 +443,73 @@ class Writer(object):
         except BaseException:
             os.close(fd)
             try:
-                os.unlink(path)
+                os.unlink(tmp)
             except OSError:
                 pass
             raise
         self._fd, self._mm = fd, mm
-        mv = memoryview(mm)
-        self._mv = mv
-        self._u32 = mv.cast("I")
-        self._u64 = mv.cast("Q")
-        self._i64 = mv.cast("q")
+        self._views()
         self._chunk = [self.data_offset + i * chunk_size for i in range(num_chunks)]
         self._encode = _compile_encoder(self.dtypes) if not self.dedup else None
         self._ncols = len(self.dtypes)
         self._tsi = self.ts_col - 1
         self._seen = None
-        self._init()
+        try:
+            self._init()
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise
+            except OSError:
+                # no hard links here: fall back to creating the name itself
+                # (readers may then briefly see a file that is not yet a table)
+                nfd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
+                try:
+                    fcntl.flock(nfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    os.ftruncate(nfd, self.file_size)
+                    mm2 = mmap.mmap(nfd, self.file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                except BaseException:
+                    os.close(nfd)
+                    os.unlink(path)
+                    raise
+                self._release_views()
+                mm.close()
+                os.close(fd)
+                self._fd, self._mm = nfd, mm2
+                self._views()
+                self._init()
+        except BaseException:
+            self._release_views()
+            try:
+                self._mm.close()
+            except Exception:
+                pass
+            os.close(self._fd)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+    def _views(self):
+        mv = memoryview(self._mm)
+        self._mv = mv
+        self._u32 = mv.cast("I")
+        self._u64 = mv.cast("Q")
+        self._i64 = mv.cast("q")
+
+    def _release_views(self):
+        for name in ("_u32", "_u64", "_i64", "_mv"):
+            v = getattr(self, name, None)
+            if v is not None:
+                try:
+                    v.release()
+                except Exception:
+                    pass
 
     # -- layout ------------------------------------------------------------
 
@@ -498,10 +563,13 @@ class Writer(object):
                 return self._append_dedup(vals)
         try:
             row = self._encode(values)
+            ts = values[self._tsi] if self._tsi >= 0 else 0
         except Exception:
-            row = self._encode(self._coerced(values))
+            values = self._coerced(values)
+            row = self._encode(values)
+            ts = values[self._tsi] if self._tsi >= 0 else 0
         with self.lock:
-            return self._append_row(row, values[self._tsi] if self._tsi >= 0 else 0)[0]
+            return self._append_row(row, ts)[0]
 
     def append_located(self, values):
         """Like append (non-dedup tables only), but also returns where the
@@ -510,19 +578,91 @@ class Writer(object):
         uses it to patch a fixed column of a published row in place."""
         try:
             row = self._encode(values)
+            ts = values[self._tsi] if self._tsi >= 0 else 0
         except Exception:
             if len(values) != self._ncols:
                 raise ValueError("memt: row has %d values, the table has %d columns"
                                  % (len(values), self._ncols))
-            row = self._encode(self._coerced(values))
+            values = self._coerced(values)
+            row = self._encode(values)
+            ts = values[self._tsi] if self._tsi >= 0 else 0
         with self.lock:
-            return self._append_row(row, values[self._tsi] if self._tsi >= 0 else 0)
+            return self._append_row(row, ts)
+
+    def append_batch(self, rows):
+        """Append many rows (each a sequence of values in column order;
+        non-dedup tables). Rows that fit in the current chunk are written
+        with one slice assignment and published with one ``used`` /
+        ``row_count`` store. Returns, per row, (status, chunk, generation,
+        row_end) as append_located does."""
+        enc = self._encode
+        tsi = self._tsi
+        out = []
+        blobs = []
+        for v in rows:
+            try:
+                b = enc(v)
+            except Exception:
+                try:
+                    if len(v) != self._ncols:
+                        raise ValueError("memt: row has %d values, the table has %d columns"
+                                         % (len(v), self._ncols))
+                    v = self._coerced(v)
+                    b = enc(v)
+                except ValueError:
+                    b = None
+            blobs.append((b, v[tsi] if (tsi >= 0 and b is not None) else 0))
+        with self.lock:
+            cs = self.chunk_size
+            i, n = 0, len(blobs)
+            while i < n:
+                b, ts = blobs[i]
+                if b is None:
+                    out.append((ROW_TOO_LARGE, 0, 0, 0))
+                    self.rows_dropped += 1
+                    i += 1
+                    continue
+                if CHUNK_HEADER + self._used + len(b) > cs:
+                    st = self._make_room(len(b))
+                    if st != OK:
+                        out.append((st, 0, 0, 0))
+                        i += 1
+                        continue
+                # gather the run of rows that fit in this chunk
+                used0 = used = self._used
+                parts = []
+                lo, hi = self._min, self._max
+                room = cs - CHUNK_HEADER
+                cur, gen, base = self._cur, self._gen, self._c + CHUNK_HEADER
+                while i < n:
+                    b, ts = blobs[i]
+                    if b is None or used + len(b) > room:
+                        break
+                    parts.append(b)
+                    used += len(b)
+                    out.append((OK, cur, gen, base + used))
+                    if ts > hi:
+                        hi = ts
+                    if ts < lo:
+                        lo = ts
+                    i += 1
+                blob = b"".join(parts)
+                self._mm[base + used0:base + used] = blob
+                if tsi >= 0:
+                    if hi != self._max:
+                        self._max = hi
+                        self._i64[self._maxi] = hi
+                    if lo != self._min:
+                        self._min = lo
+                        self._i64[self._mini] = lo
+                self._used = used
+                self._u32[self._usedi] = used             # publish: used first ...
+                self._rows += len(parts)
+                self._u32[self._usedi + 1] = self._rows   # ... then row_count
+        return out
 
     def _coerced(self, values):
-        vals = [coerce(d, v) for d, v in zip(self.dtypes, values)]
-        if self._tsi >= 0 and isinstance(values, list):
-            values[self._tsi] = vals[self._tsi]
-        return vals
+        return [coerce(d, v) for d, v in zip(self.dtypes, values)]
 
     def _append_row(self, row, ts):
         need = len(row)
@@ -727,11 +867,7 @@ class Writer(object):
                 return
             self.closed = True
             self._used = 1 << 40  # every append now takes the slow path, which sees closed
-            for v in (self._u32, self._u64, self._i64, self._mv):
-                try:
-                    v.release()
-                except Exception:
-                    pass
+            self._release_views()
             try:
                 self._mm.close()
             except Exception:

@@ -105,11 +105,9 @@ def _post_hook(optimizer, args, kwargs):
         _last_end[0] = now
         mb = STEP[3]
         k = STEP[2]
-        if _enabled and tables._enabled:
-            rank, ws, role = tables.identity_fields()
-            tables.defer("torch_step_timing", (time.time_ns() // 1000, STEP[0], STEP[1], k, mb, rank, ws, role,
-                                               (now - prev) if prev is not None else -1.0,
-                                               0, 1, 0, 0, 1.0, "optimizer_hook"))
+        if _enabled:
+            tables.defer_call(_write_row, (now, STEP[0], STEP[1], k, mb,
+                                           (now - prev) if prev is not None else -1.0))
         # the next step starts
         STEP[2] = k + 1
         if STEP[0] < STEP[2] * mb:
@@ -117,6 +115,29 @@ def _post_hook(optimizer, args, kwargs):
         STEP[1] = STEP[0] // mb
     except Exception as e:
         tables.warn_once("steptiming", "step timing hook failed: %s", e)
+
+
+def _write_row(a):
+    """Flusher side: complete and write one step row."""
+    r = tables._rings.get("torch_step_timing") or tables.ring("torch_step_timing")
+    if r is None:
+        return
+    rank, ws, role = tables.identity_fields()
+    r.append_values((int((a[0] + tables.epoch_offset[0]) * 1e6), a[1], a[2], a[3], a[4], rank, ws, role,
+                     a[5], 0, 1, 0, 0, 1.0, "optimizer_hook"))
+
+
+def _write_rows(args):
+    r = tables._rings.get("torch_step_timing") or tables.ring("torch_step_timing")
+    if r is None:
+        return
+    rank, ws, role = tables.identity_fields()
+    off = tables.epoch_offset[0]
+    r.append_batch([(int((a[0] + off) * 1e6), a[1], a[2], a[3], a[4], rank, ws, role,
+                     a[5], 0, 1, 0, 0, 1.0, "optimizer_hook") for a in args])
+
+
+_write_row.batch = _write_rows
 
 
 def _install_hooks(mod):

@@ -2,8 +2,16 @@
 
 Every table is a MEMT v5 ring (memt.py) named ``python.<table>`` under
 ``runtime.pid_dir()`` (= ``<data dir>/<pid>/``), created lazily on its first
-row, with a leading ``timestamp`` I64 column (µs since the epoch, the time
-the row was written) as Probing's Python ``@table`` rings have.
+row, with a leading ``timestamp`` I64 column (µs since the epoch) as
+Probing's Python ``@table`` rings have: the time the row was recorded (for
+comm_collective, when the call was entered; for queued rows not the later
+moment the flusher wrote them).
+
+API for the rest of the agent: ``append(table, dict)`` / ``append_many``
+(synchronous), ``defer(table, values)`` / ``defer_call(fn, arg)`` (queued for
+the flusher thread, see "deferred writes" below), ``flush()`` (write the
+queue now; call it before reading the rings in-process), ``stats()``,
+``when_imported(module, callback)``, ``start()`` / ``stop()``.
 
 Tables with a fixed schema (contract §3.2; ``group_seq`` is our extension):
 
@@ -21,7 +29,10 @@ is used for tables we do not know). 8 chunks each. tmpfs pages are only
 allocated as rows are written, so an unused ring costs a few KiB.
 
 ``start()`` (called by the core at activation, after fr.configure_env())
-registers the config keys, then wires the collectors: the torch.distributed
+registers the config keys (probing.comm.collectives, probing.sample_rate,
+probing.step_timing, probing.span.backends, probing.span.location,
+probing.fr.on_watchdog, probing.tables.flush_interval), starts the flusher
+thread, then wires the collectors: the torch.distributed
 wrappers and the optimizer step hooks are installed as soon as torch is
 imported (immediately if it already is; otherwise by a one-shot post-import
 hook on sys.meta_path that watches only the ``torch.distributed`` and
@@ -35,7 +46,6 @@ parent's writers are abandoned, not touched): activation is per process.
 
 import atexit
 import collections
-import json
 import logging
 import os
 import sys
@@ -140,6 +150,17 @@ class Ring(object):
         self.defaults = defaults
         self.appended = 0
         self.dropped = 0
+
+    def append_batch(self, rows):
+        """Append many value rows; returns the per-row results of
+        memt.Writer.append_batch."""
+        res = self.writer.append_batch(rows)
+        for st in res:
+            if st[0] == memt.OK:
+                self.appended += 1
+            else:
+                self._drop(st[0])
+        return res
 
     def append_values(self, values):
         st = self.writer.append(values)
@@ -300,18 +321,18 @@ def close_all():
 # The recorders on the training path (collectives, step hook, spans) do not
 # write the ring themselves: they queue (fn, arg) and a daemon thread calls
 # fn(arg) for the queued items every FLUSH_INTERVAL seconds (sooner when
-# KICK items are waiting), writing rows in batches. A write into the mmap
-# costs a few µs of CPU in a tight loop but far more inside a training step
-# (caches and TLB are cold after compute, and on some VMs the first store
-# to a page after a while traps to the hypervisor), so batching them away
-# from the step is what keeps the agent's cost small. The flusher runs
-# while the training thread waits in communication or compute with the
-# GIL released. Rows reach the ring at most ~FLUSH_INTERVAL after the call;
-# flush() forces it (FR snapshots and the watchdog hook call it; so does
-# atexit). At most QUEUE_MAX items wait; more are dropped and counted.
+# KICK items are waiting), writing rows in batches. Encoding and writing a
+# row costs ~2.5 µs in a tight loop but 5-10x more inside a training step,
+# where caches and TLB are cold after compute (much more on small VMs), so
+# the training thread only appends a short list to a deque (~1.5 µs warm),
+# and the flusher pays the per-flush warm-up once per batch, while the
+# training thread computes or waits in communication with the GIL released.
+# Rows reach the ring at most ~FLUSH_INTERVAL after the call; flush()
+# forces it (FR snapshots and the watchdog hook call it; so does atexit).
+# At most QUEUE_MAX items wait; more are dropped and counted.
 
-FLUSH_INTERVAL = 0.05
-KICK = 2048
+FLUSH_INTERVAL = 0.5
+KICK = 4096
 QUEUE_MAX = 1 << 16
 
 _queue = collections.deque()
@@ -329,6 +350,19 @@ def _write_plain(arg):
     r = _rings.get(table) or ring(table)
     if r is not None:
         r.append_values(values)
+
+
+def _write_plain_batch(args):
+    by_table = {}
+    for table, values in args:
+        by_table.setdefault(table, []).append(values)
+    for table, rows in by_table.items():
+        r = _rings.get(table) or ring(table)
+        if r is not None:
+            r.append_batch(rows)
+
+
+_write_plain.batch = _write_plain_batch
 
 
 def defer(table, values):
@@ -363,29 +397,69 @@ def flush(timeout=None):
         q = _queue
         pop = q.popleft
         while q:
-            try:
-                fn, arg = pop()
-            except IndexError:
-                break
-            try:
-                fn(arg)
-            except Exception as e:
-                warn_once(("flush", getattr(fn, "__name__", "")), "writing a queued row failed: %s", e)
-            n += 1
+            # take what is queued now, then write it grouped by writer
+            # function (a function with a .batch attribute gets the whole
+            # group in one call), keeping the queue order within a group
+            items = []
+            while q and len(items) < 8192:
+                try:
+                    items.append(pop())
+                except IndexError:
+                    break
+            groups = {}
+            order = []
+            for fn, arg in items:
+                g = groups.get(fn)
+                if g is None:
+                    g = groups[fn] = []
+                    order.append(fn)
+                g.append(arg)
+            for fn in order:
+                args = groups[fn]
+                try:
+                    b = getattr(fn, "batch", None)
+                    if b is not None:
+                        b(args)
+                    else:
+                        for a in args:
+                            fn(a)
+                except Exception as e:
+                    warn_once(("flush", getattr(fn, "__name__", "")), "writing queued rows failed: %s", e)
+            n += len(items)
     finally:
         _flush_lock.release()
     return n
 
 
+flusher_cpu = [0.0, 0, 0]  # flusher thread CPU seconds spent writing, flushes, items written
+
+
+def set_flush_interval(value):
+    global FLUSH_INTERVAL
+    FLUSH_INTERVAL = _interval(value)
+
+
+def _interval(v):
+    f = float(str(v).strip())
+    if not (0.01 <= f <= 60.0):
+        raise ValueError("accepted values are seconds from 0.01 to 60")
+    return f
+
+
 def _flusher_main():
-    ev = _flush_ev
+    cpu = getattr(time, "thread_time", time.process_time)
     while True:
+        ev = _flush_ev
         try:
             ev.wait(FLUSH_INTERVAL)
             ev.clear()
             if _queue:
                 epoch_offset[0] = time.time() - time.perf_counter()
-                flush(timeout=1.0)
+                c0 = cpu()
+                n = flush(timeout=1.0)
+                flusher_cpu[0] += cpu() - c0
+                flusher_cpu[1] += 1
+                flusher_cpu[2] += n
         except Exception as e:  # never die
             warn_once("flusher", "ring flusher: %s", e)
             time.sleep(FLUSH_INTERVAL)
@@ -402,7 +476,8 @@ def _start_flusher():
 
 def queue_stats():
     return {"queued": len(_queue), "dropped": _qdropped[0],
-            "flusher": bool(_flusher[0] is not None and _flusher[0].is_alive())}
+            "flusher": bool(_flusher[0] is not None and _flusher[0].is_alive()),
+            "flusher_cpu_s": flusher_cpu[0], "flushes": flusher_cpu[1], "flushed_items": flusher_cpu[2]}
 
 
 def _atexit_flush():
@@ -589,15 +664,22 @@ def when_imported(name, callback):
 
 # -- config ---------------------------------------------------------------------
 
-def _on_off_value(v):
-    return str(v).strip().lower() in ("1", "true", "on", "yes", "auto")
-
-
 def _rate(v):
     f = float(str(v).strip())
     if not (0.0 <= f <= 1.0):
         raise ValueError("accepted values are numbers from 0 to 1")
     return f
+
+
+def _auto_on_off(v):
+    s = str(v).strip().lower()
+    if s == "auto":
+        return s
+    if s in ("1", "true", "on", "yes"):
+        return "on"
+    if s in ("0", "false", "off", "no"):
+        return "off"
+    raise ValueError("accepted values are auto, on, off")
 
 
 def _backends(v):
@@ -619,7 +701,6 @@ def register_config():
     from . import config
 
     on_off = getattr(config, "on_off", None)
-    one_of = getattr(config, "one_of", None)
     from . import collectives, spans, steptiming, fr
 
     def reg(key, default, doc, validator=None, on_change=None):
@@ -628,6 +709,18 @@ def register_config():
         except Exception as e:
             warn_once(("config", key), "config key %s: %s", key, e)
             v = config.get(key, default)
+        # Env mirroring turns every "_" into "." (PROBING_FR_ON_WATCHDOG ->
+        # probing.fr.on.watchdog), so a key with "_" in a segment is also
+        # read from its own variable, unless the key was set explicitly.
+        env = "PROBING_" + key[len("probing."):].upper().replace(".", "_")
+        ev = os.environ.get(env)
+        if ev is not None and ev.strip() and "_" in key and v == default:
+            try:
+                config.set(key, ev)
+                v = config.get(key, default)
+                on_change = None  # set() already applied it
+            except Exception as e:
+                warn_once(("config-env", key), "%s=%r refused: %s", env, ev, e)
         if on_change is not None:
             try:
                 on_change(v)
@@ -649,9 +742,12 @@ def register_config():
     reg("probing.span.location", "off",
         "Record the caller's file:line in python.trace_event.location (on/off)",
         on_off, spans.set_location)
+    reg("probing.tables.flush_interval", FLUSH_INTERVAL,
+        "Seconds between two writes of the queued rows (collectives, steps, spans) into the rings (0.01..60)",
+        _interval, set_flush_interval)
     reg("probing.fr.on_watchdog", "auto",
         "A watchdog or collective-timeout exception triggers a persisted Flight Recorder snapshot (auto=on, on, off)",
-        one_of("auto", "on", "off") if one_of else None, fr.set_on_watchdog)
+        _auto_on_off, fr.set_on_watchdog)
 
 
 # -- lifecycle ---------------------------------------------------------------------
@@ -723,11 +819,3 @@ def _after_fork_in_child():
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def dumps(obj):
-    """Compact JSON for Str columns (never raises)."""
-    try:
-        return json.dumps(obj, separators=(", ", ": "), default=str)
-    except Exception:
-        return ""
