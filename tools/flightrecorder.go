@@ -125,16 +125,9 @@ func runAnalyzeFlightRecorder(env *Env, p AnalyzeFlightRecorderParams) (AnalyzeF
 	if len(p.Paths) == 0 {
 		return res, userErrorf("paths is empty: pass the dump directory (e.g. /tmp) or the dump files")
 	}
-	full := false
-	switch p.Detail {
-	case "", "summary":
-	case "full":
-		full = true
-	default:
-		return res, userErrorf("detail %q is not summary or full", p.Detail)
-	}
-	if p.Offset < 0 || p.Limit < 0 {
-		return res, userErrorf("offset and limit must not be negative")
+	full, err := pageMode(p.Detail, p.Offset, p.Limit)
+	if err != nil {
+		return res, err
 	}
 	var ranks []int
 	if p.Ranks != "" {
@@ -193,6 +186,22 @@ func recordDiagnosis(env *Env, p AnalyzeFlightRecorderParams, rep *fr.Report, vi
 		return 0
 	}
 	return id
+}
+
+// pageMode checks the paging arguments both Flight Recorder tools take
+// and says whether the full detail was asked for.
+func pageMode(detail string, offset, limit int) (full bool, err error) {
+	switch detail {
+	case "", "summary":
+	case "full":
+		full = true
+	default:
+		return false, userErrorf("detail %q is not summary or full", detail)
+	}
+	if offset < 0 || limit < 0 {
+		return false, userErrorf("offset and limit must not be negative")
+	}
+	return full, nil
 }
 
 // viewReport pages and condenses a report. In summary mode only groups with
@@ -357,16 +366,9 @@ func snapshotFlightRecorder(env *Env) Def {
 	)
 	h := typed(func(ctx context.Context, p SnapshotFlightRecorderParams) (SnapshotFlightRecorderResult, error) {
 		var res SnapshotFlightRecorderResult
-		full := false
-		switch p.Detail {
-		case "", "summary":
-		case "full":
-			full = true
-		default:
-			return res, userErrorf("detail %q is not summary or full", p.Detail)
-		}
-		if p.Offset < 0 || p.Limit < 0 {
-			return res, userErrorf("offset and limit must not be negative")
+		full, err := pageMode(p.Detail, p.Offset, p.Limit)
+		if err != nil {
+			return res, err
 		}
 		targets, _, err := agentsFor(env, p.Target)
 		if err != nil {

@@ -444,27 +444,13 @@ def patch(dist):
     import functools
 
     mods = [m for m in (dist, c10d) if m is not None]
-    n = 0
-    for op in OPS:
-        orig = getattr(dist, op, None)
-        if orig is None or getattr(orig, "__probing_mcp_wrapped__", None) is not None:
-            continue
-        w = _make_wrapper(op, orig)
-        try:
-            functools.update_wrapper(w, orig)
-        except Exception:
-            pass
-        w.__probing_mcp_wrapped__ = orig
-        for m in mods:
-            if getattr(m, op, None) is orig:
-                setattr(m, op, w)
-        _patched[op] = orig
-        n += 1
-    for name in ("init_process_group", "destroy_process_group"):
+
+    def install(name, make):
+        """Replaces dist.<name> (and the c10d alias) by make(original)."""
         orig = getattr(dist, name, None)
         if orig is None or getattr(orig, "__probing_mcp_wrapped__", None) is not None:
-            continue
-        w = _wrap_reset(orig)
+            return False
+        w = make(orig)
         try:
             functools.update_wrapper(w, orig)
         except Exception:
@@ -474,6 +460,14 @@ def patch(dist):
             if getattr(m, name, None) is orig:
                 setattr(m, name, w)
         _patched[name] = orig
+        return True
+
+    n = 0
+    for op in OPS:
+        if install(op, lambda orig, op=op: _make_wrapper(op, orig)):
+            n += 1
+    for name in ("init_process_group", "destroy_process_group"):
+        install(name, _wrap_reset)
     for m in mods:
         if m not in _modules:
             _modules.append(m)
