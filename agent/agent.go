@@ -52,6 +52,12 @@ type Identity struct {
 	Python             string   `json:"python"`
 	Torch              string   `json:"torch"`
 	Argv               []string `json:"argv"`
+	// FRDumpPrefix and FRPipePrefix are torch's TORCH_FR_DUMP_TEMP_FILE and
+	// TORCH_NCCL_DEBUG_INFO_PIPE_FILE in the process: writing a byte to
+	// <pipe prefix><rank>.pipe makes ProcessGroupNCCL dump its Flight
+	// Recorder to <dump prefix><rank> from a C++ thread, without the GIL.
+	FRDumpPrefix string `json:"fr_dump_prefix"`
+	FRPipePrefix string `json:"fr_pipe_prefix"`
 }
 
 // Agent is one process on this node that an agent lives in, or that left

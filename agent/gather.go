@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -268,9 +269,17 @@ func CollectFlightRecorder(ctx context.Context, agents []*Agent, onlyActive bool
 	col := &FRCollection{Loaded: &fr.Loaded{}, Snapshots: map[int]*Snapshot{}, Errors: map[int]error{}}
 	var mu sync.Mutex
 	errs := ForEach(ctx, agents, 16, func(ctx context.Context, a *Agent) error {
-		s, err := SnapshotFlightRecorder(ctx, a, onlyActive, true)
+		actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		s, err := SnapshotFlightRecorder(actx, a, onlyActive, true)
+		cancel()
 		if err != nil {
-			return err
+			// A process whose agent cannot answer (GIL held) may still dump
+			// through torch's pipe.
+			ps, perr := SnapshotViaPipe(ctx, a, 10*time.Second)
+			if perr != nil {
+				return fmt.Errorf("%v; torch's dump pipe: %v", err, perr)
+			}
+			s = ps
 		}
 		d, err := fr.Decode(s.Data)
 		if err != nil {
@@ -300,6 +309,73 @@ func CollectFlightRecorder(ctx context.Context, agents []*Agent, onlyActive bool
 	}
 	sortDumps(col.Loaded.Dumps)
 	return col
+}
+
+// SnapshotViaPipe asks torch itself for the Flight Recorder dump, through
+// the FIFO ProcessGroupNCCL watches (TORCH_NCCL_DEBUG_INFO_PIPE_FILE): one
+// byte written to <pipe prefix><rank>.pipe makes a C++ thread write the
+// dump to <dump prefix><rank>, with no Python and no GIL involved. Only
+// NCCL process groups create the pipe.
+func SnapshotViaPipe(ctx context.Context, a *Agent, timeout time.Duration) (*Snapshot, error) {
+	id := a.Identity
+	if id == nil || id.FRPipePrefix == "" || id.FRDumpPrefix == "" || id.Rank < 0 {
+		return nil, errors.New("the process published no dump pipe (needs the agent's identity, a known rank and TORCH_NCCL_DEBUG_INFO_PIPE_FILE)")
+	}
+	pipe := id.FRPipePrefix + strconv.Itoa(id.Rank) + ".pipe"
+	dump := id.FRDumpPrefix + strconv.Itoa(id.Rank)
+	var before time.Time
+	if fi, err := os.Stat(dump); err == nil {
+		before = fi.ModTime()
+	}
+	// Non-blocking: with nobody reading the FIFO, open fails (ENXIO)
+	// instead of hanging.
+	f, err := os.OpenFile(pipe, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ENXIO) {
+			return nil, fmt.Errorf("%s has no reader: no NCCL process group watches it", pipe)
+		}
+		return nil, err
+	}
+	_, err = f.Write([]byte{'1'})
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("writing %s: %w", pipe, err)
+	}
+	deadline := time.Now().Add(timeout)
+	var lastSize int64 = -1
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		fi, err := os.Stat(dump)
+		if err == nil && fi.ModTime().After(before) && fi.Size() > 0 {
+			if fi.Size() == lastSize {
+				break // written and no longer growing
+			}
+			lastSize = fi.Size()
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("torch wrote no new %s within %s of the pipe request", dump, timeout)
+		}
+	}
+	fi, err := os.Stat(dump)
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() > MaxSnapshotBytes {
+		return nil, fmt.Errorf("%s is %d bytes, over the %d-byte limit", dump, fi.Size(), MaxSnapshotBytes)
+	}
+	data, err := os.ReadFile(dump)
+	if err != nil {
+		return nil, err
+	}
+	format := "pickle"
+	if len(data) > 0 && data[0] == '{' {
+		format = "json"
+	}
+	return &Snapshot{OK: true, Rank: id.Rank, WorldSize: id.WorldSize, Format: format, DumpFunction: "pipe " + pipe, Bytes: len(data), Data: data}, nil
 }
 
 func sortDumps(d []*fr.Dump) {

@@ -146,6 +146,11 @@ def build(environ=None):
         "parallel": parallel(env),
         "crash_file": st.crash_file or "",
         "rank_source": "env" if _int(env, _RANK) >= 0 else "",
+        # Where torch writes Flight Recorder dumps and, for NCCL, the FIFO
+        # that triggers one without the GIL (<prefix><rank>.pipe): the Go
+        # side uses them when the agent cannot answer.
+        "fr_dump_prefix": (env.get("TORCH_FR_DUMP_TEMP_FILE") or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") or "").strip(),
+        "fr_pipe_prefix": (env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE") or "").strip(),
     }
     return ident
 
