@@ -9,6 +9,7 @@ import hmac
 import http.server
 import json
 import os
+import time
 import socket
 import socketserver
 import struct
@@ -341,6 +342,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path == "/apis/identity":
             only("GET")
             return self._reply(200, runtime.identity())
+        if path == "/apis/nodes":
+            only("GET")
+            return self._reply(200, nodes(q))
         if path == "/apis/stacks":
             only("GET")
             from . import stacks
@@ -691,3 +695,26 @@ def close_all(unlink=True):
                     os.unlink(path)
             except OSError:
                 pass
+
+
+def nodes(q):
+    """Probing's /apis/nodes shape. This agent registers with no
+    coordinator, so the registry is this process alone: version 1, one Node
+    (contract §2.7), honouring offset, limit and since_version."""
+    ident = runtime.identity()
+
+    def num(k):
+        v = ident.get(k, -1)
+        return v if isinstance(v, int) and v >= 0 else None
+
+    node = {"host": ident.get("host") or "", "addr": ident.get("addr") or "",
+            "local_rank": num("local_rank"), "rank": num("rank"), "world_size": num("world_size"),
+            "group_rank": num("node_rank"), "group_world_size": None,
+            "role_name": ident.get("role_name") or None, "role_rank": None, "role_world_size": None,
+            "role": ident.get("role") or None, "status": "running", "timestamp": int(time.time() * 1e6)}
+    offset = _qint(q, "offset", 0, 0, 1 << 31)
+    limit = _qint(q, "limit", 1024, 1, 10000)
+    since = _qint(q, "since_version", -1, -1, 1 << 62)
+    version = 1
+    listed = [] if since >= version else [node][offset:offset + limit]
+    return {"version": version, "total": 1, "offset": offset, "nodes": listed}
