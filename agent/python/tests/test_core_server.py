@@ -376,6 +376,18 @@ def test_core_peer_credentials_rejected(child):
     assert H.get(child.sock, "/health").status == 200  # root/same uid still served
 
 
+def test_core_nodes(child):
+    # Probing's /apis/nodes shape: this process is its own one-node registry.
+    n = H.get(child.sock, "/apis/nodes").json()
+    assert n["version"] == 1 and n["total"] == 1 and n["offset"] == 0
+    node = n["nodes"][0]
+    assert node["rank"] == 3 and node["status"] == "running" and node["timestamp"] > 0
+    assert set(node) >= {"host", "addr", "local_rank", "rank", "world_size", "group_rank", "role", "status"}
+    assert H.get(child.sock, "/apis/nodes?since_version=1").json()["nodes"] == []
+    assert H.get(child.sock, "/apis/nodes?offset=1").json()["nodes"] == []
+    assert H.get(child.sock, "/apis/nodes?limit=x").status == 400
+
+
 def test_core_eval_output_not_on_real_stdout(child):
     # Ends the session for this child: its stdout must hold the ticker's lines
     # but none of the eval output.
@@ -388,14 +400,3 @@ def test_core_eval_output_not_on_real_stdout(child):
     assert not os.path.exists(child.sock)
     assert os.path.exists(os.path.join(child.env.data, str(child.pid), ".identity.json"))
 
-
-def test_core_nodes(child):
-    # Probing's /apis/nodes shape: this process is its own one-node registry.
-    n = H.get(child.sock, "/apis/nodes").json()
-    assert n["version"] == 1 and n["total"] == 1 and n["offset"] == 0
-    node = n["nodes"][0]
-    assert node["rank"] == 3 and node["status"] == "running" and node["timestamp"] > 0
-    assert set(node) >= {"host", "addr", "local_rank", "rank", "world_size", "group_rank", "role", "status"}
-    assert H.get(child.sock, "/apis/nodes?since_version=1").json()["nodes"] == []
-    assert H.get(child.sock, "/apis/nodes?offset=1").json()["nodes"] == []
-    assert H.get(child.sock, "/apis/nodes?limit=x").status == 400
