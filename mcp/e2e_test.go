@@ -863,6 +863,25 @@ func TestE2EStdioPrompt(t *testing.T) {
 			t.Errorf("rendered prompt does not contain %s:\n%s", want, p.Text)
 		}
 	}
+	var names []string
+	for _, pi := range out.Prompts {
+		names = append(names, pi.Name)
+	}
+	slices.Sort(names)
+	if strings.Join(names, ",") != "diagnose_hang,explain_slow_step,find_straggler,investigate_watchdog_timeout,post_mortem" {
+		t.Errorf("prompts listed: %v", names)
+	}
+	// A typed argument that does not parse is refused, naming it.
+	out = h.stdio(t, h.serverEnv(t), "stdio-prompt", "--prompt", "find_straggler", "--prompt-args", `{"window": "soon"}`)
+	out.mustOK(t)
+	if out.Prompt == nil || out.Prompt.Error == nil || !strings.Contains(out.Prompt.Error.Message, "window") {
+		t.Errorf("find_straggler with window=soon: %+v", out.Prompt)
+	}
+	out = h.stdio(t, h.serverEnv(t), "stdio-prompt", "--prompt", "explain_slow_step", "--prompt-args", `{"step": "120"}`)
+	out.mustOK(t)
+	if out.Prompt == nil || out.Prompt.Error != nil || !strings.Contains(out.Prompt.Text, "BETWEEN 117 AND 123") || !strings.Contains(out.Prompt.Text, "python.torch_step_timing") {
+		t.Errorf("explain_slow_step: %+v", out.Prompt)
+	}
 }
 
 // In stdio mode stdout is the protocol stream: logs, even at debug level,

@@ -10,5 +10,11 @@ import (
 
 // All returns the prompts for a server that registered the named tools.
 func All(tools map[string]bool) []server.ServerPrompt {
-	return []server.ServerPrompt{diagnoseHang(tools)}
+	out := []server.ServerPrompt{diagnoseHang(tools), investigateWatchdogTimeout(tools), postMortem(tools)}
+	// The performance prompts are about recorded tables: without query they
+	// would have nothing to say.
+	if tools["query"] {
+		out = append(out, findStraggler(tools), explainSlowStep(tools))
+	}
+	return out
 }
