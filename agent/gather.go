@@ -328,8 +328,17 @@ func SnapshotViaPipe(ctx context.Context, a *Agent, timeout time.Duration) (*Sna
 		before = fi.ModTime()
 	}
 	// Non-blocking: with nobody reading the FIFO, open fails (ENXIO)
-	// instead of hanging.
-	f, err := os.OpenFile(pipe, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	// instead of hanging. The watcher reopens the FIFO after each request,
+	// so a missing reader is retried for a moment before giving up.
+	var f *os.File
+	var err error
+	for try := 0; ; try++ {
+		f, err = os.OpenFile(pipe, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err == nil || !errors.Is(err, syscall.ENXIO) || try == 10 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err != nil {
 		if errors.Is(err, syscall.ENXIO) {
 			return nil, fmt.Errorf("%s has no reader: no NCCL process group watches it", pipe)
