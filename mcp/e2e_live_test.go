@@ -58,8 +58,14 @@ func TestE2ELiveJob(t *testing.T) {
 		e2eArgs("eval_python", map[string]any{"rank": 0, "code": "while True: pass", "timeout": 1}),
 		e2eArgs("get_stacks", map[string]any{"ranks": "7"}),
 		e2eArgs("get_stacks", map[string]any{"pids": []int{pids[2]}, "merge": false}),
+		e2eArgs("list_skills", map[string]any{}),
+		e2eArgs("plan_skill", map[string]any{"skill_id": "collective_inflight", "params": map[string]string{"min_age_s": "5"}}),
+		e2eArgs("run_skill", map[string]any{"skill_id": "training_hang"}),
+		e2eArgs("run_skill", map[string]any{"skill_id": "collective_inflight", "params": map[string]string{"min_age_s": "1; DROP TABLE x"}}),
+		e2eArgs("run_skill", map[string]any{"skill_id": "no_such_skill"}),
 	}
-	out := h.stdio(t, env, "stdio-call", slices.Concat(calls...)...)
+	args := append(slices.Concat(calls...), "--read", "skill://training_hang")
+	out := h.stdio(t, env, "stdio-call", args...)
 	out.mustOK(t)
 
 	var lp struct {
@@ -122,6 +128,39 @@ func TestE2ELiveJob(t *testing.T) {
 	}
 	if txt := out.call(t, 8).Text; !strings.Contains(txt, `"processes":[{"pid":`+fmt.Sprint(pids[2])) {
 		t.Errorf("merge=false: %.300s", txt)
+	}
+	var ls struct {
+		Skills []struct {
+			ID   string `json:"id"`
+			Root string `json:"root"`
+		} `json:"skills"`
+	}
+	json.Unmarshal(out.call(t, 9).ok(t), &ls)
+	if len(ls.Skills) < 8 || ls.Skills[0].Root != "bundled" {
+		t.Errorf("list_skills: %s", out.call(t, 9).Text)
+	}
+	if txt := out.call(t, 10).Text; !strings.Contains(txt, `duration_ms \u003c 0`) || !strings.Contains(txt, `"min_age_s":"5"`) {
+		t.Errorf("plan_skill: %.800s", txt)
+	}
+	var rs struct {
+		Status   string `json:"status"`
+		Findings []struct {
+			RuleID  string `json:"rule_id"`
+			Message string `json:"message"`
+		} `json:"findings"`
+	}
+	json.Unmarshal(out.call(t, 11).ok(t), &rs)
+	if rs.Status != "ok" || len(rs.Findings) == 0 || rs.Findings[0].RuleID != "stack_odd_one_out" || !strings.Contains(rs.Findings[0].Message, "rank 2") {
+		t.Errorf("run_skill training_hang on the hung job: %.1500s", out.call(t, 11).Text)
+	}
+	if msg := out.call(t, 12).toolError(t); !strings.Contains(msg, "min_age_s") {
+		t.Errorf("an injected parameter: %q", msg)
+	}
+	if msg := out.call(t, 13).toolError(t); !strings.Contains(msg, "training_hang") {
+		t.Errorf("unknown skill: %q", msg)
+	}
+	if len(out.Reads) != 1 || out.Reads[0].Error != nil || len(out.Reads[0].Contents) != 2 || !strings.Contains(out.Reads[0].Contents[0].Text, "training_hang") {
+		t.Errorf("skill://training_hang: %+v", out.Reads)
 	}
 	// Every write call, and only those, was audited before and after.
 	recs := readAudit(t, audit)

@@ -96,6 +96,8 @@ func ConfigFromEnv(getenv func(string) string, version string, level *slog.Level
 		Logger:       logger,
 		SQL:          engine,
 		Agents:       agent.OptionsFromEnv(getenv),
+		Skills:       tools.DefaultSkills,
+		AllowWrite:   cfg.AllowWrite,
 	}
 	return cfg, nil
 }
@@ -154,6 +156,7 @@ func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer
 		s.AddResources(res...)
 		s.AddResourceTemplates(tmpls...)
 	}
+	s.AddResourceTemplates(tools.SkillResources(&cfg.Env)...)
 	return s, nil
 }
 

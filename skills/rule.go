@@ -567,6 +567,11 @@ func ExpandMessage(msg string, env *Env) string {
 					return v
 				}
 			}
+			// A step of this skill that produced no such value (skipped,
+			// empty, failed): say so rather than print the raw template.
+			if slices.Contains(env.Order, g[1]) {
+				return "n/a"
+			}
 			return m
 		}
 		if v, ok := env.Params[g[1]]; ok {

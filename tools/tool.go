@@ -28,6 +28,11 @@ type Env struct {
 	Logger   *slog.Logger
 	// SQL answers query and describe_tables; nil leaves them out.
 	SQL *sqlengine.Engine
+	// Skills loads the skill catalog (nil: no skill tools).
+	Skills LoadSkills
+	// AllowWrite is the server's write switch (skills may call write
+	// tools only when it is on).
+	AllowWrite bool
 	// Agents locates the in-process agents of this node.
 	Agents agent.Options
 	// History persists verdicts and captures; nil when it cannot be
@@ -51,6 +56,9 @@ func All(env *Env) []Def {
 	defs := []Def{analyzeFlightRecorder(env), listProcesses(env), getStacks(env), snapshotFlightRecorder(env), getConfig(env)}
 	if env.SQL != nil {
 		defs = append(defs, queryTool(env), describeTables(env))
+	}
+	if env.Skills != nil {
+		defs = append(defs, listSkills(env), planSkill(env), runSkill(env))
 	}
 	return append(defs, setConfig(env), evalPython(env))
 }

@@ -76,6 +76,9 @@ Usage:
   probing-mcp demo [--torch auto|yes|no] [--exit]
       Start a 4-rank job with the agent and an injected hang, diagnose it, and
       print the MCP client configuration to explore it (Ctrl-C stops it).
+  probing-mcp skill list|plan|run|validate|install
+      Scripted diagnoses from the layered skill roots (bundled, repo, user,
+      project, PROBING_SKILLS_DIR); install copies them for Claude/Cursor/Codex.
   probing-mcp version
 
 Run "probing-mcp COMMAND --help" for a command's flags.
@@ -97,6 +100,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return agentCmd(args[1:], stdout, stderr)
 	case "demo":
 		return demo(args[1:], stdout, stderr)
+	case "skill", "skills":
+		return skillCmd(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "probing-mcp", versionString())
 		return 0

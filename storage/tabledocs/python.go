@@ -106,6 +106,7 @@ func pythonTables() []Table {
 				Column{"bytes", "I64", "bytes", "Size of the communicated tensor."},
 				Column{"duration_ms", "F64", "ms", "Python wall time of the call (launch-level, see notes)."},
 				Column{"async_op", "I64", "", "1 when called with async_op=True (the duration then excludes the wait), else 0."},
+				Column{"group_seq", "I64", "", "probing-mcp agent only: 1-based count of this process's calls on this process group; the rank with the lowest last group_seq in a group is behind. duration_ms is -1 while a call has not returned."},
 			)...),
 		},
 		{
