@@ -151,7 +151,15 @@ func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer
 	for _, d := range reg.enabled {
 		s.AddTool(d.Tool, d.Handler)
 	}
-	s.AddPrompts(prompts.All(reg.names())...)
+	// Prompts may name the skills that load now, as "skill:<id>".
+	names := reg.names()
+	if cfg.Env.Skills != nil && names["run_skill"] {
+		cat, _ := cfg.Env.Skills()
+		for _, sk := range cat.Skills {
+			names["skill:"+sk.ID] = true
+		}
+	}
+	s.AddPrompts(prompts.All(names)...)
 	if res, tmpls := tools.SchemaResources(&cfg.Env); len(res) > 0 {
 		s.AddResources(res...)
 		s.AddResourceTemplates(tmpls...)

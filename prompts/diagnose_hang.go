@@ -33,6 +33,10 @@ func renderDiagnoseHang(tools map[string]bool, dumps, symptom string) string {
 	}
 	b.WriteString("\nSteps:\n")
 	step := 1
+	if tools["run_skill"] && tools["skill:training_hang"] {
+		fmt.Fprintf(&b, "%d. Call run_skill with skill_id=\"training_hang\": one pass over the live stacks, each rank's last collective and the calls still in flight, with findings. Then confirm with the steps below.\n", step)
+		step++
+	}
 	if tools["list_processes"] && tools["get_stacks"] {
 		fmt.Fprintf(&b, "%d. Call list_processes. If it lists live ranks, the job still runs on this node: call get_stacks. Its summary says where every rank's main thread is, odd ones out first: a rank in a data loader, a checkpoint or an exception path while the others wait in a collective is the culprit. A process whose stacks came from faulthandler did not let its agent answer: it holds the GIL (stuck in C code).\n", step)
 		step++

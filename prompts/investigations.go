@@ -33,6 +33,14 @@ func (p *plan) step(tool, format string, args ...any) {
 
 func (p *plan) text() string { return p.b.String() }
 
+// skill adds a step that runs a skill, when run_skill and that skill are
+// both there (the server names loaded skills "skill:<id>").
+func (p *plan) skill(id, why string) {
+	if p.tools["run_skill"] && p.tools["skill:"+id] {
+		p.step("", "Call run_skill with skill_id=%q: %s", id, why)
+	}
+}
+
 // argument checks: prompt arguments arrive as strings; a bad one is an
 // error naming it, not a prompt built on nonsense.
 func intArg(args map[string]string, name string) (int, bool, error) {
@@ -98,6 +106,7 @@ func findStraggler(tools map[string]bool) server.ServerPrompt {
 		p := &plan{tools: tools}
 		fmt.Fprintf(&p.b, "A distributed PyTorch job runs slower than it should. Find the straggler rank over the last %s%s and prove it.\n\nSteps:\n", window, filter)
 		p.step("list_processes", "Call list_processes to see which ranks run on this node.")
+		p.skill("slow_rank", "it ranks the ranks by time inside collectives and step time and names a straggler; then persistent_straggler says whether it is the same rank step after step.")
 		p.step("query", "Call query with: SELECT _rank, count(*) AS steps, avg(step_duration_sec) AS avg_s, max(step_duration_sec) AS max_s FROM python.torch_step_timing WHERE timestamp > %s AND step_duration_sec >= 0 GROUP BY _rank ORDER BY avg_s DESC. Step times are similar on every rank (they wait for each other); the straggler shows in the next query.", since)
 		p.step("query", "Call query with: SELECT _rank, op, count(*) AS calls, avg(duration_ms) AS avg_ms FROM python.comm_collective WHERE timestamp > %s AND duration_ms >= 0 GROUP BY _rank, op ORDER BY op, avg_ms. The straggler spends the LEAST time inside collectives (it arrives last and waits for nobody); its victims spend the most.", since)
 		p.step("get_stacks", "Call get_stacks with ranks set to the suspect and two healthy ranks, a few times: where the suspect's main thread is when the others already wait (data loading, host-side work, a slow disk) is the cause.")
@@ -125,6 +134,7 @@ func investigateWatchdogTimeout(tools map[string]bool) server.ServerPrompt {
 		if dumps != "" {
 			p.step("analyze_flight_recorder", "Call analyze_flight_recorder with paths=[%q].", dumps)
 		} else {
+			p.skill("watchdog_timeout", "it takes the live Flight Recorder snapshot, analyses it and adds process-group progress per rank.")
 			p.step("snapshot_flight_recorder", "If the job still runs, call snapshot_flight_recorder (every local rank).")
 			p.step("analyze_flight_recorder", "If it died, call analyze_flight_recorder on the dump directory (TORCH_FR_DUMP_TEMP_FILE; by default /tmp or ~/.cache/torch).")
 		}
@@ -146,6 +156,7 @@ func postMortem(tools map[string]bool) server.ServerPrompt {
 		dumps := strings.TrimSpace(req.Params.Arguments["dumps"])
 		p := &plan{tools: tools}
 		p.b.WriteString("A distributed training job is dead. Reconstruct its last minutes and name the first rank that went wrong.\n\nSteps:\n")
+		p.skill("post_mortem", "it reads the dead writers' rings, where each rank stopped, and the stored snapshots and diagnoses in one go.")
 		p.step("list_processes", "Call list_processes with include_dead=true: exited processes that left rings or stale sockets are the job's remains.")
 		p.step("query", "Call query with: SELECT schema_name, table_name, pid, writer_alive, rows_overwritten FROM probing.rings. Rings of dead writers stay readable; rows_overwritten > 0 means the oldest history is gone.")
 		p.step("query", "Call query with: SELECT _rank, max(group_seq) AS last_seq, sum(duration_ms < 0) AS unfinished FROM python.comm_collective GROUP BY _rank ORDER BY last_seq. A rank with a lower last_seq, or with unfinished calls (duration_ms -1), stopped first or hung.")

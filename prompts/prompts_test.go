@@ -9,7 +9,7 @@ import (
 )
 
 var allTools = []string{"analyze_flight_recorder", "list_processes", "get_stacks", "snapshot_flight_recorder",
-	"get_config", "query", "describe_tables", "set_config", "eval_python"}
+	"get_config", "query", "describe_tables", "set_config", "eval_python", "list_skills", "plan_skill", "run_skill"}
 
 func render(t *testing.T, tools map[string]bool, name string, args map[string]string) (string, error) {
 	t.Helper()
@@ -36,6 +36,8 @@ func TestPromptsNameOnlyRegisteredTools(t *testing.T) {
 		full[n] = true
 	}
 	subsets = append(subsets, full)
+	withSkills := map[string]bool{"run_skill": true, "skill:training_hang": true, "skill:slow_rank": true, "query": true}
+	subsets = append(subsets, withSkills)
 	for _, tools := range subsets {
 		for _, p := range All(tools) {
 			text, err := render(t, tools, p.Prompt.Name, nil)
@@ -51,6 +53,14 @@ func TestPromptsNameOnlyRegisteredTools(t *testing.T) {
 				t.Errorf("%s has no answer step:\n%s", p.Prompt.Name, text)
 			}
 		}
+	}
+	text, _ := render(t, withSkills, "diagnose_hang", nil)
+	if !strings.Contains(text, `skill_id="training_hang"`) {
+		t.Errorf("diagnose_hang does not use the training_hang skill when it is there:\n%s", text)
+	}
+	text, _ = render(t, map[string]bool{"run_skill": true, "query": true}, "find_straggler", nil)
+	if strings.Contains(text, "slow_rank") {
+		t.Errorf("find_straggler names a skill that is not loaded:\n%s", text)
 	}
 	if len(All(map[string]bool{})) != 3 || len(All(full)) != 5 {
 		t.Errorf("prompts offered: %d without query, %d with every tool", len(All(map[string]bool{})), len(All(full)))
