@@ -45,8 +45,10 @@ type ListSkillsResult struct {
 	Omitted  int         `json:"problems_omitted,omitempty"`
 }
 
-// ListSkillsParams has no arguments.
-type ListSkillsParams struct{}
+// ListSkillsParams are the arguments of list_skills.
+type ListSkillsParams struct {
+	Category string `json:"category,omitempty" jsonschema:"Only this category, e.g. triage, reliability, distributed, memory"`
+}
 
 func listSkills(env *Env) Def {
 	tool := mcplib.NewTool("list_skills",
@@ -56,10 +58,13 @@ func listSkills(env *Env) Def {
 		mcplib.WithOutputSchema[ListSkillsResult](),
 		hints(true, false, true, false),
 	)
-	h := typed(func(ctx context.Context, _ ListSkillsParams) (ListSkillsResult, error) {
+	h := typed(func(ctx context.Context, p ListSkillsParams) (ListSkillsResult, error) {
 		cat, problems := env.Skills()
 		res := ListSkillsResult{Skills: []SkillView{}}
 		for _, s := range cat.Skills {
+			if p.Category != "" && !strings.EqualFold(p.Category, s.Category) {
+				continue
+			}
 			v := SkillView{ID: s.ID, Title: s.Title, Category: s.Category, Description: firstLine(s.Description), Root: s.Root.Label, Entry: s.Entry}
 			for _, r := range s.Shadows {
 				v.Shadows = append(v.Shadows, r.Label)
@@ -279,7 +284,7 @@ func planSkill(env *Env) Def {
 		mcplib.WithDescription("Show what a skill would do, running nothing: its parameters (defaults merged with params) and every step "+
 			"expanded (the SQL, the tool and arguments), with the steps that would be skipped and why."),
 		mcplib.WithInputSchema[SkillParams](),
-		mcplib.WithRawOutputSchema(json.RawMessage(`{"type":"object"}`)),
+		mcplib.WithOutputSchema[skills.PlanResult](),
 		hints(true, false, true, false),
 	)
 	h := typed(func(ctx context.Context, p SkillParams) (*skills.PlanResult, error) {
@@ -288,12 +293,44 @@ func planSkill(env *Env) Def {
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Summary: "a skill's steps expanded, without running them"}
 }
 
+// RunSkillResult documents skills.RunResult for the output schema: step
+// rows are objects keyed by column (column order kept), which the schema
+// reflector cannot see through the rows' custom encoding.
+type RunSkillResult struct {
+	SkillID    string            `json:"skill_id"`
+	Title      string            `json:"title"`
+	Parameters map[string]string `json:"parameters"`
+	Steps      []struct {
+		StepID      string              `json:"step_id"`
+		Title       string              `json:"title"`
+		Status      string              `json:"status"`
+		RowCount    *int                `json:"row_count,omitempty"`
+		Note        string              `json:"note,omitempty"`
+		ClusterMeta *skills.ClusterMeta `json:"cluster_meta,omitempty"`
+		Columns     []string            `json:"columns,omitempty"`
+		Rows        []map[string]any    `json:"rows,omitempty"`
+		Text        string              `json:"text,omitempty"`
+		View        string              `json:"view,omitempty"`
+		Reason      string              `json:"reason,omitempty"`
+		Message     string              `json:"message,omitempty"`
+		Truncated   bool                `json:"truncated,omitempty"`
+		DurationMS  int64               `json:"duration_ms"`
+	} `json:"steps"`
+	Findings    []skills.Finding   `json:"findings"`
+	Summary     string             `json:"summary"`
+	NextSteps   []string           `json:"next_steps"`
+	Status      string             `json:"status"`
+	DataQuality skills.DataQuality `json:"data_quality"`
+	Truncated   bool               `json:"truncated,omitempty"`
+	DurationMS  int64              `json:"duration_ms"`
+}
+
 func runSkill(env *Env) Def {
 	tool := mcplib.NewTool("run_skill",
 		mcplib.WithDescription("Run a scripted diagnosis (skill) on this node: each step's status and bounded data, the findings its rules "+
 			"raise (error/warning/info), a summary and next steps. status is ok, degraded (partial data) or error."),
 		mcplib.WithInputSchema[SkillParams](),
-		mcplib.WithRawOutputSchema(json.RawMessage(`{"type":"object"}`)),
+		mcplib.WithOutputSchema[RunSkillResult](),
 		hints(true, false, false, false),
 	)
 	h := typed(func(ctx context.Context, p SkillParams) (*skills.RunResult, error) {
