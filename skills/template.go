@@ -168,7 +168,11 @@ func validateTemplates(d *decoder, sf *StepsFile) {
 		lit := v.Template
 		placeholders(v.Template, func(name string, _, _ int) {
 			lit = strings.ReplaceAll(lit, "{"+name+"}", "")
+			_, builtin := derivedNames[name]
 			switch {
+			case vars[name] && name == v.Name && builtin:
+				// Probing's skills write nccl_proxy_table: "{nccl_proxy_table}":
+				// the built-in table name, restated. Not a chain.
 			case vars[name]:
 				d.errorf(nodeAt(v.Line), v.Name, "variable %q uses variable {%s}: variables do not chain", v.Name, name)
 			case !known(name):

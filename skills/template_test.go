@@ -134,3 +134,24 @@ func TestSQLContexts(t *testing.T) {
 		}
 	}
 }
+
+// Probing's bundled skills restate a built-in table variable as itself
+// (nccl_proxy_table: "{nccl_proxy_table}"); that must load and expand to the
+// built-in name.
+func TestSelfNamedBuiltinVariable(t *testing.T) {
+	src := "apiVersion: probing.dev/v1\nkind: Skill\nmetadata:\n  id: v\n  title: V\nspec:\n" +
+		"  variables:\n    nccl_proxy_table: \"{nccl_proxy_table}\"\n" +
+		"  steps:\n    - id: s\n      title: S\n      sql: SELECT * FROM {nccl_proxy_table}\n"
+	sf, err := ParseSteps("v/steps.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk := &Skill{ID: "v", Steps: sf}
+	ex, err := sk.Expand("s", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.SQL != "SELECT * FROM nccl.proxy_ops" {
+		t.Fatalf("expanded to %q", ex.SQL)
+	}
+}

@@ -128,15 +128,19 @@ func skillCmd(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(err)
 		}
-		if !*asJSON {
-			if r, ok := out.(*skills.RunResult); ok {
-				if err := r.WriteText(stdout); err != nil {
-					return fail(err)
-				}
-				return 0
+		r, isRun := out.(*skills.RunResult)
+		if isRun && !*asJSON {
+			if err := r.WriteText(stdout); err != nil {
+				return fail(err)
 			}
+		} else if code := printJSON(stdout, out); code != 0 {
+			return code
 		}
-		return printJSON(stdout, out)
+		// A run whose steps failed exits 1, so scripts can tell.
+		if isRun && r.Status == skills.StatusError {
+			return 1
+		}
+		return 0
 	}
 	fmt.Fprintf(stderr, "probing-mcp skill: unknown subcommand %q\n\n%s", args[0], skillUsage)
 	return 2

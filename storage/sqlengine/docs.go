@@ -131,3 +131,67 @@ func mergeColumns(doc []tabledocs.Column, src *source) []tabledocs.Column {
 	}
 	return out
 }
+
+// createInfoSchema serves information_schema.tables and .columns, which
+// Probing's skills and SQL habits expect (its engine is DataFusion). They
+// list the ring tables of this data dir (with the tag columns) and the
+// documentation tables; SQLite's own catalog stays in pragma_table_list.
+func (s *session) createInfoSchema(withDocs bool) error {
+	for _, q := range []string{
+		`ATTACH DATABASE ':memory:' AS information_schema`,
+		`CREATE TABLE information_schema.tables(table_catalog TEXT, table_schema TEXT, table_name TEXT, table_type TEXT)`,
+		`CREATE TABLE information_schema.columns(table_catalog TEXT, table_schema TEXT, table_name TEXT, column_name TEXT, ordinal_position INTEGER, data_type TEXT, is_nullable TEXT)`,
+		"BEGIN",
+	} {
+		if err := s.exec(q); err != nil {
+			return err
+		}
+	}
+	add := func(schema, table, typ string, cols []string, types []string) error {
+		if err := s.exec(`INSERT INTO information_schema.tables VALUES('probe',?,?,?)`, schema, table, typ); err != nil {
+			return err
+		}
+		for i, c := range cols {
+			if err := s.exec(`INSERT INTO information_schema.columns VALUES('probe',?,?,?,?,?,'YES')`, schema, table, c, int64(i+1), types[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, src := range s.sources {
+		var cols, types []string
+		for _, c := range src.cols {
+			cols, types = append(cols, c.name), append(types, c.typ.String())
+		}
+		for _, t := range tagNames {
+			cols = append(cols, t)
+			if t == "_host" || t == "_addr" || t == "_role" {
+				types = append(types, "TEXT")
+			} else {
+				types = append(types, "INTEGER")
+			}
+		}
+		if err := add(src.schema, src.table, "BASE TABLE", cols, types); err != nil {
+			return err
+		}
+	}
+	if withDocs {
+		for _, t := range []struct {
+			name string
+			cols []string
+		}{
+			{"table_docs", []string{"table_schema", "table_name", "description", "synonyms", "notes", "global_name", "storage", "key_columns", "processes"}},
+			{"column_docs", []string{"table_schema", "table_name", "column_name", "data_type", "unit", "description", "ordinal"}},
+			{"rings", []string{"schema_name", "table_name", "pid", "path", "writer_alive", "columns", "chunks", "chunk_size", "bytes", "dedup", "chunks_recycled", "rows_overwritten", "writes_blocked"}},
+		} {
+			types := make([]string, len(t.cols))
+			for i := range types {
+				types[i] = "TEXT"
+			}
+			if err := add("probing", t.name, "VIEW", t.cols, types); err != nil {
+				return err
+			}
+		}
+	}
+	return s.exec("COMMIT")
+}

@@ -103,12 +103,19 @@ type session struct {
 	q       *scanQuality
 	denied  string
 	skipped []storage.Problem
+	// infoSchema: serve information_schema.tables/columns (the query names it)
+	infoSchema bool
+	sqlText    string
 }
 
 var driverOnce sync.Once
 var drv *sqlite3.SQLiteDriver
 
 func (e *Engine) open(ctx context.Context, withDocs bool) (*session, error) {
+	return e.openWith(ctx, withDocs, false)
+}
+
+func (e *Engine) openWith(ctx context.Context, withDocs, infoSchema bool) (*session, error) {
 	inv, err := storage.Discover(e.opt.DataDir)
 	if err != nil {
 		return nil, err
@@ -118,7 +125,7 @@ func (e *Engine) open(ctx context.Context, withDocs bool) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlengine: opening SQLite: %w", err)
 	}
-	s := &session{conn: c.(*sqlite3.SQLiteConn), inv: inv, q: &scanQuality{}}
+	s := &session{conn: c.(*sqlite3.SQLiteConn), inv: inv, q: &scanQuality{}, infoSchema: infoSchema}
 	if err := s.setup(e, withDocs); err != nil {
 		s.close()
 		return nil, err
@@ -132,8 +139,8 @@ func (s *session) exec(q string, args ...driver.Value) error {
 }
 
 // maxSchemas leaves SQLite's limit of 10 attached databases room for
-// probing and history.
-const maxSchemas = 8
+// probing, history and information_schema.
+const maxSchemas = 7
 
 func (s *session) setup(e *Engine, withDocs bool) error {
 	// Group rings into tables, case-insensitively as SQLite names are.
@@ -200,6 +207,11 @@ func (s *session) setup(e *Engine, withDocs bool) error {
 			return err
 		}
 	}
+	if s.infoSchema {
+		if err := s.createInfoSchema(withDocs); err != nil {
+			return err
+		}
+	}
 	// From here on, only reads.
 	s.conn.RegisterAuthorizer(s.authorize)
 	return nil
@@ -229,7 +241,7 @@ func (e *Engine) Query(ctx context.Context, sqlText string, limit int) (*Result,
 	limit = ClampLimit(limit)
 	ctx, cancel := context.WithTimeout(ctx, e.opt.Timeout)
 	defer cancel()
-	s, err := e.open(ctx, mentionsDocs(sqlText))
+	s, err := e.openWith(ctx, mentionsDocs(sqlText), strings.Contains(strings.ToLower(sqlText), "information_schema"))
 	if err != nil {
 		return nil, err
 	}
@@ -242,6 +254,7 @@ func mentionsDocs(q string) bool {
 }
 
 func (s *session) run(ctx context.Context, e *Engine, sqlText string, limit int) (*Result, error) {
+	s.sqlText = sqlText
 	rows, err := s.conn.QueryContext(ctx, sqlText, nil)
 	if err != nil {
 		return nil, s.queryError(ctx, e, err)
@@ -294,7 +307,10 @@ func (s *session) queryError(ctx context.Context, e *Engine, err error) error {
 		return &Error{Kind: "read_only", Msg: "read-only SQL engine: " + s.denied + " is not allowed; only SELECT, WITH … SELECT, VALUES and EXPLAIN run here"}
 	}
 	msg := "SQL error: " + err.Error()
-	if strings.Contains(msg, "no such table") {
+	switch {
+	case strings.Contains(strings.ToLower(s.sqlText), "global."):
+		msg += "; global.<schema>.<table> is Probing's cluster-wide federation, which this server does not serve: query the node's own tables (drop \"global.\"), whose _rank column already tells the local ranks apart"
+	case strings.Contains(msg, "no such table"):
 		msg += "; " + s.tablesHint()
 	}
 	return &Error{Kind: "sql", Msg: msg}

@@ -614,3 +614,30 @@ func TestProbingMemtableRingsThroughSQL(t *testing.T) {
 		}
 	}
 }
+
+// TestInformationSchemaAndGlobal: Probing-style SQL habits get an answer
+// or a clear pointer, not a bare syntax error.
+func TestInformationSchemaAndGlobal(t *testing.T) {
+	dir := t.TempDir()
+	writeColl(t, dir, 1, 0, 3, memt.Options{ChunkSize: 1024, NumChunks: 4})
+	e := newEngine(t, dir)
+	res := query(t, e, "SELECT table_schema, table_name FROM information_schema.tables WHERE table_schema = 'python'", 0)
+	if res.RowCount != 1 {
+		t.Fatalf("information_schema.tables: %+v", res)
+	}
+	res = query(t, e, "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'comm_collective' ORDER BY ordinal_position", 0)
+	if res.RowCount != len(collCols)+len(tagNames) {
+		t.Fatalf("information_schema.columns: %d rows", res.RowCount)
+	}
+	if v, _ := res.Rows[0].Get("data_type"); v != "I64" {
+		t.Fatalf("first column type %v", v)
+	}
+	res = query(t, e, "SELECT count(*) AS n FROM information_schema.tables WHERE table_schema = 'probing'", 0)
+	if v, _ := res.Rows[0].Get("n"); v.(int64) != 3 {
+		t.Fatalf("probing doc tables in information_schema: %v", v)
+	}
+	_, err := e.Query(context.Background(), "SELECT * FROM global.python.comm_collective", 0)
+	if err == nil || !strings.Contains(err.Error(), "federation") {
+		t.Fatalf("global.*: %v", err)
+	}
+}
