@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/probing-mcp/probing-mcp/storage/history"
+	"github.com/probing-mcp/probing-mcp/tools"
 )
 
 // AuditLog appends one JSON line per write-tool call, before the call
@@ -109,7 +110,7 @@ func (a *AuditLog) wrap(tool string, next server.ToolHandlerFunc, logger *slog.L
 		case err != nil:
 			rec.Outcome, rec.Error = "fault", err.Error()
 		case res != nil && res.IsError:
-			rec.Outcome, rec.Error = "error", toolResultText(res)
+			rec.Outcome, rec.Error = "error", tools.ResultText(res)
 		default:
 			rec.Outcome = "ok"
 		}

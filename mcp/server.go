@@ -182,17 +182,6 @@ func logCalls(logger *slog.Logger) server.ToolHandlerMiddleware {
 	}
 }
 
-// toolResultText returns the text of a result, for logs and tests.
-func toolResultText(res *mcplib.CallToolResult) string {
-	var parts []string
-	for _, c := range res.Content {
-		if t, ok := c.(mcplib.TextContent); ok {
-			parts = append(parts, t.Text)
-		}
-	}
-	return strings.Join(parts, "\n")
-}
-
 // ParseByteSize reads a size such as 67108864, 64MiB or 512KB.
 func ParseByteSize(s string) (int64, error) {
 	n, ok := httpByteSize(s)

@@ -223,7 +223,7 @@ func TestWriteToolAudited(t *testing.T) {
 		t.Errorf("level %v", cfg.Env.LogLevel.Level())
 	}
 	res, err = call(t, c, "set_config", map[string]any{"key": "mcp.loglevel", "value": "loud"})
-	if err != nil || !res.IsError || !strings.Contains(toolResultText(res), "probing.mcp.loglevel") {
+	if err != nil || !res.IsError || !strings.Contains(tools.ResultText(res), "probing.mcp.loglevel") {
 		t.Fatalf("bad value: %v %v", err, res)
 	}
 	f, err := os.Open(cfg.AuditLogPath)
@@ -316,7 +316,7 @@ func TestAnalyzeTool(t *testing.T) {
 	c := connect(t, s)
 	out, res := analyze(t, c, map[string]any{"paths": []string{filepath.Join(root, "missing_rank")}})
 	if res.IsError {
-		t.Fatalf("isError: %s", toolResultText(res))
+		t.Fatalf("isError: %s", tools.ResultText(res))
 	}
 	if out.Verdict != "MISSING_RANKS" || len(out.ProcessGroups) != 1 || out.ProcessGroups[0].CulpritRanks != "2" || out.ProcessGroups[0].CollectiveSeqID != 5 {
 		t.Fatalf("%+v", out)
@@ -338,8 +338,8 @@ func TestAnalyzeTool(t *testing.T) {
 		{map[string]any{"paths": "not-a-list"}, "invalid arguments"},
 	} {
 		_, res := analyze(t, c, tc.args)
-		if !res.IsError || !strings.Contains(toolResultText(res), tc.want) {
-			t.Errorf("%v: isError=%v %q, want %q", tc.args, res.IsError, toolResultText(res), tc.want)
+		if !res.IsError || !strings.Contains(tools.ResultText(res), tc.want) {
+			t.Errorf("%v: isError=%v %q, want %q", tc.args, res.IsError, tools.ResultText(res), tc.want)
 		}
 	}
 }
@@ -361,12 +361,12 @@ func TestAnalyzeToolSymlinkEscape(t *testing.T) {
 	s, _ := testServer(t, false, allowed)
 	c := connect(t, s)
 	_, res := analyze(t, c, map[string]any{"paths": []string{filepath.Join(allowed, "link")}})
-	if !res.IsError || !strings.Contains(toolResultText(res), "outside") {
-		t.Errorf("symlinked dir: %s", toolResultText(res))
+	if !res.IsError || !strings.Contains(tools.ResultText(res), "outside") {
+		t.Errorf("symlinked dir: %s", tools.ResultText(res))
 	}
 	_, res = analyze(t, c, map[string]any{"paths": []string{allowed}})
-	if !res.IsError || !strings.Contains(toolResultText(res), "outside the allowed directories") {
-		t.Errorf("symlinked file: %s", toolResultText(res))
+	if !res.IsError || !strings.Contains(tools.ResultText(res), "outside the allowed directories") {
+		t.Errorf("symlinked file: %s", tools.ResultText(res))
 	}
 }
 
@@ -385,9 +385,9 @@ func TestAnalyzeToolBounded(t *testing.T) {
 	c := connect(t, s)
 	out, res := analyze(t, c, map[string]any{"paths": []string{dir}})
 	if res.IsError {
-		t.Fatal(toolResultText(res))
+		t.Fatal(tools.ResultText(res))
 	}
-	text := toolResultText(res)
+	text := tools.ResultText(res)
 	if tokens := len(text) / 4; tokens > 4000 {
 		t.Errorf("summary is ~%d tokens", tokens)
 	}
@@ -405,10 +405,10 @@ func TestAnalyzeToolBounded(t *testing.T) {
 	for pages := 0; pages < 100; pages++ {
 		page, res := analyze(t, c, map[string]any{"paths": []string{dir}, "detail": "full", "offset": offset, "limit": 50})
 		if res.IsError {
-			t.Fatal(toolResultText(res))
+			t.Fatal(tools.ResultText(res))
 		}
-		if len(toolResultText(res))/4 > 25000 {
-			t.Errorf("full page of 50 groups is ~%d tokens", len(toolResultText(res))/4)
+		if len(tools.ResultText(res))/4 > 25000 {
+			t.Errorf("full page of 50 groups is ~%d tokens", len(tools.ResultText(res))/4)
 		}
 		for _, g := range page.ProcessGroups {
 			seen[g.PGName] = true

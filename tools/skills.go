@@ -174,15 +174,16 @@ func (b *skillBackend) CallTool(ctx context.Context, name string, args map[strin
 		return nil, err
 	}
 	if res.IsError {
-		return nil, fmt.Errorf("%s: %s", name, resultText(res))
+		return nil, fmt.Errorf("%s: %s", name, ResultText(res))
 	}
 	if res.StructuredContent != nil {
 		return json.Marshal(res.StructuredContent)
 	}
-	return json.RawMessage(resultText(res)), nil
+	return json.RawMessage(ResultText(res)), nil
 }
 
-func resultText(res *mcplib.CallToolResult) string {
+// ResultText is the text content of a tool result (logs, audits, errors).
+func ResultText(res *mcplib.CallToolResult) string {
 	var parts []string
 	for _, c := range res.Content {
 		if t, ok := c.(mcplib.TextContent); ok {
