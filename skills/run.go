@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/probing-mcp/probing-mcp/storage/jsonrow"
 )
 
 // The runner executes a bound skill against a Backend (contract §6.4) and
@@ -186,39 +188,7 @@ type ClusterMeta struct {
 }
 
 // Row is one result row: an object whose keys keep column order.
-type Row struct {
-	cols []string
-	vals []any
-}
-
-// Get returns a column's value and whether the column exists.
-func (r Row) Get(col string) (any, bool) {
-	if i := slices.Index(r.cols, col); i >= 0 {
-		return r.vals[i], true
-	}
-	return nil, false
-}
-
-// MarshalJSON writes the row as an object in column order.
-func (r Row) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, c := range r.cols {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		k, _ := json.Marshal(c)
-		b.Write(k)
-		b.WriteByte(':')
-		v, err := json.Marshal(r.vals[i])
-		if err != nil {
-			v, _ = json.Marshal(fmt.Sprint(r.vals[i]))
-		}
-		b.Write(v)
-	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
-}
+type Row = jsonrow.Row
 
 // StepResult is one step of the run JSON (§6.7). Columns and Rows are this
 // dialect's table shape (Probing has "dataframe").
@@ -554,7 +524,7 @@ func resultRows(t *Table, maxCell int, truncated *bool) ([]string, []Row) {
 				*truncated = *truncated || cut
 			}
 		}
-		rows[i] = Row{cols: cols, vals: vals}
+		rows[i] = jsonrow.New(cols, vals)
 	}
 	return cols, rows
 }

@@ -5,6 +5,8 @@ import (
 	"database/sql/driver"
 	"io"
 	"strings"
+
+	"github.com/probing-mcp/probing-mcp/storage/jsonrow"
 )
 
 // Description is describe_tables' answer, Probing's shape: the matching
@@ -70,11 +72,11 @@ func (s *session) runArgs(ctx context.Context, e *Engine, q string, limit int, a
 		}
 		res.TotalRows++
 		if res.TotalRows <= limit {
-			row := Row{cols: res.Columns, vals: make([]any, len(dest))}
+			vals := make([]any, len(dest))
 			for i, v := range dest {
-				row.vals[i], _ = cell(v, 1<<20)
+				vals[i], _ = cell(v, 1<<20)
 			}
-			res.Rows = append(res.Rows, row)
+			res.Rows = append(res.Rows, jsonrow.New(res.Columns, vals))
 		}
 	}
 	res.RowCount = len(res.Rows)

@@ -26,6 +26,7 @@ import (
 	sqlite3 "github.com/mattn/go-sqlite3"
 
 	"github.com/probing-mcp/probing-mcp/storage"
+	"github.com/probing-mcp/probing-mcp/storage/jsonrow"
 )
 
 // Limits for query results, as Probing's MCP tools have them.
@@ -279,15 +280,15 @@ func (s *session) run(ctx context.Context, e *Engine, sqlText string, limit int)
 		}
 		total++
 		if total <= limit {
-			row := Row{cols: res.Columns, vals: make([]any, len(dest))}
+			vals := make([]any, len(dest))
 			for i, v := range dest {
 				var cut bool
-				row.vals[i], cut = cell(v, e.opt.MaxCellBytes)
+				vals[i], cut = cell(v, e.opt.MaxCellBytes)
 				if cut {
 					cellsCut++
 				}
 			}
-			res.Rows = append(res.Rows, row)
+			res.Rows = append(res.Rows, jsonrow.New(res.Columns, vals))
 		}
 	}
 	res.RowCount = len(res.Rows)

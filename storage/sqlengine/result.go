@@ -1,9 +1,7 @@
 package sqlengine
 
 import (
-	"bytes"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/storage"
+	"github.com/probing-mcp/probing-mcp/storage/jsonrow"
 )
 
 // Result is Probing's QueryJSON shape plus a data-quality section.
@@ -29,68 +28,8 @@ type Result struct {
 	DataQuality         *Quality `json:"data_quality,omitempty"`
 }
 
-// Row is one result row.
-type Row struct {
-	cols []string
-	vals []any
-}
-
-// Get returns the value of a column, and whether the column exists.
-func (r Row) Get(col string) (any, bool) {
-	for i, c := range r.cols {
-		if c == col {
-			return r.vals[i], true
-		}
-	}
-	return nil, false
-}
-
-// Values returns the row's values in column order.
-func (r Row) Values() []any { return r.vals }
-
-// MarshalJSON writes the row as an object whose keys keep column order.
-func (r Row) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, c := range r.cols {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		k, _ := json.Marshal(c)
-		b.Write(k)
-		b.WriteByte(':')
-		v, err := json.Marshal(r.vals[i])
-		if err != nil {
-			return nil, err
-		}
-		b.Write(v)
-	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
-}
-
-// UnmarshalJSON reads a row back (key order as written).
-func (r *Row) UnmarshalJSON(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return fmt.Errorf("row: want a JSON object")
-	}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return err
-		}
-		r.cols = append(r.cols, t.(string))
-		r.vals = append(r.vals, v)
-	}
-	_, err := dec.Token()
-	return err
-}
+// Row is one result row: an object keyed by column, in column order.
+type Row = jsonrow.Row
 
 // Quality says what the answer may be missing or where it came from.
 type Quality struct {

@@ -16,8 +16,8 @@ func (r *Result) WriteText(w io.Writer) error {
 	cells := make([][]string, 0, len(r.Rows)+1)
 	cells = append(cells, r.Columns)
 	for _, row := range r.Rows {
-		line := make([]string, len(row.vals))
-		for i, v := range row.vals {
+		line := make([]string, len(row.Values()))
+		for i, v := range row.Values() {
 			line[i] = textCell(v)
 		}
 		cells = append(cells, line)
