@@ -20,6 +20,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/probing-mcp/probing-mcp/agent/procfs"
 	"github.com/probing-mcp/probing-mcp/storage"
 	"github.com/probing-mcp/probing-mcp/storage/memt"
 )
@@ -76,6 +77,12 @@ type Agent struct {
 	Identity *Identity `json:"identity,omitempty"`
 	Command  []string  `json:"command,omitempty"`
 	Rings    int       `json:"rings"`
+	// OtherDataDir is set when the process has nothing in our data dir and
+	// its environment names another one: it belongs to another job or
+	// setup (a different PROBING_DATA_DIR), so a plain fan-out leaves it
+	// out, just as the SQL engine never sees its rings. Naming its pid
+	// still reaches it.
+	OtherDataDir string `json:"other_data_dir,omitempty"`
 }
 
 // Rank is the agent's global rank, -1 when unknown.
@@ -130,8 +137,11 @@ func Discover(opt Options) ([]*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	// anchored: pids with a directory in our data dir (rings or identity).
+	anchored := map[int]bool{}
 	for _, p := range inv.Processes {
 		get(p.PID, KindRingOnly).Rings = len(p.Rings)
+		anchored[p.PID] = true
 	}
 	// Identity files: every pid directory, with rings or not.
 	if ents, err := os.ReadDir(opt.DataDir); err == nil {
@@ -146,10 +156,11 @@ func Discover(opt Options) ([]*Agent, error) {
 			}
 			a := get(pid, KindOurs)
 			a.Kind, a.Identity, a.Socket = KindOurs, id, id.Socket
+			anchored[pid] = true
 		}
 	}
 	// Our control sockets (an agent whose identity file is elsewhere, e.g.
-	// another PROBING_DATA_DIR, is still found).
+	// another PROBING_DATA_DIR, is still found, and marked OtherDataDir).
 	if ents, err := os.ReadDir(opt.CtrlRoot); err == nil {
 		for _, e := range ents {
 			name, ok := strings.CutSuffix(e.Name(), ".sock")
@@ -180,6 +191,9 @@ func Discover(opt Options) ([]*Agent, error) {
 		}
 		if a.Alive {
 			a.Command = cmdline(a.PID)
+			if !anchored[a.PID] {
+				a.OtherDataDir = otherDataDir(a.PID, opt.DataDir)
+			}
 		} else if a.Identity != nil {
 			a.Command = a.Identity.Argv
 		}
@@ -196,6 +210,31 @@ func Discover(opt Options) ([]*Agent, error) {
 		return out[i].PID < out[j].PID
 	})
 	return out, nil
+}
+
+// otherDataDir is the data dir that pid's environment resolves to, by
+// Probing's rules, when that is not ours; "" when it is ours or the
+// environment cannot be read (another user's process: kept, as before).
+func otherDataDir(pid int, ours string) string {
+	env, err := procfs.Env(pid)
+	if err != nil && !errors.Is(err, procfs.ErrTruncated) {
+		return ""
+	}
+	theirs := storage.DataDir(func(k string) string { return env[k] })
+	if sameDir(theirs, ours) {
+		return ""
+	}
+	return theirs
+}
+
+// sameDir compares two directory paths, through symlinks when both exist.
+func sameDir(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
 // ReadIdentity reads an identity file (bounded: it is small).

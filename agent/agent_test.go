@@ -311,6 +311,63 @@ func TestSelectNamesWhatIsMissing(t *testing.T) {
 	_ = fmt.Sprint
 }
 
+// TestOtherDataDirIsAnotherJob: two agents share the control root but
+// write to different data dirs, as two jobs on one node with their own
+// PROBING_DATA_DIR do. Each side's default fan-out holds only its own
+// process; the other is listed as OtherDataDir and still reachable by pid,
+// never by rank (both are rank 0).
+func TestOtherDataDirIsAnotherJob(t *testing.T) {
+	ours := newDirs(t)
+	theirs := ours
+	theirs.DataDir = filepath.Join(t.TempDir(), "other-job")
+	a := startAgentIn(t, ours, idle, "RANK=0", "WORLD_SIZE=1")
+	b := startAgentIn(t, theirs, idle, "RANK=0", "WORLD_SIZE=1")
+
+	all, err := agent.Discover(ours)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var other *agent.Agent
+	for _, x := range all {
+		switch x.PID {
+		case a.pid():
+			if x.OtherDataDir != "" {
+				t.Errorf("our own agent is marked as another data dir's: %+v", x)
+			}
+		case b.pid():
+			other = x
+		}
+	}
+	if other == nil || !other.Alive || other.OtherDataDir != theirs.DataDir {
+		t.Fatalf("the other job's agent: %+v (want alive, other_data_dir %s)", other, theirs.DataDir)
+	}
+	def, err := agent.Select(all, agent.Selection{})
+	if err != nil || len(def) != 1 || def[0].PID != a.pid() {
+		t.Fatalf("default selection %v, %v: want only pid %d", def, err, a.pid())
+	}
+	byRank, err := agent.Select(all, agent.Selection{Ranks: []int{0}})
+	if err != nil || len(byRank) != 1 || byRank[0].PID != a.pid() {
+		t.Fatalf("rank 0 selection %v, %v: want only pid %d", byRank, err, a.pid())
+	}
+	byPID, err := agent.Select(all, agent.Selection{PIDs: []int{b.pid()}})
+	if err != nil || len(byPID) != 1 || byPID[0].PID != b.pid() {
+		t.Fatalf("pid selection %v, %v", byPID, err)
+	}
+	// Seen from the other side, the roles swap.
+	all, err = agent.Discover(theirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range all {
+		if x.PID == a.pid() && x.OtherDataDir != ours.DataDir {
+			t.Errorf("from the other data dir, our agent: %+v", x)
+		}
+		if x.PID == b.pid() && x.OtherDataDir != "" {
+			t.Errorf("from its own data dir, the other agent: %+v", x)
+		}
+	}
+}
+
 // TestOriginalProbingAgent: with the original Probing agent installed
 // (development only), our side lists it, reads its stacks and its config.
 func TestOriginalProbingAgent(t *testing.T) {
@@ -322,12 +379,14 @@ func TestOriginalProbingAgent(t *testing.T) {
 		t.Skipf("the original Probing agent is not importable by %s (set PROBING_INTEROP_PYTHON to an interpreter with `pip install probing`): %v", py, err)
 	}
 	cmd := exec.Command(py, "-c", "import time\ndef waiting_in_probing_test():\n    time.sleep(60)\nwaiting_in_probing_test()\n")
-	cmd.Env = append(os.Environ(), "PROBING=1")
+	// Its own data dir: with the default one, this process would also be
+	// "another job" to every other test's server running on this machine.
+	opt := agent.Options{DataDir: t.TempDir(), CtrlRoot: t.TempDir()}
+	cmd.Env = append(os.Environ(), "PROBING=1", "PROBING_DATA_DIR="+opt.DataDir)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	opt := agent.Options{DataDir: t.TempDir(), CtrlRoot: t.TempDir()}
 	var a *agent.Agent
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && a == nil; time.Sleep(200 * time.Millisecond) {
 		all, err := agent.Discover(opt)

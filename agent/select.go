@@ -9,7 +9,9 @@ import (
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 )
 
-// Selection picks agents by pid or rank; both empty means every live one.
+// Selection picks agents by pid or rank; both empty means every live one
+// of our data dir. Ranks are looked up in our data dir only (another
+// job's rank 0 is not ours); a pid reaches any agent.
 type Selection struct {
 	PIDs  []int
 	Ranks []int
@@ -21,7 +23,7 @@ func Select(agents []*Agent, s Selection) ([]*Agent, error) {
 	if len(s.PIDs) == 0 && len(s.Ranks) == 0 {
 		var out []*Agent
 		for _, a := range agents {
-			if a.Alive && a.Kind != KindRingOnly {
+			if a.Alive && a.Kind != KindRingOnly && a.OtherDataDir == "" {
 				out = append(out, a)
 			}
 		}
@@ -31,7 +33,7 @@ func Select(agents []*Agent, s Selection) ([]*Agent, error) {
 	byRank := map[int][]*Agent{}
 	for _, a := range agents {
 		byPID[a.PID] = a
-		if r := a.Rank(); r >= 0 && a.Alive {
+		if r := a.Rank(); r >= 0 && a.Alive && a.OtherDataDir == "" {
 			byRank[r] = append(byRank[r], a)
 		}
 	}

@@ -33,6 +33,30 @@ func startDemo(t *testing.T, python, torch string) *demojob.Job {
 	return job
 }
 
+// startForeignAgent starts a process with our agent, rank 0 of "another
+// job": same control root as job, its own data dir. It is what a second
+// job on the node (or a parallel test) looks like, and must stay out of
+// job's default fan-out. It returns the pid once its socket is up.
+func startForeignAgent(t *testing.T, python string, job *demojob.Job) int {
+	t.Helper()
+	cmd := exec.Command(python, "-c", "import probing_mcp_agent._hook\nimport time\nwhile True: time.sleep(1)\n")
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(job.Dir, "site"), "PROBING_MCP_AGENT=1",
+		"PROBING_DATA_DIR="+filepath.Join(t.TempDir(), "other-job"), "PROBING_CTRL_ROOT="+job.CtrlRoot,
+		"RANK=0", "WORLD_SIZE=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sock := filepath.Join(job.CtrlRoot, fmt.Sprintf("%d.sock", cmd.Process.Pid))
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			return cmd.Process.Pid
+		}
+	}
+	t.Fatalf("the foreign agent's socket %s did not appear", sock)
+	return 0
+}
+
 // TestE2ELiveJob drives the agent tools through the official Python MCP
 // client against a real hung job (plain Python ranks, rank 2 stuck in a
 // fake data loader), with writes allowed and audited.
@@ -44,6 +68,7 @@ func TestE2ELiveJob(t *testing.T) {
 		t.Skip("no python3 for the demo job's ranks")
 	}
 	job := startDemo(t, py, "no")
+	foreign := startForeignAgent(t, py, job)
 	audit := filepath.Join(t.TempDir(), "audit.jsonl")
 	env := e2eEnv("PROBING_DATA_DIR="+job.DataDir, "PROBING_CTRL_ROOT="+job.CtrlRoot,
 		"PROBING_MCP_ALLOW_WRITE=1", "PROBING_MCP_AUDIT_LOG="+audit)
@@ -75,10 +100,13 @@ func TestE2ELiveJob(t *testing.T) {
 			Rank  int  `json:"rank"`
 			Alive bool `json:"alive"`
 		} `json:"processes"`
+		Other []struct {
+			PID int `json:"pid"`
+		} `json:"other_data_dir"`
 	}
 	json.Unmarshal(out.call(t, 0).ok(t), &lp)
-	if len(lp.Processes) != 4 || !strings.Contains(lp.Summary, "ranks 0-3") {
-		t.Errorf("list_processes: %+v", lp)
+	if len(lp.Processes) != 4 || !strings.Contains(lp.Summary, "ranks 0-3") || len(lp.Other) != 1 || lp.Other[0].PID != foreign {
+		t.Errorf("list_processes (the other job's rank 0 is pid %d): %+v", foreign, lp)
 	}
 	var gs struct {
 		Summary string `json:"summary"`

@@ -115,7 +115,16 @@ type ListProcessesResult struct {
 	Summary   string        `json:"summary"`
 	Processes []ProcessView `json:"processes"`
 	Omitted   int           `json:"dead_omitted,omitempty"`
-	Truncated bool          `json:"truncated"`
+	// OtherDataDir: live agents that write to another data dir (another
+	// job or setup): left out of every default fan-out.
+	OtherDataDir []OtherDataDirView `json:"other_data_dir,omitempty"`
+	Truncated    bool               `json:"truncated"`
+}
+
+// OtherDataDirView is a live agent outside our data dir.
+type OtherDataDirView struct {
+	PID     int    `json:"pid"`
+	DataDir string `json:"data_dir"`
 }
 
 const maxProcesses = 256
@@ -124,7 +133,8 @@ func listProcesses(env *Env) Def {
 	tool := mcplib.NewTool("list_processes",
 		mcplib.WithDescription("List the training processes on this node that an in-process agent lives in (ours, or the original Probing agent): "+
 			"pid, global and local rank, world size, role, whether alive, the command, and how many ring tables each recorded. "+
-			"Dead processes with rings or stale sockets are counted, and listed with include_dead."),
+			"Dead processes with rings or stale sockets are counted, and listed with include_dead. "+
+			"Agents writing to another data dir (another job) are listed apart and left out of every default fan-out."),
 		mcplib.WithInputSchema[ListProcessesParams](),
 		mcplib.WithOutputSchema[ListProcessesResult](),
 		hints(true, false, true, false),
@@ -138,6 +148,14 @@ func listProcesses(env *Env) Def {
 		var ranks []int
 		alive, stale := 0, 0
 		for _, a := range all {
+			if a.Alive && a.OtherDataDir != "" {
+				if len(res.OtherDataDir) < maxProcesses {
+					res.OtherDataDir = append(res.OtherDataDir, OtherDataDirView{PID: a.PID, DataDir: a.OtherDataDir})
+				} else {
+					res.Truncated = true
+				}
+				continue
+			}
 			if a.Alive {
 				alive++
 				if r := a.Rank(); r >= 0 {
@@ -161,6 +179,9 @@ func listProcesses(env *Env) Def {
 		res.Summary = fmt.Sprintf("%d live process(es) with an agent (ranks %s)", alive, orDash(rankset.Format(ranks)))
 		if res.Omitted > 0 {
 			res.Summary += fmt.Sprintf("; %d exited (%d with a stale socket): include_dead lists them", res.Omitted, stale)
+		}
+		if n := len(res.OtherDataDir); n > 0 {
+			res.Summary += fmt.Sprintf("; %d other agent process(es) write to another data dir (another job, or set PROBING_DATA_DIR to theirs): left out unless named by pid", n)
 		}
 		return res, nil
 	})
