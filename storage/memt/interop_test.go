@@ -846,28 +846,7 @@ func TestProbingLive(t *testing.T) {
 		"PROBING": "1", "PROBING_DATA_DIR": dataDir, "PROBING_TABLE_DEFAULT_MB": "1", "TMPDIR": tmpDir,
 		"PYTHONUNBUFFERED": "1",
 	})
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := false
-	release := func() error { // let the agent process exit
-		if exited {
-			return nil
-		}
-		exited = true
-		stdin.Close()
-		return cmd.Wait()
-	}
+	stdout, stderr, release := startHeld(t, cmd)
 	defer release()
 
 	readyc := make(chan agentReady, 1)
@@ -1604,28 +1583,7 @@ func TestProbingMemtableLive(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "write", dir, "--hold")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := false
-	release := func() error {
-		if exited {
-			return nil
-		}
-		exited = true
-		stdin.Close()
-		return cmd.Wait()
-	}
+	stdout, stderr, release := startHeld(t, cmd)
 	defer release()
 	var ready struct {
 		Ready bool `json:"ready"`
@@ -1652,6 +1610,35 @@ func TestProbingMemtableLive(t *testing.T) {
 		t.Run("exited/"+filepath.Base(f.File), func(t *testing.T) { checkCrateRing(t, filepath.Join(dir, f.File), f, false) })
 	}
 	t.Logf("live probing-memtable %s interop took %.2fs (build %.2fs, once per test binary)", crateVersion, time.Since(start).Seconds(), rustgen.took.Seconds())
+}
+
+// startHeld starts cmd, a child that keeps its files open until its stdin
+// closes. release closes stdin and waits for the exit (the first call
+// only; later ones return nil).
+func startHeld(t *testing.T, cmd *exec.Cmd) (stdout io.Reader, stderr *bytes.Buffer, release func() error) {
+	t.Helper()
+	stderr = new(bytes.Buffer)
+	cmd.Stderr = stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stdout, err = cmd.StdoutPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := false
+	release = func() error {
+		if exited {
+			return nil
+		}
+		exited = true
+		stdin.Close()
+		return cmd.Wait()
+	}
+	return stdout, stderr, release
 }
 
 // rustgenRead asks the crate's reader about one file.
