@@ -14,6 +14,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/mattn/go-sqlite3"
 
@@ -63,7 +65,10 @@ func DefaultPath(dataDir string) string {
 type Options struct {
 	// ReadOnly opens an existing database without writing to it: no
 	// creation, no migration, no journal change. The file must already be
-	// at SchemaVersion.
+	// at SchemaVersion. Files that are not history databases are refused
+	// before SQLite opens them; for a history database in WAL mode SQLite
+	// itself creates the empty -wal and -shm files that any reader needs
+	// (the next read-write close removes them).
 	ReadOnly bool
 	// MaxBlobBytes caps the data of one snapshot; 0 means
 	// DefaultMaxBlobBytes. It cannot exceed SQLite's 1e9-byte limit.
@@ -203,11 +208,64 @@ func prepareFile(path string, readOnly bool) error {
 		return fmt.Errorf("history: %s: %w", path, err)
 	}
 	defer f.Close()
-	var hdr [16]byte
-	if _, err := io.ReadFull(f, hdr[:]); err != nil || !bytes.Equal(hdr[:], []byte("SQLite format 3\x00")) {
+	var hdr [sqliteHeaderSize]byte
+	if _, err := io.ReadFull(f, hdr[:]); err != nil || !bytes.Equal(hdr[:16], []byte("SQLite format 3\x00")) {
 		return fmt.Errorf("history: %s is not a SQLite file: %w", path, ErrNotHistory)
 	}
+	if why := badHeader(hdr[:]); why != "" {
+		return fmt.Errorf("history: %s has a broken SQLite header (%s): %w", path, why, ErrNotHistory)
+	}
+	if readOnly && hdr[19] == 2 {
+		return checkWALHeader(path, hdr[:])
+	}
 	return nil
+}
+
+// sqliteHeaderSize is the size of the database header at the start of
+// page 1 (https://sqlite.org/fileformat2.html#the_database_header).
+const sqliteHeaderSize = 100
+
+// badHeader says what is wrong with the fixed fields of a SQLite header,
+// or "" when nothing is. SQLite checks some of them only after it has
+// acted on others: it opens the -wal of a file whose header says WAL
+// before it looks at the page size, so a file of garbage can make it
+// create files next to it.
+func badHeader(h []byte) string {
+	switch ps := binary.BigEndian.Uint16(h[16:18]); {
+	case ps != 1 && (ps < 512 || ps&(ps-1) != 0):
+		return fmt.Sprintf("page size %d", ps)
+	case h[18] != 1 && h[18] != 2, h[19] != 1 && h[19] != 2:
+		return fmt.Sprintf("file format versions %d/%d", h[18], h[19])
+	case h[21] != 64 || h[22] != 32 || h[23] != 32:
+		return fmt.Sprintf("payload fractions %d/%d/%d", h[21], h[22], h[23])
+	case binary.BigEndian.Uint32(h[44:48]) > 4:
+		return fmt.Sprintf("schema format %d", binary.BigEndian.Uint32(h[44:48]))
+	case binary.BigEndian.Uint32(h[56:60]) > 3:
+		return fmt.Sprintf("text encoding %d", binary.BigEndian.Uint32(h[56:60]))
+	}
+	return ""
+}
+
+// checkWALHeader vets a WAL-mode file before a read-only open. SQLite
+// creates the -wal and -shm files of a WAL database even on a read-only
+// connection, so a read-only open of someone else's file would leave two
+// files behind. With no -wal file there is no writer and no uncommitted
+// page 1, so the header on disk is the whole truth and is checked here.
+func checkWALHeader(path string, h []byte) error {
+	if _, err := os.Lstat(path + "-wal"); err == nil {
+		return nil // a writer's log: only SQLite can read the current header
+	}
+	appID := binary.BigEndian.Uint32(h[68:72])
+	version := binary.BigEndian.Uint32(h[60:64])
+	schemaCookie := binary.BigEndian.Uint32(h[40:44])
+	switch {
+	case appID == applicationID:
+		return nil
+	case appID == 0 && version == 0 && schemaCookie == 0:
+		return fmt.Errorf("history: %s has schema v0, this binary needs v%d: open it read-write once to upgrade it",
+			path, SchemaVersion)
+	}
+	return fmt.Errorf("history: %s has application_id %#x, version %d: %w", path, appID, version, ErrNotHistory)
 }
 
 // dsn is the SQLite URI for path. Per-connection settings ride in the URI
@@ -293,8 +351,7 @@ func (s *Store) init(migs []string) error {
 	if s.mode.NetworkFS {
 		want = "delete"
 	}
-	// journal_mode is persistent for WAL and outside any transaction.
-	if err := s.db.QueryRow("PRAGMA journal_mode = " + want).Scan(&s.mode.Journal); err != nil {
+	if err := s.setJournal(want); err != nil {
 		return s.wrap("setting journal_mode="+want+" on", err)
 	}
 	if s.mode.Journal != want {
@@ -309,6 +366,24 @@ func (s *Store) init(migs []string) error {
 			s.mode.Version = v
 			return nil
 		}
+	}
+}
+
+// setJournal sets the journal mode, which is persistent for WAL and set
+// outside any transaction. SQLite can answer SQLITE_BUSY to the change
+// without calling the busy handler, when waiting could deadlock with
+// another process that is switching or committing at the same moment (two
+// servers opening a new file together do), so the wait is done here, for
+// as long as the busy timeout.
+func (s *Store) setJournal(want string) error {
+	deadline := time.Now().Add(busyTimeoutMS * time.Millisecond)
+	for {
+		err := s.db.QueryRow("PRAGMA journal_mode = " + want).Scan(&s.mode.Journal)
+		var se sqlite3.Error
+		if err == nil || !errors.As(err, &se) || se.Code != sqlite3.ErrBusy || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

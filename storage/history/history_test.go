@@ -419,6 +419,23 @@ func TestReadOnly(t *testing.T) {
 		t.Errorf("empty file: %v", err)
 	}
 
+	// A database that was switched to WAL and never migrated (a writer
+	// killed between the two) is not someone else's, and the read-only
+	// open says what to do without SQLite creating its -wal and -shm.
+	freshWAL := filepath.Join(dir, "fresh-wal.db")
+	fdb := raw(t, freshWAL)
+	if _, err := fdb.Exec("PRAGMA journal_mode = wal"); err != nil {
+		t.Fatal(err)
+	}
+	fdb.Close()
+	if _, err := Open(freshWAL, Options{ReadOnly: true, DetectFS: local}); err == nil ||
+		!strings.Contains(err.Error(), "v0") || !strings.Contains(err.Error(), "read-write once") {
+		t.Errorf("fresh WAL file: %v", err)
+	}
+	if _, err := os.Stat(freshWAL + "-shm"); err == nil {
+		t.Error("read-only open of a fresh WAL file created its -shm")
+	}
+
 	w := openT(t, path, Options{})
 	if _, err := w.AddDiagnosis(Diagnosis{Kind: "k"}); err != nil {
 		t.Fatal(err)
@@ -457,11 +474,24 @@ func TestNotAHistoryDatabase(t *testing.T) {
 	dir := t.TempDir()
 	random := make([]byte, 8192)
 	rand.Read(random)
+	// A header that says WAL (byte 19 = 2) made SQLite create -wal and
+	// -shm on a read-only open before it noticed the garbage: CI hit it
+	// when the random bytes had a 2 there, so these cases fix that byte.
+	walGarbage := append([]byte("SQLite format 3\x00"), random...)
+	walGarbage[19] = 2
+	walPlausible := append([]byte(nil), walGarbage...)
+	walPlausible[16], walPlausible[17], walPlausible[18] = 0x10, 0, 2 // 4096-byte pages
+	walPlausible[21], walPlausible[22], walPlausible[23] = 64, 32, 32
+	copy(walPlausible[44:48], []byte{0, 0, 0, 4})             // schema format 4
+	copy(walPlausible[56:60], []byte{0, 0, 0, 1})             // UTF-8
+	copy(walPlausible[68:72], []byte{0xde, 0xad, 0xbe, 0xef}) // application_id
 	files := map[string][]byte{
 		"random.db":               random,
 		"text.db":                 []byte("rank 0: all_reduce timed out\n"),
 		"short.db":                []byte("SQLite"),
+		"header-only.db":          []byte("SQLite format 3\x00"),
 		"garbage-after-header.db": append([]byte("SQLite format 3\x00"), random...),
+		"wal-garbage.db":          walGarbage,
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
@@ -475,12 +505,23 @@ func TestNotAHistoryDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	fdb.Close()
+	// Someone else's database in WAL mode, closed cleanly (no -wal left).
+	foreignWAL := filepath.Join(dir, "foreign-wal.db")
+	fdb = raw(t, foreignWAL)
+	if _, err := fdb.Exec("PRAGMA journal_mode = wal; CREATE TABLE t(x); INSERT INTO t VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	fdb.Close()
+	if _, err := os.Stat(foreignWAL + "-wal"); err == nil {
+		t.Fatal("foreign-wal.db left a -wal behind")
+	}
 	// A directory, with and without a database-looking name.
 	if err := os.Mkdir(filepath.Join(dir, "dir.db"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 
-	for _, name := range []string{"random.db", "text.db", "short.db", "garbage-after-header.db", "foreign.db", "dir.db", "."} {
+	for _, name := range []string{"random.db", "text.db", "short.db", "header-only.db", "garbage-after-header.db",
+		"wal-garbage.db", "foreign.db", "foreign-wal.db", "dir.db", "."} {
 		path := filepath.Join(dir, name)
 		for _, ro := range []bool{false, true} {
 			before, _ := os.ReadFile(path)
@@ -498,11 +539,40 @@ func TestNotAHistoryDatabase(t *testing.T) {
 			if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
 				t.Errorf("%s (ro=%v): file changed", name, ro)
 			}
-			if _, err := os.Stat(path + "-wal"); err == nil {
-				t.Errorf("%s (ro=%v): -wal created", name, ro)
+			for _, suffix := range []string{"-wal", "-shm"} {
+				if _, err := os.Stat(path + suffix); err == nil {
+					t.Errorf("%s (ro=%v): %s created", name, ro, suffix)
+				}
 			}
 		}
 	}
+
+	// A sound header over garbage pages: read-write, SQLite finds the
+	// damage; read-only, the header's application_id is enough. Neither
+	// leaves files behind.
+	path := filepath.Join(dir, "wal-plausible.db")
+	if err := os.WriteFile(path, walPlausible, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, ro := range []bool{false, true} {
+		_, err := Open(path, Options{ReadOnly: ro, DetectFS: local})
+		want := "damaged"
+		if ro {
+			want = "application_id 0xdeadbeef"
+		}
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("wal-plausible.db (ro=%v): %v, want %q", ro, err, want)
+		}
+		if after, _ := os.ReadFile(path); !bytes.Equal(after, walPlausible) {
+			t.Errorf("wal-plausible.db (ro=%v): file changed", ro)
+		}
+		for _, suffix := range []string{"-wal", "-shm"} {
+			if _, err := os.Stat(path + suffix); err == nil {
+				t.Errorf("wal-plausible.db (ro=%v): %s created", ro, suffix)
+			}
+		}
+	}
+
 	if _, err := Open("", Options{}); err == nil {
 		t.Error("empty path accepted")
 	}
