@@ -101,6 +101,10 @@ func spawn(t *testing.T, mode string, env ...string) *exec.Cmd {
 }
 
 func TestReadSelf(t *testing.T) {
+	// Pinned, so that the thread found below by its tid is the one that
+	// did the reading, not one the goroutine left meanwhile.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	p, err := ReadProcess(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
