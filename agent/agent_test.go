@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/agent/procfs"
 )
 
 // python is the interpreter the agent tests run (PROBING_TEST_PYTHON, else
@@ -121,6 +122,30 @@ func startAgentIn(t testing.TB, opt agent.Options, code string, env ...string) *
 }
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// waitLine reads the process's stdout, after READY, up to a line equal
+// to want.
+func (p *proc) waitLine(t testing.TB, want string) {
+	t.Helper()
+	found := make(chan bool, 1)
+	go func() {
+		for p.out.Scan() {
+			if strings.TrimSpace(p.out.Text()) == want {
+				found <- true
+				return
+			}
+		}
+		found <- false
+	}()
+	select {
+	case ok := <-found:
+		if !ok {
+			t.Fatalf("the Python process exited before printing %s", want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the Python process did not print %s within 30 s", want)
+	}
+}
 
 func (p *proc) kill() {
 	_ = p.cmd.Process.Kill()
@@ -237,13 +262,36 @@ func TestKilledMidCallAndStaleSocket(t *testing.T) {
 func TestStacksWhenTheMainThreadHoldsTheGIL(t *testing.T) {
 	// ctypes.PyDLL does not release the GIL: pause() blocks forever with
 	// it held, so no Python thread (the agent's server included) can run.
-	code := "import ctypes, threading, time\n" +
+	// The process waits for a go file (the agent must first answer the
+	// start-up health check), then takes the GIL into pause().
+	goFile := filepath.Join(t.TempDir(), "go")
+	code := "import ctypes, os, threading, time\n" +
 		"def side_worker():\n    while True: time.sleep(0.05)\n" +
 		"threading.Thread(target=side_worker, name='side-worker', daemon=True).start()\n" +
-		"def hold_the_gil_forever():\n    print('READY', flush=True)\n    time.sleep(2)\n    libc = ctypes.PyDLL(None)\n    while True: libc.pause()\n" +
+		"def hold_the_gil_forever():\n    print('READY', flush=True)\n" +
+		"    while not os.path.exists(os.environ['GO_FILE']): time.sleep(0.02)\n" +
+		"    libc = ctypes.PyDLL(None)\n    print('PAUSING', flush=True)\n    while True: libc.pause()\n" +
 		"hold_the_gil_forever()\n"
-	p := startAgent(t, code)
-	time.Sleep(2500 * time.Millisecond) // past the sleep: now inside pause()
+	p := startAgent(t, code, "GO_FILE="+goFile)
+	if err := os.WriteFile(goFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLine(t, "PAUSING")
+	// A main thread asleep after PAUSING may still be waiting for the GIL
+	// back; only once it sleeps in pause(2) (or the call a libc without it
+	// uses) is the GIL held for good.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		pr, err := procfs.ReadProcess(p.pid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if th := pr.Threads[0]; th.State == "S" && strings.Contains(" pause ppoll rt_sigsuspend ", " "+procfs.SyscallName(th.Syscall)+" ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the main thread never slept in pause(): %+v", pr.Threads[0])
+		}
+	}
 	a := p.agent(t)
 	ctx := context.Background()
 	if _, err := agent.Config(ctx, a, "probing.loglevel"); err == nil {

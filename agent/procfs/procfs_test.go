@@ -262,15 +262,24 @@ e.wait()`)
 	if l, err := bufio.NewReader(out).ReadString('\n'); err != nil || l != "ready\n" {
 		t.Fatal(l, err)
 	}
-	time.Sleep(100 * time.Millisecond)
-	p, err := ReadProcess(cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
+	// "ready" comes before the main thread's own wait, and on a loaded
+	// machine the threads may take a while to reach theirs.
+	var p *Proc
+	var d string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var err error
+		if p, err = ReadProcess(cmd.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+		d = strings.Join(Diagnose(p), "\n")
+		if strings.Contains(d, "all 4 threads sleeping in futex waits") && strings.Contains(d, "main thread sleeping in futex") {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
 	}
-	d := strings.Join(Diagnose(p), "\n")
-	if !strings.Contains(d, "all 4 threads sleeping in futex waits") || !strings.Contains(d, "main thread sleeping in futex") {
-		t.Errorf("diagnosis:\n%s\n%+v", d, p.Threads)
-	}
+	t.Errorf("diagnosis after 10 s:\n%s\n%+v", d, p.Threads)
 }
 
 func TestDeadAndZombie(t *testing.T) {

@@ -10,5 +10,6 @@ func init() {
 	syscallNames[syscall.SYS_SELECT] = "select"
 	syscallNames[syscall.SYS_EPOLL_WAIT] = "epoll_wait"
 	syscallNames[syscall.SYS_OPEN] = "open"
+	syscallNames[syscall.SYS_PAUSE] = "pause"
 	syscallNames[441] = "epoll_pwait2"
 }

@@ -28,4 +28,5 @@ var syscallNames = map[int]string{
 	syscall.SYS_CONNECT:         "connect",
 	syscall.SYS_WAIT4:           "wait4",
 	syscall.SYS_SCHED_YIELD:     "sched_yield",
+	syscall.SYS_RT_SIGSUSPEND:   "rt_sigsuspend",
 }
