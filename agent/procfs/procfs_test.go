@@ -135,18 +135,9 @@ func TestReadSelf(t *testing.T) {
 func TestSleepingChild(t *testing.T) {
 	cmd := spawn(t, "sleep", "PROCFS_MARK=a=b")
 	pid := cmd.Process.Pid
-	// The Go runtime's threads settle down shortly after start.
-	var p *Proc
-	for i := 0; i < 100; i++ {
-		var err error
-		if p, err = ReadProcess(pid); err != nil {
-			t.Fatal(err)
-		}
-		if allAsleep(p) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The Go runtime's threads settle down shortly after start (on a
+	// loaded machine, not so shortly).
+	p := waitProc(t, pid, allAsleep)
 	if p.State != "S" || p.PPID != os.Getpid() || p.Comm != filepath.Base(os.Args[0])[:min(15, len(filepath.Base(os.Args[0])))] {
 		t.Errorf("%+v", p)
 	}
@@ -214,10 +205,17 @@ func TestSpinningChild(t *testing.T) {
 
 func TestThreadedChild(t *testing.T) {
 	pid := spawn(t, "threads").Process.Pid
-	p, err := ReadProcess(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// "ready" comes 200 ms after the readers were started, which on a
+	// loaded machine does not mean they are all blocked in read(2) yet.
+	p := waitProc(t, pid, func(p *Proc) bool {
+		n := 0
+		for _, th := range p.Threads {
+			if strings.HasPrefix(th.Comm, "w) (") && th.State == "S" {
+				n++
+			}
+		}
+		return n == 4 && p.NumThreads == len(p.Threads)
+	})
 	if p.Comm != "odd) (main" || p.Threads[0].Comm != "odd) (main" {
 		t.Errorf("comm %q", p.Comm)
 	}
@@ -286,15 +284,8 @@ func TestDeadAndZombie(t *testing.T) {
 	cmd := spawn(t, "exit")
 	pid := cmd.Process.Pid
 	// Until it is waited for, the child is a zombie.
-	var p *Proc
-	for i := 0; i < 200; i++ {
-		var err error
-		if p, err = ReadProcess(pid); err == nil && p.State == "Z" {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if p == nil || p.State != "Z" || len(p.Cmdline) != 0 {
+	p := waitProc(t, pid, func(p *Proc) bool { return p.State == "Z" })
+	if p.State != "Z" || len(p.Cmdline) != 0 {
 		t.Fatalf("zombie: %+v", p)
 	}
 	if d := Diagnose(p); len(d) != 2 || !strings.Contains(d[1], "zombie") || !strings.Contains(d[1], "pid "+strconv.Itoa(os.Getpid())) {
@@ -315,7 +306,30 @@ func TestDeadAndZombie(t *testing.T) {
 	}
 }
 
+// waitProc reads pid until ready says yes, for up to 10 s, and returns
+// the last reading either way: the caller's checks then say what is wrong.
+func waitProc(t *testing.T, pid int, ready func(*Proc) bool) *Proc {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p, err := ReadProcess(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ready(p) || time.Now().After(deadline) {
+			return p
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// allAsleep: the process and each of its threads. The process state is
+// read from its own stat file, a moment apart from the threads' files, so
+// it is checked as well.
 func allAsleep(p *Proc) bool {
+	if p.State != "S" {
+		return false
+	}
 	for _, th := range p.Threads {
 		if th.State != "S" {
 			return false
