@@ -350,7 +350,10 @@ def test_hang_is_visible_live_and_after(hang_job):
         time.sleep(0.2)
     assert all(job.result("ready", r) for r in range(WORLD)), job.logs()
     pids = [job.result("ready", r)["pid"] for r in range(WORLD)]
-    # live: ranks 0, 1, 3 are inside the all_reduce that rank 2 skipped
+    # live: ranks 0, 1, 3 are inside the all_reduce that rank 2 skipped,
+    # and rank 2's last call, one behind, has returned. Rows reach the
+    # rings a flush (0.1 s here) after the call, each rank on its own
+    # clock, so the picture is awaited while the peers still hang.
     live = None
     deadline = time.time() + HANG_TIMEOUT_S - 1
     while time.time() < deadline:
@@ -358,11 +361,12 @@ def test_hang_is_visible_live_and_after(hang_job):
         for r, pid in enumerate(pids):
             rows = job.rows(pid, "comm_collective")
             last[r] = rows[-1] if rows else None
-        if all(last[r] and last[r]["duration_ms"] == -1.0 for r in (0, 1, 3)):
+        if all(last[r] and last[r]["duration_ms"] == -1.0 for r in (0, 1, 3)) and last[2] and \
+                last[2]["duration_ms"] >= 0 and last[2]["group_seq"] + 1 == last[0]["group_seq"]:
             live = last
             break
         time.sleep(0.1)
-    assert live is not None, "the hung collective never showed up in flight: %s\n%s" % (last, job.logs())
+    assert live is not None, "rank 2 never showed one behind the hung peers: %s\n%s" % (last, job.logs())
     seq = {r: live[r]["group_seq"] for r in range(WORLD)}
     assert seq[0] == seq[1] == seq[3] == seq[2] + 1, seq
     assert live[0]["op"] == "all_reduce" and live[0]["global_step"] == 3 and live[0]["tensor_shape"] == "(1,)"
