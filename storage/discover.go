@@ -229,7 +229,9 @@ func readIdentity(dir string, pid int) Identity {
 	env := map[string]string{}
 	for _, kv := range strings.Split(string(b), "\x00") {
 		if k, v, ok := strings.Cut(kv, "="); ok {
-			env[k] = v
+			if _, dup := env[k]; !dup { // getenv and os.environ take the first
+				env[k] = v
+			}
 		}
 	}
 	num := func(keys ...string) int {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,5 +93,32 @@ func TestDiscover(t *testing.T) {
 	inv, err = Discover(filepath.Join(base, "missing"))
 	if err != nil || !inv.Missing {
 		t.Fatalf("missing data dir: %+v %v", inv, err)
+	}
+}
+
+// TestIdentityFromEnviron: with no identity file, the launcher's
+// variables in /proc/<pid>/environ name the rank. A variable given twice
+// counts as its first value, as getenv and Python's os.environ read it.
+func TestIdentityFromEnviron(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep(1) on PATH")
+	}
+	// os.StartProcess passes the environment as given; exec.Cmd would
+	// drop the duplicate.
+	p, err := os.StartProcess(sleep, []string{"sleep", "60"}, &os.ProcAttr{
+		Env: []string{"RANK=3", "LOCAL_RANK=1", "GROUP_RANK=2", "ROLE_NAME=trainer", "RANK=9"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Kill(); p.Wait() })
+	want := Identity{Rank: 3, LocalRank: 1, NodeRank: 2, Role: "trainer"}
+	if got := readIdentity(t.TempDir(), p.Pid); got != want {
+		t.Errorf("identity from environ: %+v, want %+v", got, want)
+	}
+	// Neither file nor environ: unknown, not rank 0.
+	if got := readIdentity(t.TempDir(), 1<<30); got != (Identity{Rank: -1, LocalRank: -1, NodeRank: -1}) {
+		t.Errorf("identity of a missing pid: %+v", got)
 	}
 }
