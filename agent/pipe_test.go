@@ -52,8 +52,15 @@ func TestFlightRecorderThroughTorchsPipe(t *testing.T) {
 	if sc := bufio.NewScanner(out); !sc.Scan() || sc.Text() != "READY" {
 		t.Fatal("fake torch did not start")
 	}
-	all, err := agent.Discover(agent.Options{DataDir: data, CtrlRoot: t.TempDir()})
-	if err != nil || len(all) != 1 || !all[0].Alive {
+	found, err := agent.Discover(agent.Options{DataDir: data, CtrlRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Agents of other tests running at the same time are found too (their
+	// sockets are node-global) but belong to other data dirs: the default
+	// selection leaves them out.
+	all, err := agent.Select(found, agent.Selection{})
+	if err != nil || len(all) != 1 || all[0].PID != cmd.Process.Pid || !all[0].Alive {
 		t.Fatalf("discover: %+v %v", all, err)
 	}
 	col := agent.CollectFlightRecorder(context.Background(), all, false)
