@@ -83,24 +83,7 @@ func startAgentIn(t testing.TB, opt agent.Options, code string, env ...string) *
 	go func() { _ = p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() { p.kill() })
 	p.out = bufio.NewScanner(stdout)
-	ready := make(chan bool, 1)
-	go func() {
-		for p.out.Scan() {
-			if strings.TrimSpace(p.out.Text()) == "READY" {
-				ready <- true
-				return
-			}
-		}
-		ready <- false
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatal("the Python process exited before READY")
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the Python process did not print READY within 30 s")
-	}
+	p.waitLine(t, "READY")
 	// The agent registers asynchronously: wait for its socket to answer.
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
@@ -123,8 +106,7 @@ func startAgentIn(t testing.TB, opt agent.Options, code string, env ...string) *
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
 
-// waitLine reads the process's stdout, after READY, up to a line equal
-// to want.
+// waitLine reads the process's stdout up to a line equal to want.
 func (p *proc) waitLine(t testing.TB, want string) {
 	t.Helper()
 	found := make(chan bool, 1)

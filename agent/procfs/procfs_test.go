@@ -262,22 +262,13 @@ e.wait()`)
 	}
 	// "ready" comes before the main thread's own wait, and on a loaded
 	// machine the threads may take a while to reach theirs.
-	var p *Proc
-	var d string
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		var err error
-		if p, err = ReadProcess(cmd.Process.Pid); err != nil {
-			t.Fatal(err)
-		}
-		d = strings.Join(Diagnose(p), "\n")
-		if strings.Contains(d, "all 4 threads sleeping in futex waits") && strings.Contains(d, "main thread sleeping in futex") {
-			return
-		}
-		if time.Now().After(deadline) {
-			break
-		}
+	futexWaits := func(d string) bool {
+		return strings.Contains(d, "all 4 threads sleeping in futex waits") && strings.Contains(d, "main thread sleeping in futex")
 	}
-	t.Errorf("diagnosis after 10 s:\n%s\n%+v", d, p.Threads)
+	p := waitProc(t, cmd.Process.Pid, func(p *Proc) bool { return futexWaits(strings.Join(Diagnose(p), "\n")) })
+	if d := strings.Join(Diagnose(p), "\n"); !futexWaits(d) {
+		t.Errorf("diagnosis after 10 s:\n%s\n%+v", d, p.Threads)
+	}
 }
 
 func TestDeadAndZombie(t *testing.T) {

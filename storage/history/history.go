@@ -221,6 +221,13 @@ func prepareFile(path string, readOnly bool) error {
 	return nil
 }
 
+// errNeedsUpgrade: a read-only open of a file whose schema is older than
+// this binary's, which only a read-write open migrates.
+func errNeedsUpgrade(path string, have, want int) error {
+	return fmt.Errorf("history: %s has schema v%d, this binary needs v%d: open it read-write once to upgrade it",
+		path, have, want)
+}
+
 // sqliteHeaderSize is the size of the database header at the start of
 // page 1 (https://sqlite.org/fileformat2.html#the_database_header).
 const sqliteHeaderSize = 100
@@ -262,8 +269,7 @@ func checkWALHeader(path string, h []byte) error {
 	case appID == applicationID:
 		return nil
 	case appID == 0 && version == 0 && schemaCookie == 0:
-		return fmt.Errorf("history: %s has schema v0, this binary needs v%d: open it read-write once to upgrade it",
-			path, SchemaVersion)
+		return errNeedsUpgrade(path, 0, SchemaVersion)
 	}
 	return fmt.Errorf("history: %s has application_id %#x, version %d: %w", path, appID, version, ErrNotHistory)
 }
@@ -340,8 +346,7 @@ func (s *Store) init(migs []string) error {
 	}
 	if s.mode.ReadOnly {
 		if version < len(migs) {
-			return fmt.Errorf("history: %s has schema v%d, this binary needs v%d: open it read-write once to upgrade it",
-				s.path, version, len(migs))
+			return errNeedsUpgrade(s.path, version, len(migs))
 		}
 		s.mode.Version = version
 		return s.db.QueryRow("PRAGMA journal_mode").Scan(&s.mode.Journal)
