@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
 // statLine is a real /proc/<pid>/stat line (cat's), with the name, state,
@@ -63,30 +65,6 @@ func fakeProc(t *testing.T, pid int, comm, state string, tasks []fakeTask) strin
 	return root
 }
 
-func TestParseStat(t *testing.T) {
-	st, err := parseStat(statLine(7, "a) (b) S 1 (x", "D", 42, 500, 25, 12, 1161132))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.comm != "a) (b) S 1 (x" || st.state != "D" || st.ppid != 42 || st.utime != 500 || st.stime != 25 || st.threads != 12 || st.start != 1161132 {
-		t.Errorf("%+v", st)
-	}
-	for _, bad := range []string{"", "7 a S 1", "7 (a) S 1 2 3", strings.Replace(statLine(7, "a", "S", 1, 1, 1, 1, 1161132), " 1161132", " x", 1)} {
-		if _, err := parseStat(bad); err == nil {
-			t.Errorf("%q parsed", bad)
-		}
-	}
-	if _, err := parseStat(strings.Replace(statLine(7, "a", "S", 1, 1, 1, 1, 5), " 5 3133440", " x 3133440", 1)); err == nil || !strings.Contains(err.Error(), "field 22") {
-		t.Errorf("bad start time: %v", err)
-	}
-	if rss, uid := parseStatus(statusText); rss != 2048<<10 || uid != 1000 {
-		t.Errorf("status: %d %d", rss, uid)
-	}
-	if rss, uid := parseStatus("Name:\tkthreadd\n"); rss != 0 || uid != -1 {
-		t.Errorf("kernel thread status: %d %d", rss, uid)
-	}
-}
-
 func TestReadFake(t *testing.T) {
 	root := fakeProc(t, 4242, "odd) (name", "D", []fakeTask{
 		{tid: 4242, comm: "odd) (name", state: "D", wchan: "nfs_wait_bit_killable", syscall: "0 0x3 0x7f 0x10"},
@@ -137,11 +115,11 @@ func TestReadFake(t *testing.T) {
 		}
 	}
 
-	env, err := readEnv(root, 4242, MaxEnvBytes)
+	env, err := procfacts.EnvAt(root, 4242, MaxEnvBytes)
 	if err != nil || len(env) != 3 || env["RANK"] != "3" || env["X"] != "a=b" {
 		t.Errorf("env %v %v", env, err)
 	}
-	env, err = readEnv(root, 4242, 20) // "RANK=3\0WORLD_SIZE=8\0" is 20 bytes, the next cut
+	env, err = procfacts.EnvAt(root, 4242, 20) // "RANK=3\0WORLD_SIZE=8\0" is 20 bytes, the next cut
 	if !errors.Is(err, ErrTruncated) || len(env) != 2 || env["WORLD_SIZE"] != "8" {
 		t.Errorf("truncated env %v %v", env, err)
 	}

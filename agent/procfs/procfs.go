@@ -8,17 +8,16 @@ package procfs
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
 // ClockTicks is USER_HZ, the unit of /proc's utime, stime and start time.
@@ -28,10 +27,10 @@ import (
 const ClockTicks = 100
 
 // MaxEnvBytes bounds what Env reads.
-const MaxEnvBytes = 4 << 20
+const MaxEnvBytes = procfacts.MaxEnvBytes
 
 // ErrTruncated: Env stopped at MaxEnvBytes.
-var ErrTruncated = errors.New("truncated")
+var ErrTruncated = procfacts.ErrTruncated
 
 // Proc is one process.
 type Proc struct {
@@ -91,19 +90,16 @@ func readProcess(root string, pid int) (*Proc, error) {
 	}
 	dir := filepath.Join(root, strconv.Itoa(pid))
 	now := time.Now().UTC()
-	b, err := os.ReadFile(filepath.Join(dir, "stat"))
+	st, err := procfacts.StatAt(root, pid)
 	if err != nil {
-		return nil, procErr(pid, "stat", err)
+		return nil, err
 	}
-	st, err := parseStat(string(b))
-	if err != nil {
-		return nil, fmt.Errorf("pid %d: %s: %w", pid, filepath.Join(dir, "stat"), err)
-	}
-	p := &Proc{PID: pid, CapturedAt: now, Comm: st.comm, State: st.state, PPID: st.ppid, StartTime: st.start,
-		UTime: ticks(st.utime), STime: ticks(st.stime), NumThreads: st.threads}
+	p := &Proc{PID: pid, CapturedAt: now, Comm: st.Comm, State: st.State, PPID: st.PPID, StartTime: st.Start,
+		UTime: ticks(st.UTime), STime: ticks(st.STime), NumThreads: st.Threads}
 	if bt, ok := bootTime(root); ok {
-		p.Started = bt.Add(ticks(st.start))
+		p.Started = bt.Add(ticks(st.Start))
 	}
+	var b []byte
 
 	b, err = os.ReadFile(filepath.Join(dir, "cmdline"))
 	if err != nil {
@@ -113,11 +109,11 @@ func readProcess(root string, pid int) (*Proc, error) {
 		p.Cmdline = strings.Split(string(b), "\x00")
 	}
 
-	b, err = os.ReadFile(filepath.Join(dir, "status"))
+	status, err := procfacts.StatusAt(root, pid)
 	if err != nil {
-		return nil, procErr(pid, "status", err)
+		return nil, err
 	}
-	p.VmRSS, p.UID = parseStatus(string(b))
+	p.VmRSS, p.UID = status.VmRSS, status.UID[0]
 
 	ents, err := os.ReadDir(filepath.Join(dir, "task"))
 	if err != nil {
@@ -152,11 +148,11 @@ func readTask(dir string, tid int) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
-	st, err := parseStat(string(b))
+	st, err := procfacts.ParseStat(string(b))
 	if err != nil {
 		return Task{}, fmt.Errorf("%s: %w", filepath.Join(dir, "stat"), err)
 	}
-	t := Task{TID: tid, Comm: st.comm, State: st.state, UTime: ticks(st.utime), STime: ticks(st.stime), Syscall: -1}
+	t := Task{TID: tid, Comm: st.Comm, State: st.State, UTime: ticks(st.UTime), STime: ticks(st.STime), Syscall: -1}
 	// wchan and syscall are best effort: hidden (kptr_restrict, ptrace
 	// checks) or racing with the thread's exit.
 	if b, err := os.ReadFile(filepath.Join(dir, "wchan")); err == nil {
@@ -171,68 +167,6 @@ func readTask(dir string, tid int) (Task, error) {
 		}
 	}
 	return t, nil
-}
-
-type stat struct {
-	comm, state         string
-	ppid, threads       int
-	utime, stime, start uint64
-}
-
-// parseStat reads /proc/<pid>/stat and task/<tid>/stat. The name is
-// between the first '(' and the LAST ')': it may itself hold spaces and
-// parentheses ("a) (b"), never a NUL; the fields after it cannot hold ')'.
-func parseStat(s string) (stat, error) {
-	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || end < open {
-		return stat{}, fmt.Errorf("no (name) in %q", trunc(s))
-	}
-	f := strings.Fields(s[end+1:])
-	// f[0] is field 3 (state), so field n is f[n-3].
-	if len(f) < 20 {
-		return stat{}, fmt.Errorf("%d fields after the name, want 20 or more: %q", len(f), trunc(s))
-	}
-	st := stat{comm: s[open+1 : end], state: f[0]}
-	var errs []error
-	num := func(i int) uint64 {
-		v, err := strconv.ParseUint(f[i], 10, 64)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("field %d %q", i+3, f[i]))
-		}
-		return v
-	}
-	st.ppid = int(num(1))
-	st.utime, st.stime = num(11), num(12)
-	st.threads = int(num(17))
-	st.start = num(19)
-	if len(errs) > 0 {
-		return stat{}, fmt.Errorf("bad number(s) in stat: %w", errors.Join(errs...))
-	}
-	return st, nil
-}
-
-// parseStatus takes VmRSS (kB → bytes) and the real UID from
-// /proc/<pid>/status.
-func parseStatus(s string) (rss int64, uid int) {
-	uid = -1
-	for line := range strings.Lines(s) {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(v)
-		switch {
-		case k == "VmRSS" && len(f) >= 1:
-			if n, err := strconv.ParseInt(f[0], 10, 64); err == nil {
-				rss = n << 10 // the unit is always kB
-			}
-		case k == "Uid" && len(f) >= 1:
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				uid = n
-			}
-		}
-	}
-	return rss, uid
 }
 
 // bootTime is /proc/stat's btime, for Started.
@@ -253,45 +187,9 @@ func bootTime(root string) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// Env reads the process's environment as it was at exec (later setenv
-// calls in the process do not show), at most MaxEnvBytes: past that, the
-// entries read are returned with an error wrapping ErrTruncated. Reading
-// another user's process needs root.
-func Env(pid int) (map[string]string, error) { return readEnv("/proc", pid, MaxEnvBytes) }
-
-func readEnv(root string, pid, limit int) (map[string]string, error) {
-	f, err := os.Open(filepath.Join(root, strconv.Itoa(pid), "environ"))
-	if err != nil {
-		return nil, procErr(pid, "environ", err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
-	if err != nil {
-		return nil, procErr(pid, "environ", err)
-	}
-	var tail error
-	if len(b) > limit {
-		// Drop the entry the limit cut.
-		b = b[:limit]
-		if i := bytes.LastIndexByte(b, 0); i >= 0 {
-			b = b[:i]
-		} else {
-			b = nil
-		}
-		tail = fmt.Errorf("pid %d: environ over %d bytes: %w", pid, limit, ErrTruncated)
-	}
-	env := map[string]string{}
-	for kv := range bytes.SplitSeq(b, []byte{0}) {
-		k, v, ok := bytes.Cut(kv, []byte("="))
-		if !ok || len(k) == 0 {
-			continue
-		}
-		if _, dup := env[string(k)]; !dup { // getenv takes the first
-			env[string(k)] = string(v)
-		}
-	}
-	return env, tail
-}
+// Env reads the process's environment as it was at exec, bounded
+// (procfacts.Env).
+func Env(pid int) (map[string]string, error) { return procfacts.Env(pid) }
 
 // SampleCPU measures each thread's CPU use over interval, in percent of
 // one CPU (0–100): near 100 spins, near 0 sleeps. It uses the scheduler's
@@ -352,11 +250,11 @@ func cpuTimes(root string, pid int) (map[int]cpuTime, error) {
 		if err != nil {
 			continue // exited
 		}
-		st, err := parseStat(string(b))
+		st, err := procfacts.ParseStat(string(b))
 		if err != nil {
 			continue
 		}
-		c := cpuTime{ns: -1, ticks: st.utime + st.stime}
+		c := cpuTime{ns: -1, ticks: st.UTime + st.STime}
 		if b, err := os.ReadFile(filepath.Join(dir, e.Name(), "schedstat")); err == nil {
 			f, _, _ := strings.Cut(string(b), " ")
 			if n, err := strconv.ParseInt(f, 10, 64); err == nil {
@@ -373,27 +271,6 @@ func cpuTimes(root string, pid int) (map[int]cpuTime, error) {
 
 func ticks(n uint64) time.Duration { return time.Duration(n) * (time.Second / ClockTicks) }
 
-// gone: the process or thread no longer exists (ENOENT once it is
-// reaped, ESRCH from some files while it exits).
-func gone(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
-}
+func gone(err error) bool { return procfacts.Gone(err) }
 
-// procErr names the pid and the file; a process that is gone wraps
-// os.ErrNotExist whatever errno said it.
-func procErr(pid int, file string, err error) error {
-	if gone(err) {
-		return fmt.Errorf("pid %d: no such process (it exited, or never ran on this node) reading /proc/%d/%s: %w", pid, pid, file, os.ErrNotExist)
-	}
-	if errors.Is(err, fs.ErrPermission) {
-		return fmt.Errorf("pid %d: /proc/%d/%s: permission denied (another user's process: run as that user or root): %w", pid, pid, file, err)
-	}
-	return fmt.Errorf("pid %d: /proc/%d/%s: %w", pid, pid, file, err)
-}
-
-func trunc(s string) string {
-	if len(s) > 120 {
-		return s[:120] + "…"
-	}
-	return s
-}
+func procErr(pid int, file string, err error) error { return procfacts.Err(pid, file, err) }
