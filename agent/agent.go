@@ -9,7 +9,6 @@
 package agent
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -21,8 +20,8 @@ import (
 	"syscall"
 
 	"github.com/probing-mcp/probing-mcp/agent/procfs"
+	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage"
-	"github.com/probing-mcp/probing-mcp/storage/memt"
 )
 
 // Kinds of agent.
@@ -33,33 +32,7 @@ const (
 )
 
 // Identity is what our agent writes to <data dir>/<pid>/.identity.json.
-type Identity struct {
-	Agent              string   `json:"agent"`
-	AgentVersion       string   `json:"agent_version"`
-	PID                int      `json:"pid"`
-	StartTime          uint64   `json:"start_time"`
-	Host               string   `json:"host"`
-	Rank               int      `json:"rank"`
-	WorldSize          int      `json:"world_size"`
-	LocalRank          int      `json:"local_rank"`
-	LocalWorldSize     int      `json:"local_world_size"`
-	NodeRank           int      `json:"node_rank"`
-	Role               string   `json:"role"`
-	Addr               string   `json:"addr"`
-	Socket             string   `json:"socket"`
-	FaulthandlerSignal int      `json:"faulthandler_signal"`
-	FaulthandlerFile   string   `json:"faulthandler_file"`
-	EvalAllowed        bool     `json:"eval_allowed"`
-	Python             string   `json:"python"`
-	Torch              string   `json:"torch"`
-	Argv               []string `json:"argv"`
-	// FRDumpPrefix and FRPipePrefix are torch's TORCH_FR_DUMP_TEMP_FILE and
-	// TORCH_NCCL_DEBUG_INFO_PIPE_FILE in the process: writing a byte to
-	// <pipe prefix><rank>.pipe makes ProcessGroupNCCL dump its Flight
-	// Recorder to <dump prefix><rank> from a C++ thread, without the GIL.
-	FRDumpPrefix string `json:"fr_dump_prefix"`
-	FRPipePrefix string `json:"fr_pipe_prefix"`
-}
+type Identity = procfacts.Identity
 
 // Agent is one process on this node that an agent lives in, or that left
 // rings behind.
@@ -83,6 +56,18 @@ type Agent struct {
 	// out, just as the SQL engine never sees its rings. Naming its pid
 	// still reaches it.
 	OtherDataDir string `json:"other_data_dir,omitempty"`
+	// UID is the process's owner (its effective user while it runs, else
+	// its pid directory's owner); -1 when unknown.
+	UID int `json:"uid"`
+	// Untrusted says why nothing found for this pid may be believed or
+	// acted on: files or a socket of another user than the process's,
+	// files others can write, or another user's job (procfacts.CheckFile,
+	// procfacts.Scope). Such an agent is listed, never called, signalled
+	// or counted as a rank.
+	Untrusted string `json:"untrusted,omitempty"`
+	// SocketRefused says why a control socket that was found is not used
+	// (not a socket, or not the process owner's).
+	SocketRefused string `json:"socket_refused,omitempty"`
 }
 
 // Rank is the agent's global rank, -1 when unknown.
@@ -99,6 +84,9 @@ type Options struct {
 	CtrlRoot string // PROBING_CTRL_ROOT, default /tmp/probing
 	// ProcNetUnix is /proc/net/unix (tests point it elsewhere).
 	ProcNetUnix string
+	// Scope is whose processes count; nil is procfacts.DefaultScope (this
+	// server's user, or PROBING_MCP_JOB_USER).
+	Scope *procfacts.Scope
 }
 
 // OptionsFromEnv reads PROBING_DATA_DIR and PROBING_CTRL_ROOT.
@@ -122,41 +110,44 @@ func (o Options) withDefaults() Options {
 // agents (abstract sockets @probing-<pid>), and processes that left only
 // rings. Dead processes are kept (Alive false) so that a dead job's data
 // and stale sockets are reported rather than silently dropped.
+//
+// What the shared data dir and control root hold is believed only when
+// it belongs to the owner of the process it names and to a user the
+// server serves (storage.Discover decides for the data dir; sockets are
+// checked here); everything else is kept with Untrusted set.
 func Discover(opt Options) ([]*Agent, error) {
 	opt = opt.withDefaults()
+	var err error
 	byPID := map[int]*Agent{}
 	get := func(pid int, kind string) *Agent {
 		a := byPID[pid]
 		if a == nil {
-			a = &Agent{PID: pid, Kind: kind}
+			a = &Agent{PID: pid, Kind: kind, UID: -1}
 			byPID[pid] = a
 		}
 		return a
 	}
-	inv, err := storage.Discover(opt.DataDir)
+	var scope procfacts.Scope
+	if opt.Scope != nil {
+		scope = *opt.Scope
+	} else if scope, err = procfacts.DefaultScope(); err != nil {
+		return nil, err
+	}
+	inv, err := storage.DiscoverScope(opt.DataDir, scope)
 	if err != nil {
 		return nil, err
 	}
 	// anchored: pids with a directory in our data dir (rings or identity).
 	anchored := map[int]bool{}
-	for _, p := range inv.Processes {
-		get(p.PID, KindRingOnly).Rings = len(p.Rings)
-		anchored[p.PID] = true
-	}
-	// Identity files: every pid directory, with rings or not.
-	if ents, err := os.ReadDir(opt.DataDir); err == nil {
-		for _, e := range ents {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid <= 0 || !e.IsDir() {
-				continue
-			}
-			id, err := ReadIdentity(filepath.Join(opt.DataDir, e.Name(), storage.IdentityFile))
-			if err != nil || id.Agent != KindOurs {
-				continue
-			}
-			a := get(pid, KindOurs)
-			a.Kind, a.Identity, a.Socket = KindOurs, id, id.Socket
-			anchored[pid] = true
+	for _, d := range inv.Dirs {
+		if d.Untrusted == "" && d.Rings == 0 && d.Identity == nil {
+			continue // an empty directory says nothing
+		}
+		a := get(d.PID, KindRingOnly)
+		a.UID, a.Untrusted, a.Rings = d.Owner.UID, d.Untrusted, d.Rings
+		anchored[d.PID] = true
+		if d.Identity != nil && d.Identity.Agent == KindOurs {
+			a.Kind, a.Identity, a.Socket = KindOurs, d.Identity, d.Identity.Socket
 		}
 	}
 	// Our control sockets (an agent whose identity file is elsewhere, e.g.
@@ -191,8 +182,16 @@ func Discover(opt Options) ([]*Agent, error) {
 		}
 		if a.Alive {
 			a.Command = cmdline(a.PID)
-			if !anchored[a.PID] {
+			if a.Untrusted == "" {
+				a.Untrusted = checkLive(a, anchored[a.PID])
+			}
+			if !anchored[a.PID] && a.Untrusted == "" {
+				// Nothing in our data dir: another job's, or served only
+				// if its owner is.
 				a.OtherDataDir = otherDataDir(a.PID, opt.DataDir)
+				if a.OtherDataDir == "" && !inv.Served.Has(a.UID) {
+					a.Untrusted = inv.Served.Why(a.UID, scope.Self)
+				}
 			}
 		} else if a.Identity != nil {
 			a.Command = a.Identity.Argv
@@ -210,6 +209,44 @@ func Discover(opt Options) ([]*Agent, error) {
 		return out[i].PID < out[j].PID
 	})
 	return out, nil
+}
+
+// checkLive checks a running process's agent against its owner: what
+// the data dir said must be the running process's, and a control socket
+// file must belong to it (a connection also checks the listener's
+// credentials, see NewClient). Someone else's socket file is dropped, so
+// that the identity's own socket, or none, is used; it makes the agent
+// untrusted only when nothing in the data dir vouches for it.
+func checkLive(a *Agent, anchored bool) string {
+	o, err := procfacts.ProcessOwner(a.PID)
+	if err != nil {
+		return "its owner cannot be read: " + err.Error()
+	}
+	if a.UID >= 0 && a.UID != o.UID {
+		return fmt.Sprintf("its data dir entry belongs to %s, but the process runs as %s", procfacts.UserName(a.UID), procfacts.UserName(o.UID))
+	}
+	a.UID = o.UID
+	if a.Socket == "" || strings.HasPrefix(a.Socket, "@") {
+		return ""
+	}
+	fi, err := os.Lstat(a.Socket)
+	if err != nil {
+		return "" // gone since: the call will say so
+	}
+	why := ""
+	if fi.Mode().Type() != os.ModeSocket {
+		why = fmt.Sprintf("its control socket %s is not a socket (%s)", a.Socket, fi.Mode().Type())
+	} else if err := procfacts.CheckFile(fi, o); err != nil {
+		why = fmt.Sprintf("its control socket %s: %v", a.Socket, err)
+	}
+	if why == "" {
+		return ""
+	}
+	a.Socket, a.SocketRefused = "", why
+	if anchored {
+		return ""
+	}
+	return why
 }
 
 // otherDataDir is the data dir that pid's environment resolves to, by
@@ -237,36 +274,11 @@ func sameDir(a, b string) bool {
 	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
-// ReadIdentity reads an identity file (bounded: it is small).
+// ReadIdentity reads an identity file (bounded, no symlink, regular
+// files only).
 func ReadIdentity(path string) (*Identity, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var id Identity
-	dec := json.NewDecoder(&limitReader{r: f, n: 1 << 20})
-	if err := dec.Decode(&id); err != nil {
-		return nil, fmt.Errorf("identity file %s: %w", path, err)
-	}
-	return &id, nil
-}
-
-type limitReader struct {
-	r interface{ Read([]byte) (int, error) }
-	n int64
-}
-
-func (l *limitReader) Read(p []byte) (int, error) {
-	if l.n <= 0 {
-		return 0, errors.New("larger than 1 MiB")
-	}
-	if int64(len(p)) > l.n {
-		p = p[:l.n]
-	}
-	n, err := l.r.Read(p)
-	l.n -= int64(n)
-	return n, err
+	id, _, err := procfacts.ReadIdentity(path)
+	return id, err
 }
 
 func alive(a *Agent) bool {
@@ -274,7 +286,7 @@ func alive(a *Agent) bool {
 	if a.Identity != nil {
 		start = a.Identity.StartTime
 	}
-	return memt.ProcessAlive(a.PID, start)
+	return procfacts.Alive(a.PID, start)
 }
 
 func cmdline(pid int) []string {
@@ -312,15 +324,17 @@ func probingSockets(procNetUnix string) []int {
 	return out
 }
 
-// Signal sends sig to the process, but only if it is still the process
-// that wrote id: a signal meant for a faulthandler hook would kill
-// whatever else now holds the pid.
-func Signal(id *Identity, sig syscall.Signal) error {
-	if id == nil || id.PID <= 0 || id.StartTime == 0 {
-		return errors.New("no identity with a start time: refusing to signal")
+// Signal sends the agent's registered faulthandler signal, through
+// procfacts.Signal: only to a trusted agent's process that is still the
+// one that registered, runs as the identity file's owner and is seen to
+// catch the signal, so that a signal meant for a faulthandler hook can
+// never kill, whoever wrote the identity file.
+func Signal(a *Agent, sig syscall.Signal) error {
+	if a.Untrusted != "" {
+		return fmt.Errorf("%w: pid %d is untrusted (%s)", procfacts.ErrSignalRefused, a.PID, a.Untrusted)
 	}
-	if st, err := memt.ProcessStartTime(id.PID); err != nil || st != id.StartTime {
-		return fmt.Errorf("pid %d is no longer the process that registered (start time %d, now %d, err %v)", id.PID, id.StartTime, st, err)
+	if a.Identity == nil || a.Identity.StartTime == 0 {
+		return fmt.Errorf("%w: pid %d: no identity with a start time", procfacts.ErrSignalRefused, a.PID)
 	}
-	return syscall.Kill(id.PID, sig)
+	return procfacts.Signal(a.PID, a.Identity.StartTime, a.UID, sig)
 }

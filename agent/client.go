@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
 // Client calls one agent's control socket.
@@ -31,17 +33,63 @@ func NewClient(a *Agent) (*Client, error) {
 	if a.Socket == "" {
 		return nil, fmt.Errorf("pid %d has no control socket (no agent running in it)", a.PID)
 	}
+	if a.Untrusted != "" {
+		return nil, &Error{PID: a.PID, Kind: "denied", Msg: "untrusted, not called: " + a.Untrusted}
+	}
 	c := &Client{PID: a.PID, Socket: a.Socket, MaxReply: 8 << 20}
 	addr := a.Socket
+	pid, uid := a.PID, a.UID
 	dialer := &net.Dialer{Timeout: 2 * time.Second}
 	c.http = &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return dialer.DialContext(ctx, "unix", addr)
+			conn, err := dialer.DialContext(ctx, "unix", addr)
+			if err != nil {
+				return nil, err
+			}
+			if err := checkPeer(conn, pid, uid); err != nil {
+				conn.Close()
+				return nil, &Error{PID: pid, Kind: "denied", Msg: fmt.Sprintf("control socket %s: %v; not called", addr, err)}
+			}
+			return conn, nil
 		},
 		DisableKeepAlives:     true,
 		ResponseHeaderTimeout: 0, // the context's deadline governs
 	}}
 	return c, nil
+}
+
+// checkPeer makes sure the socket is served by the process it is meant to
+// reach: anyone can bind an abstract socket named @probing-<pid>, or leave
+// a socket file in a shared directory, and answer with made-up stacks.
+// The listener's credentials (SO_PEERCRED, fixed when it called listen)
+// must show the process's pid, when visible in our pid namespace, and its
+// owner (or root).
+func checkPeer(conn net.Conn, pid, uid int) error {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return fmt.Errorf("not a Unix socket")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *syscall.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return fmt.Errorf("its peer credentials cannot be read (%v)", cerr)
+	}
+	if cred.Pid != 0 && int(cred.Pid) != pid {
+		return fmt.Errorf("it is served by pid %d (%s), not by pid %d", cred.Pid, procfacts.UserName(int(cred.Uid)), pid)
+	}
+	if uid >= 0 && int(cred.Uid) != uid && cred.Uid != 0 {
+		return fmt.Errorf("it is served by %s, but pid %d runs as %s", procfacts.UserName(int(cred.Uid)), pid, procfacts.UserName(uid))
+	}
+	return nil
 }
 
 // Error is a failed call, classified so tools can say what happened.

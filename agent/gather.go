@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/agent/procfs"
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
 // StackOptions bound a stack capture.
@@ -67,8 +69,8 @@ func Stacks(ctx context.Context, a *Agent, opt StackOptions) *stacks.Process {
 			errs = append(errs, err.Error())
 		}
 	}
-	if p.Source == "" && a.Identity != nil && a.Identity.FaulthandlerSignal > 0 && a.Identity.FaulthandlerFile != "" {
-		threads, err := faulthandlerStacks(ctx, a.Identity, opt.SignalTimeout)
+	if p.Source == "" && a.Untrusted == "" && a.Identity != nil && a.Identity.FaulthandlerSignal > 0 && a.Identity.FaulthandlerFile != "" {
+		threads, err := faulthandlerStacks(ctx, a, opt.SignalTimeout)
 		if err == nil {
 			p.Threads, p.Source = threads, "faulthandler"
 		} else {
@@ -154,12 +156,35 @@ func agentStacks(ctx context.Context, a *Agent, opt StackOptions) (*stacks.Proce
 }
 
 // faulthandlerStacks triggers the agent's faulthandler dump and reads it.
-func faulthandlerStacks(ctx context.Context, id *Identity, timeout time.Duration) ([]stacks.Thread, error) {
-	before := int64(0)
-	if fi, err := os.Stat(id.FaulthandlerFile); err == nil {
-		before = fi.Size()
+// The dump file must be a regular file of the process's owner (never a
+// symlink or another user's file the identity points at).
+func faulthandlerStacks(ctx context.Context, a *Agent, timeout time.Duration) ([]stacks.Thread, error) {
+	id := a.Identity
+	owner, err := procfacts.ProcessOwner(a.PID)
+	if err != nil {
+		return nil, err
 	}
-	if err := Signal(id, syscall.Signal(id.FaulthandlerSignal)); err != nil {
+	if owner.UID != a.UID {
+		return nil, fmt.Errorf("pid %d now runs as %s, not %s", a.PID, procfacts.UserName(owner.UID), procfacts.UserName(a.UID))
+	}
+	size := func() (int64, error) {
+		fi, err := os.Lstat(id.FaulthandlerFile)
+		if err != nil {
+			return 0, err
+		}
+		if !fi.Mode().IsRegular() {
+			return 0, fmt.Errorf("%s is not a regular file (%s)", id.FaulthandlerFile, fi.Mode().Type())
+		}
+		if err := procfacts.CheckFile(fi, owner); err != nil {
+			return 0, fmt.Errorf("%s: %v", id.FaulthandlerFile, err)
+		}
+		return fi.Size(), nil
+	}
+	before, err := size()
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if err := Signal(a, syscall.Signal(id.FaulthandlerSignal)); err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(timeout)
@@ -171,29 +196,32 @@ func faulthandlerStacks(ctx context.Context, id *Identity, timeout time.Duration
 			return nil, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
-		fi, err := os.Stat(id.FaulthandlerFile)
+		n, err := size()
 		if err != nil {
 			continue
 		}
 		// The handler writes the dump in a burst; it is complete once the
 		// size stops moving.
-		if fi.Size() > before && fi.Size() == last {
+		if n > before && n == last {
 			if stable++; stable >= 2 {
 				break
 			}
 		} else {
 			stable = 0
 		}
-		last = fi.Size()
+		last = n
 	}
 	if last <= before {
 		return nil, fmt.Errorf("no dump appeared in %s within %s", id.FaulthandlerFile, timeout)
 	}
-	f, err := os.Open(id.FaulthandlerFile)
+	f, fi, err := procfacts.OpenRegular(id.FaulthandlerFile)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if err := procfacts.CheckFile(fi, owner); err != nil {
+		return nil, fmt.Errorf("%s: %v", id.FaulthandlerFile, err)
+	}
 	const maxDump = 16 << 20
 	n := min(last-before, maxDump)
 	buf := make([]byte, n)
@@ -321,28 +349,21 @@ func SnapshotViaPipe(ctx context.Context, a *Agent, timeout time.Duration) (*Sna
 	if id == nil || id.FRPipePrefix == "" || id.FRDumpPrefix == "" || id.Rank < 0 {
 		return nil, errors.New("the process published no dump pipe (needs the agent's identity, a known rank and TORCH_NCCL_DEBUG_INFO_PIPE_FILE)")
 	}
+	if a.Untrusted != "" {
+		return nil, fmt.Errorf("pid %d is untrusted (%s): its dump pipe is not used", a.PID, a.Untrusted)
+	}
+	owner, err := procfacts.ProcessOwner(a.PID)
+	if err != nil {
+		return nil, err
+	}
 	pipe := id.FRPipePrefix + strconv.Itoa(id.Rank) + ".pipe"
 	dump := id.FRDumpPrefix + strconv.Itoa(id.Rank)
 	var before time.Time
-	if fi, err := os.Stat(dump); err == nil {
+	if fi, err := os.Lstat(dump); err == nil {
 		before = fi.ModTime()
 	}
-	// Non-blocking: with nobody reading the FIFO, open fails (ENXIO)
-	// instead of hanging. The watcher reopens the FIFO after each request,
-	// so a missing reader is retried for a moment before giving up.
-	var f *os.File
-	var err error
-	for try := 0; ; try++ {
-		f, err = os.OpenFile(pipe, os.O_WRONLY|syscall.O_NONBLOCK, 0)
-		if err == nil || !errors.Is(err, syscall.ENXIO) || try == 10 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	f, err := openPipe(pipe, owner)
 	if err != nil {
-		if errors.Is(err, syscall.ENXIO) {
-			return nil, fmt.Errorf("%s has no reader: no NCCL process group watches it", pipe)
-		}
 		return nil, err
 	}
 	_, err = f.Write([]byte{'1'})
@@ -358,7 +379,7 @@ func SnapshotViaPipe(ctx context.Context, a *Agent, timeout time.Duration) (*Sna
 			return nil, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
-		fi, err := os.Stat(dump)
+		fi, err := os.Lstat(dump)
 		if err == nil && fi.ModTime().After(before) && fi.Size() > 0 {
 			if fi.Size() == lastSize {
 				break // written and no longer growing
@@ -369,22 +390,69 @@ func SnapshotViaPipe(ctx context.Context, a *Agent, timeout time.Duration) (*Sna
 			return nil, fmt.Errorf("torch wrote no new %s within %s of the pipe request", dump, timeout)
 		}
 	}
-	fi, err := os.Stat(dump)
+	df, fi, err := procfacts.OpenRegular(dump)
 	if err != nil {
 		return nil, err
+	}
+	defer df.Close()
+	if err := procfacts.CheckFile(fi, owner); err != nil {
+		return nil, fmt.Errorf("%s: %v; not read", dump, err)
 	}
 	if fi.Size() > MaxSnapshotBytes {
 		return nil, fmt.Errorf("%s is %d bytes, over the %d-byte limit", dump, fi.Size(), MaxSnapshotBytes)
 	}
-	data, err := os.ReadFile(dump)
+	data, err := io.ReadAll(io.LimitReader(df, MaxSnapshotBytes+1))
 	if err != nil {
 		return nil, err
+	}
+	if len(data) > MaxSnapshotBytes {
+		return nil, fmt.Errorf("%s grew over the %d-byte limit while read", dump, MaxSnapshotBytes)
 	}
 	format := "pickle"
 	if len(data) > 0 && data[0] == '{' {
 		format = "json"
 	}
 	return &Snapshot{OK: true, Rank: id.Rank, WorldSize: id.WorldSize, Format: format, DumpFunction: "pipe " + pipe, Bytes: len(data), Data: data}, nil
+}
+
+// openPipe opens torch's dump FIFO for writing. The path comes from a file
+// in a shared directory, so it must be a FIFO of the process's owner: a
+// regular file or device in its place would take the byte (or block), and
+// a symlink could point anywhere. Non-blocking: with nobody reading the
+// FIFO, open fails (ENXIO) instead of hanging. The watcher reopens the
+// FIFO after each request, so a missing reader is retried for a moment
+// before giving up.
+func openPipe(pipe string, owner procfacts.Owner) (*os.File, error) {
+	fi, err := os.Lstat(pipe)
+	if err != nil {
+		return nil, err
+	}
+	if fi.Mode().Type() != os.ModeNamedPipe {
+		return nil, fmt.Errorf("%s is not a FIFO (%s); not written", pipe, fi.Mode().Type())
+	}
+	if err := procfacts.CheckFile(fi, owner); err != nil {
+		return nil, fmt.Errorf("%s: %v; not written", pipe, err)
+	}
+	var f *os.File
+	for try := 0; ; try++ {
+		f, err = os.OpenFile(pipe, os.O_WRONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+		if err == nil || !errors.Is(err, syscall.ENXIO) || try == 10 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		if errors.Is(err, syscall.ENXIO) {
+			return nil, fmt.Errorf("%s has no reader: no NCCL process group watches it", pipe)
+		}
+		return nil, err
+	}
+	// The file opened must be the FIFO checked, not one swapped in since.
+	if ofi, err := f.Stat(); err != nil || !os.SameFile(fi, ofi) || ofi.Mode().Type() != os.ModeNamedPipe {
+		f.Close()
+		return nil, fmt.Errorf("%s changed while it was opened; not written", pipe)
+	}
+	return f, nil
 }
 
 func sortDumps(d []*fr.Dump) {

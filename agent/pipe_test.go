@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,12 +73,16 @@ func TestFlightRecorderThroughTorchsPipe(t *testing.T) {
 		t.Fatalf("dump rank %d, %d entries, via %q", d.Rank, len(d.Entries), col.Snapshots[cmd.Process.Pid].DumpFunction)
 	}
 	// With nobody reading the pipe, the request fails at once, not hangs.
-	cmd.Process.Kill()
-	cmd.Wait()
+	idle := filepath.Join(t.TempDir(), "idle_")
+	if err := syscall.Mkfifo(idle+"2.pipe", 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := *all[0]
+	id := *a.Identity
+	id.FRPipePrefix = idle
+	a.Identity = &id
 	start := time.Now()
-	a := all[0]
-	a.Alive = true
-	if _, err := agent.SnapshotViaPipe(context.Background(), a, 5*time.Second); err == nil || !strings.Contains(err.Error(), "no reader") || time.Since(start) > 2*time.Second {
+	if _, err := agent.SnapshotViaPipe(context.Background(), &a, 5*time.Second); err == nil || !strings.Contains(err.Error(), "no reader") || time.Since(start) > 2*time.Second {
 		t.Fatalf("pipe without reader: %v after %s", err, time.Since(start))
 	}
 }

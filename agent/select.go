@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
@@ -11,7 +12,8 @@ import (
 
 // Selection picks agents by pid or rank; both empty means every live one
 // of our data dir. Ranks are looked up in our data dir only (another
-// job's rank 0 is not ours); a pid reaches any agent.
+// job's rank 0 is not ours); a pid reaches any agent that is not
+// untrusted (another user's files or job never speak for a rank).
 type Selection struct {
 	PIDs  []int
 	Ranks []int
@@ -23,7 +25,7 @@ func Select(agents []*Agent, s Selection) ([]*Agent, error) {
 	if len(s.PIDs) == 0 && len(s.Ranks) == 0 {
 		var out []*Agent
 		for _, a := range agents {
-			if a.Alive && a.Kind != KindRingOnly && a.OtherDataDir == "" {
+			if a.Alive && a.Kind != KindRingOnly && a.OtherDataDir == "" && a.Untrusted == "" {
 				out = append(out, a)
 			}
 		}
@@ -33,17 +35,26 @@ func Select(agents []*Agent, s Selection) ([]*Agent, error) {
 	byRank := map[int][]*Agent{}
 	for _, a := range agents {
 		byPID[a.PID] = a
-		if r := a.Rank(); r >= 0 && a.Alive && a.OtherDataDir == "" {
+		if r := a.Rank(); r >= 0 && a.Alive && a.OtherDataDir == "" && a.Untrusted == "" {
 			byRank[r] = append(byRank[r], a)
 		}
 	}
 	seen := map[int]bool{}
 	var out []*Agent
 	var missingPIDs, missingRanks []int
+	var untrusted []string
 	for _, pid := range s.PIDs {
 		a := byPID[pid]
 		if a == nil {
 			missingPIDs = append(missingPIDs, pid)
+			continue
+		}
+		if a.Untrusted != "" {
+			if len(untrusted) < 3 {
+				untrusted = append(untrusted, fmt.Sprintf("pid %d is untrusted: %s", pid, a.Untrusted))
+			} else {
+				untrusted = append(untrusted[:3], "…")
+			}
 			continue
 		}
 		if !seen[pid] {
@@ -64,7 +75,7 @@ func Select(agents []*Agent, s Selection) ([]*Agent, error) {
 			}
 		}
 	}
-	if len(missingPIDs) > 0 || len(missingRanks) > 0 {
+	if len(missingPIDs) > 0 || len(missingRanks) > 0 || len(untrusted) > 0 {
 		var known []int
 		for r := range byRank {
 			known = append(known, r)
@@ -72,17 +83,46 @@ func Select(agents []*Agent, s Selection) ([]*Agent, error) {
 		sort.Ints(known)
 		msg := ""
 		if len(missingPIDs) > 0 {
-			msg = fmt.Sprintf("no agent or recorded process with pid %v on this node", missingPIDs)
+			msg = fmt.Sprintf("no agent or recorded process with pid %s on this node", boundedInts(missingPIDs, 10))
+		}
+		if len(untrusted) > 0 {
+			if msg != "" {
+				msg += "; "
+			}
+			msg += strings.Join(untrusted, "; ")
 		}
 		if len(missingRanks) > 0 {
 			if msg != "" {
 				msg += "; "
 			}
-			msg += fmt.Sprintf("no live process with rank %s on this node (ranks here: %s)", rankset.Format(missingRanks), orNone(rankset.Format(known)))
+			msg += fmt.Sprintf("no live process with rank %s on this node (ranks here: %s)", boundedRanks(missingRanks), orNone(boundedRanks(known)))
 		}
 		return out, fmt.Errorf("%s; call list_processes", msg)
 	}
 	return out, nil
+}
+
+// boundedInts lists at most n numbers and counts the rest: an argument
+// list of 100k pids must not come back whole in an error.
+func boundedInts(xs []int, n int) string {
+	if len(xs) <= n {
+		return fmt.Sprint(xs)
+	}
+	return fmt.Sprintf("%v … and %d more", xs[:n], len(xs)-n)
+}
+
+// boundedRanks is a rank set as ranges, cut to a readable length.
+func boundedRanks(rs []int) string {
+	s := rankset.Format(rs)
+	const max = 200
+	if len(s) <= max {
+		return s
+	}
+	cut := strings.LastIndexByte(s[:max], ',')
+	if cut < 0 {
+		cut = max
+	}
+	return fmt.Sprintf("%s,… (%d ranks)", s[:cut], len(rs))
 }
 
 func orNone(s string) string {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/agent"
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/prompts"
 	"github.com/probing-mcp/probing-mcp/storage"
 	"github.com/probing-mcp/probing-mcp/storage/history"
@@ -51,6 +52,10 @@ func WriteEnabled(v string) bool {
 // tests; level is the live log level the server may change.
 func ConfigFromEnv(getenv func(string) string, version string, level *slog.LevelVar, logger *slog.Logger) (Config, error) {
 	cfg := Config{Version: version, AllowWrite: WriteEnabled(getenv("PROBING_MCP_ALLOW_WRITE")), DataDir: storage.DataDir(getenv)}
+	// Whose processes count on a shared node: refuse a bad value at start.
+	if _, err := procfacts.ScopeFromEnv(getenv); err != nil {
+		return cfg, err
+	}
 	cfg.AuditLogPath = getenv("PROBING_MCP_AUDIT_LOG")
 	if cfg.AuditLogPath == "" {
 		cfg.AuditLogPath = filepath.Join(cfg.DataDir, "mcp-audit.jsonl")

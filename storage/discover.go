@@ -1,16 +1,15 @@
 package storage
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage/fsinfo"
 	"github.com/probing-mcp/probing-mcp/storage/memt"
 )
@@ -32,13 +31,35 @@ type Ring struct {
 	Dedup       bool
 }
 
-// Process is one pid directory: the rings one process wrote.
+// Process is one trusted pid directory with rings: the rings one process
+// wrote.
 type Process struct {
 	PID      int
 	Dir      string
 	Alive    bool // any of its rings' writers is alive
 	Identity Identity
 	Rings    []*Ring
+	// UID owns the directory and every file read from it.
+	UID int
+}
+
+// PidDir is one pid directory of the data dir, trusted or not.
+type PidDir struct {
+	PID int
+	Dir string
+	// Owner is whose files may speak for the process: its effective user
+	// while it runs, else the directory's owner.
+	Owner procfacts.Owner
+	// Identity is our agent's identity file, when there is a trusted one
+	// that names this pid.
+	Identity *procfacts.Identity
+	// Untrusted says why nothing in the directory may speak for the
+	// process (another user's files, writable by others, another user's
+	// job); "" when it may. An untrusted directory's rings are not read
+	// and its identity is not believed.
+	Untrusted string
+	// Rings counts the ring tables read from it.
+	Rings int
 }
 
 // Identity places a process in the job. Unknown numbers are -1, as in
@@ -70,6 +91,11 @@ type Inventory struct {
 	// coherent through mmap and may read stale.
 	FS        string
 	NetworkFS bool
+	// Dirs is every pid directory, by pid, with what may be believed of
+	// it; Processes holds the trusted ones that have rings.
+	Dirs []*PidDir
+	// Served is whose processes count (see procfacts.Scope).
+	Served procfacts.Served
 }
 
 // Rings lists every ring, by schema, table, then pid.
@@ -94,7 +120,7 @@ func (inv *Inventory) Rings() []*Ring {
 // IdentityFile is the file, in a pid directory, where an agent may record
 // its rank and role so that they stay known after the process died (a
 // dead process has no /proc/<pid>/environ). Dot files are never tables.
-const IdentityFile = ".identity.json"
+const IdentityFile = procfacts.IdentityFile
 
 // maxRingsPerDir bounds the work one hostile directory can cause.
 const maxRingsPerDir = 4096
@@ -105,34 +131,75 @@ const maxRingsPerDir = 4096
 // (Probing's MEMH hash tables share the directories) are skipped silently;
 // MEMT files that fail validation and unreadable directories become
 // Problems, so a report can say what it could not read.
+//
+// The data dir is usually shared by every user of the node (1777), so a
+// directory counts only when it and every file read from it belong to
+// the owner of the process it names and nobody else can write them
+// (procfacts.CheckFile), and when that owner is one the server serves
+// (procfacts.Scope, from PROBING_MCP_JOB_USER). Other directories are
+// kept in Dirs as untrusted, with the reason, and reported as Problems;
+// their rings are never read.
 func Discover(base string) (*Inventory, error) {
+	scope, err := procfacts.DefaultScope()
+	if err != nil {
+		return nil, err
+	}
+	return DiscoverScope(base, scope)
+}
+
+// DiscoverScope is Discover serving scope.
+func DiscoverScope(base string, scope procfacts.Scope) (*Inventory, error) {
 	inv := &Inventory{Base: base}
 	ents, err := os.ReadDir(base)
 	if errors.Is(err, os.ErrNotExist) {
 		inv.Missing = true
+		inv.Served = scope.Resolve(nil)
 		return inv, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", base, err)
 	}
 	inv.FS, inv.NetworkFS, _ = fsinfo.NetworkFS(base)
+	var procs []*Process
+	present := map[int]int{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 0 || !e.IsDir() {
+		if err != nil || pid <= 0 || strconv.Itoa(pid) != e.Name() {
 			continue
 		}
-		p := &Process{PID: pid, Dir: filepath.Join(base, e.Name())}
-		if err := p.scan(inv); err != nil {
-			inv.Problems = append(inv.Problems, Problem{p.Dir, err.Error()})
+		d := &PidDir{PID: pid, Dir: filepath.Join(base, e.Name()), Owner: procfacts.Owner{UID: -1, GID: -1}}
+		inv.Dirs = append(inv.Dirs, d)
+		p, err := d.scan(inv)
+		if err != nil {
+			inv.Problems = append(inv.Problems, Problem{d.Dir, err.Error()})
+			if d.Untrusted == "" {
+				d.Untrusted = err.Error()
+			}
 			continue
 		}
-		if len(p.Rings) == 0 {
+		if d.Untrusted != "" {
 			continue
 		}
-		p.Identity = readIdentity(p.Dir, pid)
-		inv.Processes = append(inv.Processes, p)
+		present[d.Owner.UID]++
+		if p != nil {
+			procs = append(procs, p)
+		}
+	}
+	// Whose job this is can only be decided once every directory is seen.
+	inv.Served = scope.Resolve(present)
+	for _, d := range inv.Dirs {
+		if d.Untrusted == "" && !inv.Served.Has(d.Owner.UID) {
+			d.Untrusted = inv.Served.Why(d.Owner.UID, scope.Self)
+			inv.Problems = append(inv.Problems, Problem{d.Dir, "untrusted, not read: " + d.Untrusted})
+		}
+	}
+	for _, p := range procs {
+		if inv.Served.Has(p.UID) {
+			inv.Processes = append(inv.Processes, p)
+		}
 	}
 	sort.Slice(inv.Processes, func(i, j int) bool { return inv.Processes[i].PID < inv.Processes[j].PID })
+	sort.Slice(inv.Dirs, func(i, j int) bool { return inv.Dirs[i].PID < inv.Dirs[j].PID })
 	return inv, nil
 }
 
@@ -140,27 +207,64 @@ func Discover(base string) (*Inventory, error) {
 // which file modes cannot do for root.
 var readDir = os.ReadDir
 
-func (p *Process) scan(inv *Inventory) error {
-	ents, err := readDir(p.Dir)
+type ringFile struct {
+	r  *Ring
+	fi os.FileInfo
+}
+
+// scan reads one pid directory and decides whether it may be believed.
+// It returns the process when the directory is trusted and has rings.
+// An error is a directory that could not be read at all.
+func (d *PidDir) scan(inv *Inventory) (*Process, error) {
+	dfi, err := os.Lstat(d.Dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	if !dfi.IsDir() {
+		d.Untrusted = fmt.Sprintf("%s is not a directory (%s)", d.Dir, dfi.Mode().Type())
+		inv.Problems = append(inv.Problems, Problem{d.Dir, "untrusted, not read: " + d.Untrusted})
+		return nil, nil
+	}
+	ents, err := readDir(d.Dir)
+	if err != nil {
+		return nil, err
+	}
+	var id *procfacts.Identity
+	var idFI os.FileInfo
+	var rings []ringFile
+	var problems []Problem
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || !e.Type().IsRegular() {
-			continue
-		}
-		path := filepath.Join(p.Dir, name)
-		schema, table, err := SplitName(name)
-		if err != nil {
-			if memt.IsMEMT(path) {
-				inv.Problems = append(inv.Problems, Problem{path, err.Error()})
+		path := filepath.Join(d.Dir, name)
+		if name == IdentityFile {
+			got, fi, err := procfacts.ReadIdentity(path)
+			switch {
+			case err != nil:
+				problems = append(problems, Problem{path, err.Error()})
+			case got.PID != 0 && got.PID != d.PID:
+				problems = append(problems, Problem{path, fmt.Sprintf("names pid %d, not %d; ignored", got.PID, d.PID)})
+			default:
+				id, idFI = got, fi
 			}
 			continue
 		}
-		if len(p.Rings) == maxRingsPerDir {
-			inv.Problems = append(inv.Problems, Problem{p.Dir, fmt.Sprintf("more than %d tables; the rest skipped", maxRingsPerDir)})
-			return nil
+		if strings.HasPrefix(name, ".") || !e.Type().IsRegular() {
+			continue
+		}
+		schema, table, err := SplitName(name)
+		if err != nil {
+			if memt.IsMEMT(path) {
+				problems = append(problems, Problem{path, err.Error()})
+			}
+			continue
+		}
+		if len(rings) == maxRingsPerDir {
+			problems = append(problems, Problem{d.Dir, fmt.Sprintf("more than %d tables; the rest skipped", maxRingsPerDir)})
+			break
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed since the listing
 		}
 		t, err := memt.Open(path)
 		if err != nil {
@@ -168,17 +272,71 @@ func (p *Process) scan(inv *Inventory) error {
 			if errors.As(err, &fe) && !memt.IsMEMT(path) {
 				continue // not ours: MEMH hash tables and other files
 			}
-			inv.Problems = append(inv.Problems, Problem{path, err.Error()})
+			problems = append(problems, Problem{path, err.Error()})
 			continue
 		}
-		r := &Ring{Schema: schema, Table: table, Path: path, PID: p.PID, Columns: t.Columns, TsCol: t.TsCol,
+		r := &Ring{Schema: schema, Table: table, Path: path, PID: d.PID, Columns: t.Columns, TsCol: t.TsCol,
 			WriterAlive: t.WriterAlive(), CreatorPID: t.CreatorPID, Counters: t.Counters(),
 			Geometry: t.Geometry, Dedup: t.Dedup}
+		creatorStart := t.CreatorStart
 		t.Close()
-		p.Alive = p.Alive || r.WriterAlive
-		p.Rings = append(p.Rings, r)
+		if r.CreatorPID == d.PID && id == nil && creatorStart != 0 {
+			// The start time the writer recorded tells its pid's liveness
+			// when no identity file does.
+			id = &procfacts.Identity{PID: d.PID, StartTime: creatorStart, Rank: -1, LocalRank: -1, NodeRank: -1}
+			idFI = nil
+		}
+		rings = append(rings, ringFile{r, fi})
 	}
-	return nil
+	d.Owner = pidOwner(d.PID, dfi, id)
+	if err := procfacts.CheckFile(dfi, d.Owner); err != nil {
+		d.Untrusted = "the directory: " + err.Error()
+	} else if idFI != nil {
+		if err := procfacts.CheckFile(idFI, d.Owner); err != nil {
+			d.Untrusted = "its identity file: " + err.Error()
+		}
+	}
+	if d.Untrusted == "" {
+		for _, rf := range rings {
+			if err := procfacts.CheckFile(rf.fi, d.Owner); err != nil {
+				d.Untrusted = "ring " + filepath.Base(rf.r.Path) + ": " + err.Error()
+				break
+			}
+		}
+	}
+	if d.Untrusted != "" {
+		inv.Problems = append(inv.Problems, Problem{d.Dir, "untrusted, not read: " + d.Untrusted})
+		return nil, nil
+	}
+	inv.Problems = append(inv.Problems, problems...)
+	if idFI != nil {
+		d.Identity = id
+	}
+	d.Rings = len(rings)
+	if len(rings) == 0 {
+		return nil, nil
+	}
+	p := &Process{PID: d.PID, Dir: d.Dir, UID: d.Owner.UID}
+	for _, rf := range rings {
+		p.Alive = p.Alive || rf.r.WriterAlive
+		p.Rings = append(p.Rings, rf.r)
+	}
+	p.Identity = tags(d.Identity, d.PID, d.Owner.Live)
+	return p, nil
+}
+
+// pidOwner is whose files may speak for pid: the running process's
+// effective user when it runs and is the process that started at the
+// recorded start time, else (it is gone, or the pid was reused, or
+// nothing records a start time) the directory's owner.
+func pidOwner(pid int, dir os.FileInfo, id *procfacts.Identity) procfacts.Owner {
+	if id != nil && id.StartTime != 0 && procfacts.Alive(pid, id.StartTime) {
+		if o, err := procfacts.ProcessOwner(pid); err == nil {
+			return o
+		}
+	}
+	uid, gid := procfacts.FileIDs(dir)
+	return procfacts.Owner{UID: uid, GID: gid}
 }
 
 // SplitName maps a ring file name to schema and table as Probing does:
@@ -210,29 +368,22 @@ func validIdent(s string, dots bool) bool {
 	return true
 }
 
-// readIdentity takes the agent's identity file when there is one (it
-// survives the process), else the launcher's variables from
-// /proc/<pid>/environ (torchrun's RANK, LOCAL_RANK, GROUP_RANK, ROLE_NAME),
-// else -1s.
-func readIdentity(dir string, pid int) Identity {
+// tags places a process in the job from the agent's identity file when
+// there is one (it survives the process), else from the launcher's
+// variables in /proc/<pid>/environ (torchrun's RANK, LOCAL_RANK,
+// GROUP_RANK, ROLE_NAME) while it runs, else -1s.
+func tags(ident *procfacts.Identity, pid int, live bool) Identity {
 	id := Identity{Rank: -1, NodeRank: -1, LocalRank: -1}
-	if b, err := readSmall(filepath.Join(dir, IdentityFile), 64<<10); err == nil {
-		f := id
-		if json.Unmarshal(b, &f) == nil {
-			return f
-		}
+	if ident != nil {
+		return Identity{Host: ident.Host, Addr: ident.Addr, Rank: ident.Rank, NodeRank: ident.NodeRank,
+			LocalRank: ident.LocalRank, Role: ident.Role}
 	}
-	b, err := readSmall(fmt.Sprintf("/proc/%d/environ", pid), 1<<20)
-	if err != nil {
+	if !live {
 		return id
 	}
-	env := map[string]string{}
-	for _, kv := range strings.Split(string(b), "\x00") {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			if _, dup := env[k]; !dup { // getenv and os.environ take the first
-				env[k] = v
-			}
-		}
+	env, err := procfacts.EnvAt(procfacts.Proc, pid, 1<<20)
+	if err != nil && !errors.Is(err, procfacts.ErrTruncated) {
+		return id
 	}
 	num := func(keys ...string) int {
 		for _, k := range keys {
@@ -247,20 +398,4 @@ func readIdentity(dir string, pid int) Identity {
 	id.NodeRank = num("GROUP_RANK", "NODE_RANK", "SLURM_NODEID")
 	id.Role = env["ROLE_NAME"]
 	return id
-}
-
-func readSmall(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, max)
-	}
-	return b, nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/probing-mcp/probing-mcp/storage/memt"
 )
@@ -113,12 +114,19 @@ func TestIdentityFromEnviron(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Kill(); p.Wait() })
+	// The kernel fills in the new image's environment a moment after the
+	// exec that StartProcess waited for: wait until it reads.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.Pid)); len(b) > 0 {
+			break
+		}
+	}
 	want := Identity{Rank: 3, LocalRank: 1, NodeRank: 2, Role: "trainer"}
-	if got := readIdentity(t.TempDir(), p.Pid); got != want {
+	if got := tags(nil, p.Pid, true); got != want {
 		t.Errorf("identity from environ: %+v, want %+v", got, want)
 	}
 	// Neither file nor environ: unknown, not rank 0.
-	if got := readIdentity(t.TempDir(), 1<<30); got != (Identity{Rank: -1, LocalRank: -1, NodeRank: -1}) {
+	if got := tags(nil, 1<<30, true); got != (Identity{Rank: -1, LocalRank: -1, NodeRank: -1}) {
 		t.Errorf("identity of a missing pid: %+v", got)
 	}
 }

@@ -39,10 +39,28 @@ func agentsFor(env *Env, t Target) ([]*agent.Agent, []*agent.Agent, error) {
 		return nil, nil, &UserError{msg: err.Error()}
 	}
 	if len(picked) == 0 {
-		return nil, all, userErrorf("no live agent on this node (data dir %s, control sockets in %s); start the job with PROBING=1 and the agent installed (probing-mcp agent install), or use query for a dead job's rings",
+		msg := fmt.Sprintf("no live agent on this node (data dir %s, control sockets in %s); start the job with PROBING=1 and the agent installed (probing-mcp agent install), or use query for a dead job's rings",
 			env.Agents.DataDir, env.Agents.CtrlRoot)
+		if n, why := untrustedLive(all); n > 0 {
+			msg = fmt.Sprintf("no trusted live agent on this node: %d live process(es) are untrusted and never called (e.g. %s); list_processes lists them", n, why)
+		}
+		return nil, all, &UserError{msg: msg}
 	}
 	return picked, all, nil
+}
+
+// untrustedLive counts the live agents left out as untrusted, with one
+// reason.
+func untrustedLive(all []*agent.Agent) (int, string) {
+	n, why := 0, ""
+	for _, a := range all {
+		if a.Alive && a.Untrusted != "" {
+			if n++; why == "" {
+				why = fmt.Sprintf("pid %d: %s", a.PID, a.Untrusted)
+			}
+		}
+	}
+	return n, why
 }
 
 // one resolves a target that must name exactly one process.
@@ -118,7 +136,19 @@ type ListProcessesResult struct {
 	// OtherDataDir: live agents that write to another data dir (another
 	// job or setup): left out of every default fan-out.
 	OtherDataDir []OtherDataDirView `json:"other_data_dir,omitempty"`
-	Truncated    bool               `json:"truncated"`
+	// Untrusted: what the shared data dir or control root holds that may
+	// not speak for the process it names (another user's files or job):
+	// never called, signalled or counted as a rank.
+	Untrusted []UntrustedView `json:"untrusted,omitempty"`
+	Truncated bool            `json:"truncated"`
+}
+
+// UntrustedView is one untrusted entry and why.
+type UntrustedView struct {
+	PID    int    `json:"pid"`
+	UID    int    `json:"uid"`
+	Alive  bool   `json:"alive"`
+	Reason string `json:"reason"`
 }
 
 // OtherDataDirView is a live agent outside our data dir.
@@ -148,6 +178,14 @@ func listProcesses(env *Env) Def {
 		var ranks []int
 		alive, stale := 0, 0
 		for _, a := range all {
+			if a.Untrusted != "" {
+				if len(res.Untrusted) < maxProcesses {
+					res.Untrusted = append(res.Untrusted, UntrustedView{PID: a.PID, UID: a.UID, Alive: a.Alive, Reason: a.Untrusted})
+				} else {
+					res.Truncated = true
+				}
+				continue
+			}
 			if a.Alive && a.OtherDataDir != "" {
 				if len(res.OtherDataDir) < maxProcesses {
 					res.OtherDataDir = append(res.OtherDataDir, OtherDataDirView{PID: a.PID, DataDir: a.OtherDataDir})
@@ -179,6 +217,10 @@ func listProcesses(env *Env) Def {
 		res.Summary = fmt.Sprintf("%d live process(es) with an agent (ranks %s)", alive, orDash(rankset.Format(ranks)))
 		if res.Omitted > 0 {
 			res.Summary += fmt.Sprintf("; %d exited (%d with a stale socket): include_dead lists them", res.Omitted, stale)
+		}
+		if n := len(res.Untrusted); n > 0 {
+			res.Summary += fmt.Sprintf("; %d untrusted entr(ies) in the shared directories (another user's files or job, e.g. pid %d: %s): never called or counted as ranks",
+				n, res.Untrusted[0].PID, res.Untrusted[0].Reason)
 		}
 		if n := len(res.OtherDataDir); n > 0 {
 			res.Summary += fmt.Sprintf("; %d other agent process(es) write to another data dir (another job, or set PROBING_DATA_DIR to theirs): left out unless named by pid", n)
