@@ -100,11 +100,15 @@ def _pick_stack_signal():
             n = int(signal.SIGRTMIN) + 3
         else:
             n = int(signal.SIGUSR2)
-    forbidden = set(int(getattr(signal, s)) for s in ("SIGKILL", "SIGSTOP", "SIGSEGV", "SIGFPE", "SIGABRT",
-                                                       "SIGBUS", "SIGILL", "SIGINT", "SIGCHLD")
-                    if hasattr(signal, s))
-    if n in forbidden or n <= 0:
-        runtime.logger.warning("PROBING_STACK_SIGNAL=%s cannot be used for stack dumps; none registered", n)
+    # The server sends only SIGUSR1, SIGUSR2 or a real-time signal, and only
+    # once it sees the handler installed: any other would stop or reload
+    # programs that catch it.
+    usable = set(int(getattr(signal, s)) for s in ("SIGUSR1", "SIGUSR2") if hasattr(signal, s))
+    if hasattr(signal, "SIGRTMIN") and hasattr(signal, "SIGRTMAX"):
+        usable.update(range(int(signal.SIGRTMIN), int(signal.SIGRTMAX) + 1))
+    if n not in usable:
+        runtime.logger.warning("PROBING_STACK_SIGNAL=%s cannot be used for stack dumps (use SIGUSR1, SIGUSR2 or a "
+                               "real-time signal); none registered", n)
         return None
     return n
 
@@ -124,7 +128,7 @@ def _install_stack_dump(st):
         runtime.logger.warning("signal %d already has a handler in this program; no faulthandler stack dump", n)
         return
     path = os.path.join(runtime.pid_dir(), runtime.STACKS_FILE)
-    fh = open(path, "a")
+    fh = runtime.open_private(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
         faulthandler.register(n, file=fh, all_threads=True, chain=False)
     except Exception:
@@ -142,7 +146,7 @@ def _install_crash_handler(st):
         runtime.logger.info("faulthandler already enabled by the program; crash stacks go where it says")
         return
     path = os.path.join(runtime.crash_dir(), "faulthandler.txt")
-    fh = open(path, "a")
+    fh = runtime.open_private(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
         faulthandler.enable(file=fh, all_threads=True)
     except Exception:

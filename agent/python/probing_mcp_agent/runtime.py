@@ -159,6 +159,13 @@ def pid_dir():
         return d
     _makedirs(base, 0o1777)
     d = _makedirs(os.path.join(base, str(pid)), 0o755)
+    try:
+        uid = os.stat(d).st_uid
+        if uid not in (os.geteuid(), 0):
+            logger.warning("%s belongs to uid %d, not to this process's user: the server will not trust what is "
+                           "written there (someone created it before this process started)", d, uid)
+    except OSError:
+        pass
     _pid_dirs[key] = d
     return d
 
@@ -203,11 +210,24 @@ def write_identity(ident=None):
         path = os.path.join(d, IDENTITY_FILE)
         tmp = "%s.tmp.%d.%d" % (path, os.getpid(), threading.get_ident())
         data = json.dumps(ident, indent=1, sort_keys=False, default=str)
-        with open(tmp, "w") as f:
+        # 0o644 whatever the umask: the server believes an identity file
+        # only when no one but its owner can have written it.
+        with open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as f:
             f.write(data)
             f.write("\n")
         os.replace(tmp, path)
         return path
+
+
+def open_private(path, flags, mode=0o644):
+    """Opens a file the agent writes with exactly mode (the umask cannot
+    make it group- or world-writable), refusing a symlink in its place."""
+    fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), mode)
+    try:
+        os.fchmod(fd, mode)
+    except OSError:
+        pass
+    return os.fdopen(fd, "a" if flags & os.O_APPEND else "w")
 
 
 def identity_path():

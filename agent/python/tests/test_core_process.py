@@ -334,3 +334,28 @@ print(json.dumps(out))
     for name in OWN:  # compiled to a temp file: nothing written into the tree
         subprocess.check_call([py, "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], "
                                "doraise=True)", os.path.join(H.PKG, name), os.path.join(tree.root, name + "c")])
+
+
+UMASK_CHILD = r'''
+import os, sys, time
+print("UP %d" % os.getpid(), flush=True)
+time.sleep(60)
+'''
+
+
+def test_core_files_not_writable_by_others_whatever_the_umask(tree):
+    """The server believes the agent's files only when no one but their
+    owner can have written them: a umask of 0 must not make them so."""
+    script = tree.write("umask0.py", UMASK_CHILD)
+    p = H.spawn([script], tree.env(PROBING="1"), preexec_fn=lambda: os.umask(0))
+    try:
+        pid = int(H.readline(p, want="UP").split()[1])
+        d = os.path.join(tree.data, str(pid))
+        H.wait_path(os.path.join(d, ".identity.json"))
+        H.wait_path(os.path.join(d, ".stacks.txt"))
+        for name in (".identity.json", ".stacks.txt"):
+            mode = os.stat(os.path.join(d, name)).st_mode & 0o777
+            assert mode & 0o022 == 0, "%s is mode %o" % (name, mode)
+        assert os.stat(d).st_mode & 0o022 == 0
+    finally:
+        H.stop(p)
