@@ -338,6 +338,16 @@ func TestSelectNamesWhatIsMissing(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].PID != 11 {
 		t.Fatalf("%v %v", got, err)
 	}
+	// A huge argument list is not echoed back whole (100k pids were 589 KB).
+	var many, ranks []int
+	for i := 0; i < 100000; i++ {
+		many = append(many, 1000000+i)
+		ranks = append(ranks, 10+2*i)
+	}
+	_, err = agent.Select(as, agent.Selection{PIDs: many, Ranks: ranks})
+	if err == nil || len(err.Error()) > 1000 || !strings.Contains(err.Error(), "and 99990 more") || !strings.Contains(err.Error(), "(100000 ranks)") {
+		t.Fatalf("%d bytes: %.300v", len(err.Error()), err)
+	}
 	_ = fmt.Sprint
 }
 
