@@ -1,0 +1,35 @@
+package procfacts
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// FuzzParse feeds the /proc parsers and the identity reader bytes that
+// another user may have written: they must return an error or a value,
+// never panic, and the identity reader must stay within its bound.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(statLine(7, "a) (b", "S", 1, 2, 3, 4, 5)))
+	f.Add([]byte(statusText))
+	f.Add([]byte("RANK=1\x00X=a=b\x00\x00=\x00"))
+	f.Add([]byte(`{"agent":"probing-mcp","pid":7,"start_time":1,"faulthandler_signal":9,"fr_pipe_prefix":"/etc/passwd"}`))
+	f.Add([]byte(`{"pid":-1,"rank":1e99,"argv":[` + "\"x\"," + `"y"]}`))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = ParseStat(string(b))
+		st := ParseStatus(string(b))
+		for sig := -1; sig < 70; sig++ {
+			_ = st.Catches(syscall.Signal(sig))
+		}
+		_ = ParseEnv(b)
+		p := filepath.Join(dir, IdentityFile)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if id, _, err := ReadIdentity(p); err == nil && id == nil {
+			t.Fatal("no identity and no error")
+		}
+	})
+}
