@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
@@ -118,8 +119,9 @@ func ServeHTTPListener(ctx context.Context, ln net.Listener, s *server.MCPServer
 
 // NewHTTPHandler routes <base>/mcp to mcpHandler (normally a
 // *server.StreamableHTTPServer) and serves <base>/health and <base>/live,
-// behind these middlewares, outermost first: in-flight limit, deadline, body
-// limit, Host/Origin guard, auth (which records the caller for WithCaller).
+// behind these middlewares, outermost first: unread-body guard, in-flight
+// limit, deadline, body limit, Host/Origin guard, auth (which records the
+// caller for WithCaller).
 // It panics on a BasePath that HTTPConfigFromEnv would reject, as
 // http.ServeMux does on a bad pattern.
 func NewHTTPHandler(mcpHandler http.Handler, cfg HTTPConfig, logger *slog.Logger) http.Handler {
@@ -147,6 +149,7 @@ func NewHTTPHandler(mcpHandler http.Handler, cfg HTTPConfig, logger *slog.Logger
 	h = httpBodyLimit(h, cfg.MaxRequestBytes, logger)
 	h = httpDeadline(h, cfg.Timeout, logger)
 	h = httpInFlightLimit(h, cfg.MaxInFlight, logger)
+	h = httpCloseUnreadBody(h)
 	return h
 }
 
@@ -245,6 +248,83 @@ func logRejected(logger *slog.Logger, r *http.Request, status int, reason string
 }
 
 // --- middleware, outermost first ---
+
+// httpCloseUnreadBody makes any response to a request whose body was not
+// read to its end close the connection, and ends the connection's reads.
+// Otherwise net/http, before it writes such a response, reads and discards
+// up to 256 KiB of the body, and after the handler it tries again: a client
+// that promises a body and never sends it would hold every refusal (the
+// in-flight 503, 401, 403, 404, 405, 413) and the connection's goroutine for
+// as long as it likes. Being outermost, it covers the 503, the 504 and
+// mcp-go's own answers as well as ours, without each refusal having to.
+func httpCloseUnreadBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 { // no body at all
+			next.ServeHTTP(w, r)
+			return
+		}
+		body := &eofBody{ReadCloser: r.Body}
+		r.Body = body
+		next.ServeHTTP(&unreadBodyWriter{ResponseWriter: w, body: body}, r)
+	})
+}
+
+// eofBody records whether the body was read to its end. The deadline's 504
+// may be written from another goroutine while the handler reads.
+type eofBody struct {
+	io.ReadCloser
+	sawEOF atomic.Bool
+}
+
+func (b *eofBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.sawEOF.Store(true)
+	}
+	return n, err
+}
+
+// unreadBodyWriter decides when the response starts, the one moment its
+// headers can still change.
+type unreadBodyWriter struct {
+	http.ResponseWriter
+	body    *eofBody
+	started sync.Once
+}
+
+func (u *unreadBodyWriter) start() {
+	u.started.Do(func() {
+		if u.body.sawEOF.Load() {
+			return
+		}
+		u.ResponseWriter.Header().Set("Connection", "close")
+		// The deadline also fails a handler's read still waiting for the
+		// body: once answered, the request is over.
+		_ = http.NewResponseController(u.ResponseWriter).SetReadDeadline(time.Now())
+	})
+}
+
+func (u *unreadBodyWriter) WriteHeader(status int) {
+	if status >= 200 { // 1xx responses come before the real one
+		u.start()
+	}
+	u.ResponseWriter.WriteHeader(status)
+}
+
+func (u *unreadBodyWriter) Write(p []byte) (int, error) {
+	u.start()
+	return u.ResponseWriter.Write(p)
+}
+
+func (u *unreadBodyWriter) Flush() {
+	u.start()
+	if f, ok := u.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (u *unreadBodyWriter) Unwrap() http.ResponseWriter { return u.ResponseWriter }
 
 // httpInFlightLimit answers 503 at once when maxInFlight requests are running:
 // queueing would only turn overload into timeouts.
