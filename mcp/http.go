@@ -121,7 +121,7 @@ func ServeHTTPListener(ctx context.Context, ln net.Listener, s *server.MCPServer
 // *server.StreamableHTTPServer) and serves <base>/health and <base>/live,
 // behind these middlewares, outermost first: unread-body guard, in-flight
 // limit, deadline, body limit, Host/Origin guard, auth (which records the
-// caller for WithCaller).
+// caller for WithCaller), then the body buffer and JSON-RPC id check.
 // It panics on a BasePath that HTTPConfigFromEnv would reject, as
 // http.ServeMux does on a bad pattern.
 func NewHTTPHandler(mcpHandler http.Handler, cfg HTTPConfig, logger *slog.Logger) http.Handler {
@@ -485,8 +485,9 @@ func bodyTooLargeMessage(maxBytes int64) string {
 // httpBufferBody reads an MCP POST body before mcp-go sees it. mcp-go reads the
 // body itself but reports any read error, the body cap included, as a
 // JSON-RPC parse error with status 200; reading it here lets an oversized
-// chunked body get its 413. It sits innermost, after auth, so bodies from
-// unauthenticated clients are never read.
+// chunked body get its 413. With the body in hand it also refuses a request
+// whose id the MCP spec forbids (invalidRequestID). It sits innermost, after
+// auth, so bodies from unauthenticated clients are never read.
 func httpBufferBody(next http.Handler, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -502,6 +503,17 @@ func httpBufferBody(next http.Handler, logger *slog.Logger) http.Handler {
 		if err != nil {
 			logRejected(logger, r, http.StatusBadRequest, "body read: "+err.Error())
 			writeHTTPError(w, http.StatusBadRequest, "could not read the request body", "")
+			return
+		}
+		if reason := invalidRequestID(body); reason != "" {
+			logRejected(logger, r, http.StatusBadRequest, "JSON-RPC id")
+			// The transport's answer for a message it cannot accept:
+			// an HTTP error carrying a JSON-RPC error without an id.
+			b := append(invalidRequestResponse(reason), '\n')
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write(b)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
