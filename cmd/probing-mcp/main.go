@@ -171,9 +171,10 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	logOut := stderr
 	if *logFile != "" {
-		f, err := os.OpenFile(*logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		// A FIFO here would block start-up until something read it.
+		f, err := mcp.OpenRegular(*logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
-			fmt.Fprintf(stderr, "probing-mcp serve: --log-file: %v\n", err)
+			fmt.Fprintf(stderr, "probing-mcp serve: --log-file: %v; pass a regular file\n", err)
 			return 1
 		}
 		defer f.Close()

@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/probing-mcp/probing-mcp/tools"
 )
@@ -42,5 +46,34 @@ func TestLogFileRoots(t *testing.T) {
 		if !strings.Contains(logs, want) {
 			t.Errorf("log lacks %s:\n%s", want, logs)
 		}
+	}
+}
+
+// TestServeRefusesAFIFOLogFile: opening a FIFO for writing blocks until a
+// reader comes; the server must refuse it at once instead.
+func TestServeRefusesAFIFOLogFile(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "log.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		code   int
+		errOut string
+	}
+	got := make(chan result, 1)
+	go func() {
+		code, _, errOut := runCLI("serve", "--log-file", fifo)
+		got <- result{code, errOut}
+	}()
+	select {
+	case r := <-got:
+		if r.code != 1 || !strings.Contains(r.errOut, "named pipe (FIFO), not a regular file") {
+			t.Errorf("exit %d %q, want 1 and the refusal", r.code, r.errOut)
+		}
+	case <-time.After(30 * time.Second): // an overall bound: the refusal is immediate
+		if f, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+			defer f.Close() // lets the blocked open return
+		}
+		t.Fatal("serve --log-file FIFO blocked")
 	}
 }
