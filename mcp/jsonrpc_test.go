@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -191,4 +192,36 @@ func TestInvalidRequestID(t *testing.T) {
 			t.Errorf("%s: invalid=%v, want %v", msg, got, bad)
 		}
 	}
+}
+
+// FuzzInvalidRequestID: any message is either refused or, when it is a
+// request, carries an id mcp-go echoes exactly: a string or an integer in
+// ±(2^53-1).
+func FuzzInvalidRequestID(f *testing.F) {
+	for _, id := range append(append([]string{}, badRequestIDs...), goodRequestIDs...) {
+		f.Add([]byte(countCall(id)))
+	}
+	for _, s := range []string{`[]`, `{}`, `{"method":"x","id":  -0}`, `{"method":"x","ID":1,"id":{}}`, `{"method":null,"id":1e5}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		if invalidRequestID(msg) != "" {
+			return
+		}
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method json.RawMessage `json:"method"`
+		}
+		if json.Unmarshal(msg, &m) != nil || m.Method == nil || m.ID == nil {
+			return
+		}
+		var s string
+		if json.Unmarshal(m.ID, &s) == nil {
+			return
+		}
+		var n float64
+		if err := json.Unmarshal(m.ID, &n); err != nil || n != math.Trunc(n) || math.Abs(n) > maxExactID {
+			t.Fatalf("accepted id %s in %q", m.ID, msg)
+		}
+	})
 }

@@ -303,3 +303,46 @@ func TestFilePolicySymlinks(t *testing.T) {
 		t.Errorf("walked symlink in: %v", err)
 	}
 }
+
+// FuzzFilePolicyCheck: whatever the path, Check either refuses it or
+// returns a fully resolved path inside the root, never one outside.
+func FuzzFilePolicyCheck(f *testing.F) {
+	tmp := f.TempDir()
+	root, outside := filepath.Join(tmp, "root"), filepath.Join(tmp, "outside")
+	for _, d := range []string{filepath.Join(root, "dumps"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			f.Fatal(err)
+		}
+	}
+	for _, file := range []string{filepath.Join(root, "dumps", "r0"), filepath.Join(outside, "secret")} {
+		if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+			f.Fatal(err)
+		}
+	}
+	for name, target := range map[string]string{"in": "dumps/r0", "out": outside, "up": "..", "loop": "loop", "abs": root} {
+		if err := os.Symlink(target, filepath.Join(root, name)); err != nil {
+			f.Fatal(err)
+		}
+	}
+	p, err := NewFilePolicy(envOf(map[string]string{"PROBING_ALLOWED_FILE_DIRS": root}), "", "")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{"in", "out/secret", "up/outside/secret", "abs/in", "dumps/../../outside/secret", "loop/x", "./dumps//r0/"} {
+		f.Add(root + "/" + s)
+	}
+	f.Add("/etc/passwd")
+	f.Add("relative/path")
+	f.Fuzz(func(t *testing.T, path string) {
+		real, err := p.Check(path)
+		if err != nil {
+			return
+		}
+		if !within(real, root) {
+			t.Fatalf("Check(%q) = %q, outside the root %s", path, real, root)
+		}
+		if resolved, err := filepath.EvalSymlinks(real); err != nil || resolved != real {
+			t.Fatalf("Check(%q) = %q, which resolves to %q (%v)", path, real, resolved, err)
+		}
+	})
+}
