@@ -3,6 +3,7 @@ package tools
 import (
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 )
@@ -50,6 +51,11 @@ const torchLegacyDumpPrefix = "/tmp/nccl_trace_rank_"
 // yet are kept, so that a data dir created later still counts.
 func NewFilePolicy(getenv func(string) string, workDir, dataDir string) (FilePolicy, error) {
 	home := cleanAbs(getenv("HOME"))
+	if home == "" { // a client may spawn the server with a bare environment
+		if u, err := user.Current(); err == nil {
+			home = cleanAbs(u.HomeDir)
+		}
+	}
 	if v := getenv("PROBING_ALLOWED_FILE_DIRS"); strings.TrimSpace(v) != "" {
 		return explicitPolicy(v, home)
 	}

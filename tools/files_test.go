@@ -3,6 +3,7 @@ package tools
 import (
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -345,4 +346,25 @@ func FuzzFilePolicyCheck(f *testing.F) {
 			t.Fatalf("Check(%q) = %q, which resolves to %q (%v)", path, real, resolved, err)
 		}
 	})
+}
+
+// TestFilePolicyBareEnvironment: spawned without HOME, the server still
+// knows the home directory (from the user database) and keeps it out.
+func TestFilePolicyBareEnvironment(t *testing.T) {
+	u, err := user.Current()
+	if err != nil || u.HomeDir == "" || u.HomeDir == "/" {
+		t.Skipf("no home directory for the current user: %v", err)
+	}
+	p := mustPolicy(t, nil, u.HomeDir, "")
+	for _, r := range p.Roots {
+		if r.Path == u.HomeDir {
+			t.Fatalf("the home directory %s is a root: %+v", u.HomeDir, r)
+		}
+	}
+	if _, err := NewFilePolicy(envOf(nil), "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewFilePolicy(envOf(map[string]string{"PROBING_ALLOWED_FILE_DIRS": u.HomeDir}), "", ""); err == nil {
+		t.Errorf("PROBING_ALLOWED_FILE_DIRS=%s (the home directory) accepted without HOME set", u.HomeDir)
+	}
 }
