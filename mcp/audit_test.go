@@ -297,3 +297,18 @@ func TestAuditLogRepairsATailTornWhileOpen(t *testing.T) {
 		t.Errorf("record %q", lines[2])
 	}
 }
+
+// BenchmarkAuditLogWrite: one record, with its lock, tail check and fsync.
+func BenchmarkAuditLogWrite(b *testing.B) {
+	a, err := OpenAuditLog(filepath.Join(b.TempDir(), "audit.jsonl"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	rec := testAuditRecord("set_config")
+	for b.Loop() {
+		if err := a.write(rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
