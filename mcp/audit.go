@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	mcplib "github.com/mark3labs/mcp-go/mcp"
@@ -23,6 +25,12 @@ import (
 // AuditLog appends one JSON line per write-tool call, before the call
 // (intent) and after it (outcome), and syncs each line to disk: a write that
 // crashes the server is still on record.
+//
+// A record is a whole line or nothing. Each is one write under an flock
+// (other servers may share the file); a write that fails part-way, say on a
+// full disk, is cut back off, and a log found ending mid-line (a crash, or a
+// cut that failed) first gets a newline and a marker record, so the next
+// record always starts a line of its own.
 type AuditLog struct {
 	mu   sync.Mutex
 	f    *os.File
@@ -31,32 +39,42 @@ type AuditLog struct {
 	// queried (history.audit) next to the verdicts. The JSONL file stays
 	// the record that gates a write.
 	history *history.Store
+	// writeAll writes one record's bytes; tests make it fail mid-record.
+	writeAll func(f *os.File, b []byte) (int, error)
 }
 
 // AuditRecord is one line of the audit log.
 type AuditRecord struct {
 	Time       string `json:"time"`
 	ID         string `json:"id"`
-	Phase      string `json:"phase"` // call or result
+	Phase      string `json:"phase"` // call, result, or repair (a torn record was found)
 	Tool       string `json:"tool"`
 	Caller     string `json:"caller"`
 	ArgsSHA256 string `json:"args_sha256"`
 	ArgsBytes  int    `json:"args_bytes"`
-	Outcome    string `json:"outcome,omitempty"` // ok, error or fault
+	Outcome    string `json:"outcome,omitempty"` // ok, error or fault; torn for a repair
 	Error      string `json:"error,omitempty"`
 }
 
-// OpenAuditLog opens (creating if needed, mode 0600) the JSONL audit log.
+// OpenAuditLog opens (creating if needed, mode 0600) the JSONL audit log. It
+// must be a regular file, and a torn last record is repaired at once.
 func OpenAuditLog(path string) (*AuditLog, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := OpenRegular(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("audit log: %w; set PROBING_MCP_AUDIT_LOG to a regular file (default <data dir>/mcp-audit.jsonl)", err)
 	}
-	a := &AuditLog{f: f}
+	a := &AuditLog{f: f, writeAll: (*os.File).Write}
 	a.next.Store(time.Now().UnixNano())
+	a.mu.Lock()
+	err = a.appendLocked(nil)
+	a.mu.Unlock()
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("audit log %s ends in a torn record that cannot be repaired: %w", path, err)
+	}
 	return a, nil
 }
 
@@ -67,10 +85,7 @@ func (a *AuditLog) write(rec AuditRecord) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if _, err := a.f.Write(append(line, '\n')); err != nil {
-		return err
-	}
-	if err := a.f.Sync(); err != nil {
+	if err := a.appendLocked(append(line, '\n')); err != nil {
 		return err
 	}
 	if a.history != nil {
@@ -79,6 +94,68 @@ func (a *AuditLog) write(rec AuditRecord) error {
 			Args: args, Outcome: rec.Outcome, Error: rec.Error})
 	}
 	return nil
+}
+
+// appendLocked appends line (which may be empty: repair only) as one write
+// and syncs it, or leaves the file as it was.
+func (a *AuditLog) appendLocked(line []byte) error {
+	fd := int(a.f.Fd())
+	if err := syscall.Flock(fd, syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("lock the audit log: %w", err)
+	}
+	defer func() { _ = syscall.Flock(fd, syscall.LOCK_UN) }()
+	fi, err := a.f.Stat()
+	if err != nil {
+		return err
+	}
+	size := fi.Size()
+	torn, err := a.tornAt(size)
+	if err != nil {
+		return err
+	}
+	if torn {
+		line = append(a.repairLine(), line...)
+	}
+	if len(line) == 0 {
+		return nil
+	}
+	n, err := a.writeAll(a.f, line)
+	if err == nil && n < len(line) {
+		err = io.ErrShortWrite
+	}
+	if err == nil {
+		err = a.f.Sync()
+	}
+	if err != nil {
+		// Cut the partial record off. Should that fail too, the tail is
+		// torn, and the next append repairs it first.
+		if terr := a.f.Truncate(size); terr != nil {
+			return fmt.Errorf("%w (and the partial record could not be removed: %v)", err, terr)
+		}
+		_ = a.f.Sync()
+		return err
+	}
+	return nil
+}
+
+// tornAt reports whether a file of size bytes ends mid-line.
+func (a *AuditLog) tornAt(size int64) (bool, error) {
+	if size == 0 {
+		return false, nil
+	}
+	var last [1]byte
+	if _, err := a.f.ReadAt(last[:], size-1); err != nil {
+		return false, fmt.Errorf("read the audit log's last byte: %w", err)
+	}
+	return last[0] != '\n', nil
+}
+
+// repairLine ends a torn line and records that it was found.
+func (a *AuditLog) repairLine() []byte {
+	b, _ := json.Marshal(AuditRecord{Time: time.Now().UTC().Format(time.RFC3339Nano), ID: fmt.Sprintf("w%x", a.next.Add(1)),
+		Phase: "repair", Caller: "probing-mcp", Outcome: "torn",
+		Error: "the record on the line above was cut short (a write that failed part-way, e.g. on a full disk, or a crash)"})
+	return append(append([]byte{'\n'}, b...), '\n')
 }
 
 // argsDigest is the SHA-256 of the arguments as canonical JSON (Go sorts

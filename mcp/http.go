@@ -16,245 +16,17 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"math"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
-	"path"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
 )
-
-// Defaults mirror the Probing agent's.
-const (
-	defaultAuthUsername    = "admin"
-	defaultAuthRealm       = "Probe Server"
-	defaultMaxRequestBytes = 4 << 20
-	defaultHTTPTimeout     = 30 * time.Second
-	defaultMaxInFlight     = 128
-)
-
-// HTTPConfig configures the HTTP transport. Zero values mean the defaults
-// above, so a literal HTTPConfig{Addr: ...} is usable as is; BasePath is
-// normalised like PROBING_BASE_PATH.
-type HTTPConfig struct {
-	Addr            string        // listen address, host:port
-	BasePath        string        // URL prefix such as "/probing"; "" for none
-	AuthToken       string        // shared secret; "" turns auth off (loopback binds only)
-	AuthUsername    string        // user name Basic credentials must carry
-	AuthRealm       string        // realm in the WWW-Authenticate challenge
-	MaxRequestBytes int64         // request body cap (413 beyond it)
-	Timeout         time.Duration // end-to-end deadline per request (504 beyond it)
-	MaxInFlight     int           // concurrent requests before 503
-	AllowedOrigins  []string      // extra browser origins, "scheme://host[:port]", or "*"
-	Version         string        // reported by /health when set
-}
-
-// resolve fills in defaults and normalises BasePath, which ends up in mux
-// patterns: "probing/" unchecked would register host "probing" instead.
-func (c HTTPConfig) resolve() (HTTPConfig, error) {
-	base, err := parseBasePath(c.BasePath)
-	if err != nil {
-		return HTTPConfig{}, err
-	}
-	c.BasePath = base
-	if c.AuthUsername == "" {
-		c.AuthUsername = defaultAuthUsername
-	}
-	if c.AuthRealm == "" {
-		c.AuthRealm = defaultAuthRealm
-	}
-	if c.MaxRequestBytes <= 0 {
-		c.MaxRequestBytes = defaultMaxRequestBytes
-	}
-	if c.Timeout <= 0 {
-		c.Timeout = defaultHTTPTimeout
-	}
-	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = defaultMaxInFlight
-	}
-	return c, nil
-}
-
-// HTTPConfigFromEnv builds an HTTPConfig for addr from the PROBING_*
-// variables the Probing agent reads. A bad value is an error naming the
-// variable, rather than a silent fallback to the default.
-func HTTPConfigFromEnv(addr string, getenv func(string) string) (HTTPConfig, error) {
-	cfg := HTTPConfig{
-		Addr:         addr,
-		AuthToken:    strings.TrimSpace(getenv("PROBING_AUTH_TOKEN")),
-		AuthUsername: getenv("PROBING_AUTH_USERNAME"),
-		AuthRealm:    getenv("PROBING_AUTH_REALM"),
-	}
-	var err error
-	if cfg.BasePath, err = parseBasePath(getenv("PROBING_BASE_PATH")); err != nil {
-		return HTTPConfig{}, err
-	}
-	if v := getenv("PROBING_MAX_REQUEST_SIZE"); v != "" {
-		n, ok := httpByteSize(v)
-		if !ok {
-			return HTTPConfig{}, httpEnvError("PROBING_MAX_REQUEST_SIZE", v,
-				"a positive number of bytes, optionally with a unit such as 512KB, 8MiB or 8M")
-		}
-		cfg.MaxRequestBytes = n
-	}
-	if v := getenv("PROBING_SERVER_TIMEOUT_SECS"); v != "" {
-		n, ok := httpPositiveInt(v)
-		if !ok || n > math.MaxInt64/int64(time.Second) {
-			return HTTPConfig{}, httpEnvError("PROBING_SERVER_TIMEOUT_SECS", v, "a positive integer number of seconds")
-		}
-		cfg.Timeout = time.Duration(n) * time.Second
-	}
-	if v := getenv("PROBING_MAX_CONNECTIONS"); v != "" {
-		n, ok := httpPositiveInt(v)
-		if !ok || n > math.MaxInt32 {
-			return HTTPConfig{}, httpEnvError("PROBING_MAX_CONNECTIONS", v, "a positive integer number of concurrent requests")
-		}
-		cfg.MaxInFlight = int(n)
-	}
-	if v := getenv("PROBING_ALLOWED_ORIGINS"); v != "" {
-		for item := range strings.SplitSeq(v, ",") {
-			item = strings.TrimSpace(item)
-			if item == "" {
-				continue
-			}
-			origin, ok := normalizeOrigin(item)
-			if !ok {
-				return HTTPConfig{}, httpEnvError("PROBING_ALLOWED_ORIGINS", v,
-					fmt.Sprintf("comma-separated origins like https://host:8080 or *, and %q is not one", item))
-			}
-			cfg.AllowedOrigins = append(cfg.AllowedOrigins, origin)
-		}
-	}
-	return cfg.resolve()
-}
-
-func httpEnvError(name, value, want string) error {
-	return fmt.Errorf("%s=%q: want %s", name, value, want)
-}
-
-func httpPositiveInt(s string) (int64, bool) {
-	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-	return n, err == nil && n > 0
-}
-
-// httpByteUnits follows the usual conventions: KB/MB/GB are decimal, KiB/MiB/GiB
-// binary, and bare K/M/G binary as in nginx or Docker.
-var httpByteUnits = map[string]int64{
-	"": 1, "b": 1,
-	"k": 1 << 10, "kib": 1 << 10, "kb": 1e3,
-	"m": 1 << 20, "mib": 1 << 20, "mb": 1e6,
-	"g": 1 << 30, "gib": 1 << 30, "gb": 1e9,
-}
-
-// httpByteSize accepts "4194304", "512KB", "8MiB", "8 M" and the like.
-func httpByteSize(s string) (int64, bool) {
-	s = strings.TrimSpace(s)
-	digits := strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' })
-	if digits < 0 {
-		digits = len(s)
-	}
-	n, err := strconv.ParseInt(s[:digits], 10, 64)
-	mult, known := httpByteUnits[strings.ToLower(strings.TrimSpace(s[digits:]))]
-	if err != nil || n <= 0 || !known || n > math.MaxInt64/mult {
-		return 0, false
-	}
-	return n * mult, true
-}
-
-// parseBasePath normalises PROBING_BASE_PATH to "" or "/a/b". Only URL path
-// characters that need no escaping are accepted: the prefix ends up in
-// http.ServeMux patterns, where spaces, braces and the like mean something.
-func parseBasePath(v string) (string, error) {
-	p := strings.TrimSpace(v)
-	for _, r := range p {
-		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/-._~", r)
-		if !ok {
-			return "", httpEnvError("PROBING_BASE_PATH", v,
-				"a URL path prefix such as /probing (letters, digits, '-', '.', '_', '~' and '/')")
-		}
-	}
-	p = path.Clean("/" + p)
-	if p == "/" {
-		return "", nil
-	}
-	return p, nil
-}
-
-// normalizeOrigin returns "*" or the lower-case "scheme://host[:port]" form
-// of an http(s) origin, without a default port, so that comparisons are
-// plain string equality.
-func normalizeOrigin(s string) (string, bool) {
-	if s == "*" {
-		return s, true
-	}
-	u, err := url.Parse(strings.TrimSuffix(s, "/"))
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
-		u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "" {
-		return "", false
-	}
-	return u.Scheme + "://" + canonicalHostPort(u.Host, u.Scheme), true
-}
-
-// canonicalHostPort lower-cases host[:port] and drops the scheme's default
-// port, so "Example.com:443" and "example.com" compare equal under https.
-func canonicalHostPort(hostport, scheme string) string {
-	hostport = strings.ToLower(hostport)
-	host, port, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return hostport // no port
-	}
-	if port == "" || (scheme == "http" && port == "80") || (scheme == "https" && port == "443") {
-		if strings.Contains(host, ":") {
-			return "[" + host + "]"
-		}
-		return host
-	}
-	return net.JoinHostPort(host, port)
-}
-
-// isLoopbackHost reports whether a host or host:port names this machine's
-// loopback interface: localhost, 127.0.0.0/8 or ::1.
-func isLoopbackHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.Unmap().IsLoopback()
-}
-
-// CheckListenAddr refuses to expose an unauthenticated server beyond this
-// machine: without a token, only a loopback bind is allowed. An empty host
-// (":8080") binds every interface and is refused like 0.0.0.0.
-func CheckListenAddr(addr string, token string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("invalid HTTP listen address %q: %w", addr, err)
-	}
-	if token != "" || isLoopbackHost(host) {
-		return nil
-	}
-	return fmt.Errorf("refusing to serve MCP over HTTP on %q without authentication: "+
-		"set PROBING_AUTH_TOKEN, or bind a loopback address such as 127.0.0.1:%s",
-		addr, listenPort(addr))
-}
-
-func listenPort(addr string) string {
-	if _, port, err := net.SplitHostPort(addr); err == nil && port != "" {
-		return port
-	}
-	return "8080"
-}
 
 // ServeHTTP serves s over Streamable HTTP on cfg.Addr until ctx is cancelled,
 // then shuts down gracefully and returns nil.
@@ -347,8 +119,9 @@ func ServeHTTPListener(ctx context.Context, ln net.Listener, s *server.MCPServer
 
 // NewHTTPHandler routes <base>/mcp to mcpHandler (normally a
 // *server.StreamableHTTPServer) and serves <base>/health and <base>/live,
-// behind these middlewares, outermost first: in-flight limit, deadline, body
-// limit, Host/Origin guard, auth (which records the caller for WithCaller).
+// behind these middlewares, outermost first: unread-body guard, in-flight
+// limit, deadline, body limit, Host/Origin guard, auth (which records the
+// caller for WithCaller), then the body buffer and JSON-RPC id check.
 // It panics on a BasePath that HTTPConfigFromEnv would reject, as
 // http.ServeMux does on a bad pattern.
 func NewHTTPHandler(mcpHandler http.Handler, cfg HTTPConfig, logger *slog.Logger) http.Handler {
@@ -376,6 +149,7 @@ func NewHTTPHandler(mcpHandler http.Handler, cfg HTTPConfig, logger *slog.Logger
 	h = httpBodyLimit(h, cfg.MaxRequestBytes, logger)
 	h = httpDeadline(h, cfg.Timeout, logger)
 	h = httpInFlightLimit(h, cfg.MaxInFlight, logger)
+	h = httpCloseUnreadBody(h)
 	return h
 }
 
@@ -474,6 +248,83 @@ func logRejected(logger *slog.Logger, r *http.Request, status int, reason string
 }
 
 // --- middleware, outermost first ---
+
+// httpCloseUnreadBody makes any response to a request whose body was not
+// read to its end close the connection, and ends the connection's reads.
+// Otherwise net/http, before it writes such a response, reads and discards
+// up to 256 KiB of the body, and after the handler it tries again: a client
+// that promises a body and never sends it would hold every refusal (the
+// in-flight 503, 401, 403, 404, 405, 413) and the connection's goroutine for
+// as long as it likes. Being outermost, it covers the 503, the 504 and
+// mcp-go's own answers as well as ours, without each refusal having to.
+func httpCloseUnreadBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 { // no body at all
+			next.ServeHTTP(w, r)
+			return
+		}
+		body := &eofBody{ReadCloser: r.Body}
+		r.Body = body
+		next.ServeHTTP(&unreadBodyWriter{ResponseWriter: w, body: body}, r)
+	})
+}
+
+// eofBody records whether the body was read to its end. The deadline's 504
+// may be written from another goroutine while the handler reads.
+type eofBody struct {
+	io.ReadCloser
+	sawEOF atomic.Bool
+}
+
+func (b *eofBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.sawEOF.Store(true)
+	}
+	return n, err
+}
+
+// unreadBodyWriter decides when the response starts, the one moment its
+// headers can still change.
+type unreadBodyWriter struct {
+	http.ResponseWriter
+	body    *eofBody
+	started sync.Once
+}
+
+func (u *unreadBodyWriter) start() {
+	u.started.Do(func() {
+		if u.body.sawEOF.Load() {
+			return
+		}
+		u.ResponseWriter.Header().Set("Connection", "close")
+		// The deadline also fails a handler's read still waiting for the
+		// body: once answered, the request is over.
+		_ = http.NewResponseController(u.ResponseWriter).SetReadDeadline(time.Now())
+	})
+}
+
+func (u *unreadBodyWriter) WriteHeader(status int) {
+	if status >= 200 { // 1xx responses come before the real one
+		u.start()
+	}
+	u.ResponseWriter.WriteHeader(status)
+}
+
+func (u *unreadBodyWriter) Write(p []byte) (int, error) {
+	u.start()
+	return u.ResponseWriter.Write(p)
+}
+
+func (u *unreadBodyWriter) Flush() {
+	u.start()
+	if f, ok := u.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (u *unreadBodyWriter) Unwrap() http.ResponseWriter { return u.ResponseWriter }
 
 // httpInFlightLimit answers 503 at once when maxInFlight requests are running:
 // queueing would only turn overload into timeouts.
@@ -634,8 +485,9 @@ func bodyTooLargeMessage(maxBytes int64) string {
 // httpBufferBody reads an MCP POST body before mcp-go sees it. mcp-go reads the
 // body itself but reports any read error, the body cap included, as a
 // JSON-RPC parse error with status 200; reading it here lets an oversized
-// chunked body get its 413. It sits innermost, after auth, so bodies from
-// unauthenticated clients are never read.
+// chunked body get its 413. With the body in hand it also refuses a request
+// whose id the MCP spec forbids (invalidRequestID). It sits innermost, after
+// auth, so bodies from unauthenticated clients are never read.
 func httpBufferBody(next http.Handler, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -651,6 +503,17 @@ func httpBufferBody(next http.Handler, logger *slog.Logger) http.Handler {
 		if err != nil {
 			logRejected(logger, r, http.StatusBadRequest, "body read: "+err.Error())
 			writeHTTPError(w, http.StatusBadRequest, "could not read the request body", "")
+			return
+		}
+		if reason := invalidRequestID(body); reason != "" {
+			logRejected(logger, r, http.StatusBadRequest, "JSON-RPC id")
+			// The transport's answer for a message it cannot accept:
+			// an HTTP error carrying a JSON-RPC error without an id.
+			b := append(invalidRequestResponse(reason), '\n')
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write(b)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))

@@ -92,10 +92,14 @@ func ConfigFromEnv(getenv func(string) string, version string, level *slog.Level
 	}
 	wd, err := os.Getwd()
 	if err != nil {
-		wd = "."
+		wd = "" // no working directory, no root for it
+	}
+	files, err := tools.NewFilePolicy(getenv, wd, cfg.DataDir)
+	if err != nil {
+		return cfg, err
 	}
 	cfg.Env = tools.Env{
-		Files:        tools.NewFilePolicy(getenv("PROBING_ALLOWED_FILE_DIRS"), wd, cfg.DataDir),
+		Files:        files,
 		MaxFileBytes: maxFile,
 		LogLevel:     level,
 		Logger:       logger,

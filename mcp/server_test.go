@@ -329,7 +329,7 @@ func TestAnalyzeTool(t *testing.T) {
 		args map[string]any
 		want string
 	}{
-		{map[string]any{"paths": []string{"/etc"}}, "outside PROBING_ALLOWED_FILE_DIRS"},
+		{map[string]any{"paths": []string{"/etc"}}, "outside the allowed directories"},
 		{map[string]any{"paths": []string{}}, "paths is empty"},
 		{map[string]any{"paths": []string{filepath.Join(root, "nope")}}, "does not exist"},
 		{map[string]any{"paths": []string{filepath.Join(root, "gen")}}, "no Flight Recorder dumps"},

@@ -31,7 +31,8 @@ func serveStdio(ctx context.Context, s *server.MCPServer, logger *slog.Logger, i
 	std.SetErrorLogger(slog.NewLogLogger(logger.Handler(), slog.LevelError))
 	std.SetContextFunc(func(ctx context.Context) context.Context { return WithCaller(ctx, caller) })
 	p := &pending{ids: map[string]bool{}, changed: make(chan struct{}, 1)}
-	return std.Listen(ctx, &drainingReader{r: bufio.NewReader(in), p: p, timeout: drain, logger: logger}, &answerWriter{w: out, p: p})
+	answers := &answerWriter{w: out, p: p}
+	return std.Listen(ctx, &drainingReader{r: bufio.NewReader(in), p: p, answers: answers, timeout: drain, logger: logger}, answers)
 }
 
 // mcp-go stops its stdio server as soon as stdin reaches EOF and may drop
@@ -71,29 +72,39 @@ type message struct {
 	Error  json.RawMessage `json:"error"`
 }
 
+// drainingReader is also where a request with an id the MCP spec forbids
+// is answered (invalidRequestID), before mcp-go can run it.
 type drainingReader struct {
 	r       *bufio.Reader
 	buf     []byte
 	p       *pending
+	answers *answerWriter
 	timeout time.Duration
 	logger  *slog.Logger
 }
 
 func (d *drainingReader) Read(b []byte) (int, error) {
-	if len(d.buf) == 0 {
+	for len(d.buf) == 0 {
 		line, err := d.r.ReadBytes('\n')
-		if len(line) > 0 {
-			var m message
-			if json.Unmarshal(bytes.TrimSpace(line), &m) == nil && m.Method != "" && len(m.ID) > 0 {
-				d.p.update(func(ids map[string]bool) { ids[string(m.ID)] = true })
-			}
-			d.buf = line
-		} else if err != nil {
+		if len(line) == 0 {
 			if err == io.EOF {
 				d.wait()
 			}
-			return 0, err
+			return 0, err // err is never nil here
 		}
+		msg := bytes.TrimSpace(line)
+		if reason := invalidRequestID(msg); reason != "" {
+			d.logger.Warn("JSON-RPC request refused", "reason", reason)
+			if _, werr := d.answers.Write(append(invalidRequestResponse(reason), '\n')); werr != nil {
+				return 0, werr
+			}
+			continue // a later ReadBytes returns any error again
+		}
+		var m message
+		if json.Unmarshal(msg, &m) == nil && m.Method != "" && len(m.ID) > 0 {
+			d.p.update(func(ids map[string]bool) { ids[string(m.ID)] = true })
+		}
+		d.buf = line
 	}
 	n := copy(b, d.buf)
 	d.buf = d.buf[n:]
@@ -113,12 +124,17 @@ func (d *drainingReader) wait() {
 	}
 }
 
+// answerWriter is shared by mcp-go's answers and the reader's refusals; mu
+// keeps each answer one whole line.
 type answerWriter struct {
-	w io.Writer
-	p *pending
+	mu sync.Mutex
+	w  io.Writer
+	p  *pending
 }
 
 func (a *answerWriter) Write(b []byte) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	n, err := a.w.Write(b)
 	for _, line := range bytes.Split(b, []byte{'\n'}) {
 		var m message

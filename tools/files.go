@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,51 +9,92 @@ import (
 )
 
 // FilePolicy decides which paths tools may read. A model chooses the paths,
-// so they are checked after symlinks are resolved: a link inside an allowed
-// directory must not lead out of it.
+// so a path is first checked as written (before anything on disk is looked
+// at), then resolved one component at a time, each step checked again: the
+// file system is never touched outside the roots, so a refusal reads the
+// same whether or not the path exists, and a symlink cannot lead out.
 type FilePolicy struct {
-	// Dirs are the allowed roots, absolute and resolved.
-	Dirs []string
-	// FromEnv says the roots came from PROBING_ALLOWED_FILE_DIRS (for the
-	// error message).
+	// Roots are the places tools may read.
+	Roots []FileRoot
+	// Skipped are default candidates that were left out, and why; the
+	// server logs them at start.
+	Skipped []FileRoot
+	// FromEnv says the roots came from PROBING_ALLOWED_FILE_DIRS.
 	FromEnv bool
 }
 
-// NewFilePolicy resolves the allowed roots: PROBING_ALLOWED_FILE_DIRS
-// (colon-separated) when set, otherwise the working directory and the data
-// directory. Roots that do not exist are kept as given, so that a data dir
-// created later still counts.
-func NewFilePolicy(allowedEnv, workDir, dataDir string) FilePolicy {
-	var roots []string
-	p := FilePolicy{}
-	if strings.TrimSpace(allowedEnv) != "" {
-		p.FromEnv = true
-		for _, d := range strings.Split(allowedEnv, ":") {
-			if d = strings.TrimSpace(d); d != "" {
-				roots = append(roots, d)
-			}
-		}
-	} else {
-		roots = []string{workDir, dataDir}
-	}
-	for _, r := range roots {
-		if r == "" {
-			continue
-		}
-		abs, err := filepath.Abs(r)
-		if err != nil {
-			continue
-		}
-		if real, err := filepath.EvalSymlinks(abs); err == nil {
-			abs = real
-		}
-		p.Dirs = append(p.Dirs, filepath.Clean(abs))
-	}
-	return p
+// FileRoot is one allowed place.
+type FileRoot struct {
+	// Path is absolute and clean, as configured.
+	Path string
+	// Real is Path with symlinks resolved, or Path while it does not exist.
+	Real string
+	// Prefix marks a file-name prefix such as /tmp/nccl_trace_rank_ rather
+	// than a directory: the paths that start with it are allowed, and
+	// nothing else in its directory.
+	Prefix bool
+	// Why it is (or is not) a root, for the start-up log.
+	Why string
 }
 
+// String is the root as logged and as named in errors; a prefix ends in *.
+func (r FileRoot) String() string {
+	if r.Prefix {
+		return r.Path + "*"
+	}
+	return r.Path
+}
+
+// contains reports whether the absolute clean path p lies in the root.
+func (r FileRoot) contains(p string) bool {
+	for _, form := range []string{r.Path, r.Real} {
+		if r.Prefix && strings.HasPrefix(p, form) || !r.Prefix && within(p, form) {
+			return true
+		}
+	}
+	return false
+}
+
+// leadsTo reports whether p is the root's directory or above it: a path a
+// resolution must pass through to reach the root.
+func (r FileRoot) leadsTo(p string) bool {
+	for _, form := range []string{r.Path, r.Real} {
+		if r.Prefix {
+			form = filepath.Dir(form)
+		}
+		if within(form, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// within reports whether the absolute clean path p is dir or below it.
+func within(p, dir string) bool {
+	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
+}
+
+func newFileRoot(path string, prefix bool, why string) FileRoot {
+	r := FileRoot{Path: path, Real: path, Prefix: prefix, Why: why}
+	if prefix {
+		if d, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+			r.Real = filepath.Join(d, filepath.Base(path))
+		}
+	} else if real, err := filepath.EvalSymlinks(path); err == nil {
+		r.Real = real
+	}
+	return r
+}
+
+// errOutside is the one answer for any path outside the roots, found so
+// lexically or on the way through a symlink.
+var errOutside = errors.New("outside the allowed directories")
+
+// maxSymlinks bounds a resolution, as the kernel's ELOOP limit does.
+const maxSymlinks = 40
+
 // Check returns the resolved absolute path, or a UserError that names the
-// allowed roots.
+// allowed roots and how to change them.
 func (p FilePolicy) Check(path string) (string, error) {
 	if strings.TrimSpace(path) == "" {
 		return "", userErrorf("empty path: pass a dump file or a directory of dumps")
@@ -61,45 +103,128 @@ func (p FilePolicy) Check(path string) (string, error) {
 	if err != nil {
 		return "", userErrorf("path %s: %v", path, err)
 	}
-	real, err := filepath.EvalSymlinks(abs)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return "", userErrorf("path %s does not exist; pass an existing dump file or directory (allowed roots: %s)", path, strings.Join(p.Dirs, ", "))
-		}
+	real, err := p.resolve(abs)
+	switch {
+	case errors.Is(err, errOutside):
+		return "", p.outsideError(path, abs)
+	case errors.Is(err, os.ErrNotExist):
+		// Only ever said of a path inside a root.
+		return "", userErrorf("path %s does not exist; pass an existing dump file or directory", path)
+	case err != nil:
 		return "", userErrorf("path %s: %v", path, err)
-	}
-	if !p.Allowed(real) {
-		return "", userErrorf("path %s is outside %s (%s); pass a path under one of them", path, p.source(), strings.Join(p.Dirs, ", "))
 	}
 	return real, nil
 }
 
-// Allowed reports whether a resolved absolute path lies under a root.
-func (p FilePolicy) Allowed(real string) bool {
-	for _, d := range p.Dirs {
-		if real == d || strings.HasPrefix(real, d+string(filepath.Separator)) || d == string(filepath.Separator) {
+func (p FilePolicy) outsideError(path, abs string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "path %s is outside the allowed directories (%s); pass a path under one of them", path, p.rootList())
+	for _, r := range p.Roots {
+		if r.Prefix && abs == filepath.Dir(r.Path) {
+			fmt.Fprintf(&b, ". Only the files named %s are allowed there (%s is shared): pass them, e.g. %s0 %s1",
+				r, abs, r.Path, r.Path)
+			break
+		}
+	}
+	if p.FromEnv {
+		b.WriteString(", or add the directory to PROBING_ALLOWED_FILE_DIRS")
+	} else {
+		b.WriteString(", or set PROBING_ALLOWED_FILE_DIRS to the directories that hold the dumps (colon-separated)")
+	}
+	return userErrorf("%s", b.String())
+}
+
+func (p FilePolicy) rootList() string {
+	if len(p.Roots) == 0 {
+		return "none"
+	}
+	names := make([]string, len(p.Roots))
+	for i, r := range p.Roots {
+		names[i] = r.String()
+	}
+	return strings.Join(names, ", ")
+}
+
+// resolve is filepath.EvalSymlinks confined to the roots: every path it
+// would look at is checked first, so nothing outside the roots (or on the
+// way to them) is ever stat'ed. abs must be absolute.
+func (p FilePolicy) resolve(abs string) (string, error) {
+	abs = filepath.Clean(abs)
+	if !p.contains(abs) {
+		return "", errOutside
+	}
+	dest, rest, links := "/", abs[1:], 0
+	for rest != "" {
+		var comp string
+		comp, rest, _ = strings.Cut(rest, "/")
+		switch comp {
+		case "", ".":
+			continue
+		case "..":
+			dest = filepath.Dir(dest) // dest is resolved, so its parent is too
+			continue
+		}
+		next := filepath.Join(dest, comp)
+		if !p.contains(next) && !p.leadsTo(next) {
+			return "", errOutside
+		}
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return "", err
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			dest = next
+			continue
+		}
+		if links++; links > maxSymlinks {
+			return "", fmt.Errorf("more than %d symlinks", maxSymlinks)
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "", err
+		}
+		if filepath.IsAbs(target) {
+			dest = "/"
+		}
+		rest = target + "/" + rest
+	}
+	if !p.contains(dest) {
+		return "", errOutside // a symlink inside led to a directory above a root
+	}
+	return dest, nil
+}
+
+func (p FilePolicy) contains(abs string) bool {
+	for _, r := range p.Roots {
+		if r.contains(abs) {
 			return true
 		}
 	}
 	return false
 }
 
-func (p FilePolicy) source() string {
-	if p.FromEnv {
-		return "PROBING_ALLOWED_FILE_DIRS"
+func (p FilePolicy) leadsTo(abs string) bool {
+	for _, r := range p.Roots {
+		if r.leadsTo(abs) {
+			return true
+		}
 	}
-	return "the allowed directories (the working directory and the data directory; set PROBING_ALLOWED_FILE_DIRS to change them)"
+	return false
 }
 
-// checkResolved is Allowed for a file found while walking an allowed
-// directory, which may be a symlink that points elsewhere.
+// checkResolved vets a file found while walking an allowed directory,
+// which may be a symlink that points elsewhere. Where it would lead is not
+// said: that is outside.
 func (p FilePolicy) checkResolved(path string) error {
-	real, err := filepath.EvalSymlinks(path)
+	abs, err := filepath.Abs(path)
 	if err != nil {
 		return err
 	}
-	if !p.Allowed(real) {
-		return fmt.Errorf("resolves to %s, outside the allowed directories", real)
+	if _, err := p.resolve(abs); err != nil {
+		if errors.Is(err, errOutside) {
+			return errors.New("leads outside the allowed directories")
+		}
+		return err
 	}
 	return nil
 }

@@ -30,6 +30,7 @@ import (
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/mcp"
+	"github.com/probing-mcp/probing-mcp/tools"
 )
 
 // version is set at build time with -ldflags "-X main.version=..."; the
@@ -170,9 +171,10 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	logOut := stderr
 	if *logFile != "" {
-		f, err := os.OpenFile(*logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		// A FIFO here would block start-up until something read it.
+		f, err := mcp.OpenRegular(*logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
-			fmt.Fprintf(stderr, "probing-mcp serve: --log-file: %v\n", err)
+			fmt.Fprintf(stderr, "probing-mcp serve: --log-file: %v; pass a regular file\n", err)
 			return 1
 		}
 		defer f.Close()
@@ -195,7 +197,8 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	logger.Info("starting", "version", versionString(), "write_tools", cfg.AllowWrite, "allowed_dirs", strings.Join(cfg.Env.Files.Dirs, ":"))
+	logger.Info("starting", "version", versionString(), "write_tools", cfg.AllowWrite)
+	logFileRoots(logger, cfg.Env.Files)
 	if *httpAddr == "" {
 		err = mcp.ServeStdio(ctx, s, logger)
 	} else {
@@ -210,6 +213,21 @@ func serve(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// logFileRoots says what the file tools may read and why, and which
+// default candidates were left out: the one place an operator sees the
+// policy a spawned server runs with.
+func logFileRoots(logger *slog.Logger, p tools.FilePolicy) {
+	if len(p.Roots) == 0 {
+		logger.Warn("file tools may read nothing; set PROBING_ALLOWED_FILE_DIRS to the directories that hold the dumps")
+	}
+	for _, r := range p.Roots {
+		logger.Info("file tools may read", "root", r.String(), "why", r.Why)
+	}
+	for _, r := range p.Skipped {
+		logger.Info("file tools may not read", "path", r.String(), "why", r.Why)
+	}
 }
 
 // rankFlags collects repeated --rank FILE=N mappings.
