@@ -25,8 +25,9 @@ exception is logged and the value kept.
 
 Environment mirroring (contract §1.2): PROBING_X_Y=v becomes probing.x.y=v,
 except PROBING (itself), PROBING_ORIGINAL, PROBING_PORT, PROBING_ASSETS_ROOT,
-PROBING_SERVER_ADDRPATTERN, PROBING_BASE_PATH and every secret
-(PROBING_AUTH_TOKEN, *_TOKEN, *_SECRET, *PASSWORD*), which are never stored.
+PROBING_SERVER_ADDRPATTERN, PROBING_BASE_PATH and every name with a secret
+word (envfilter.secret: PROBING_AUTH_*, *TOKEN*, *SECRET*, *KEY*, ...), which
+are never stored.
 PROBING_LOGLEVEL is kept, as probing.loglevel.
 An environment value is checked by the key's validator when the key is (or
 later gets) registered; a refused value is logged and the default used.
@@ -35,7 +36,7 @@ import os
 import re
 import threading
 
-from . import runtime
+from . import envfilter, runtime
 
 _KEY_RE = re.compile(r"^probing\.[a-z0-9_.]+$")
 
@@ -228,15 +229,9 @@ def keys():
                  "settable": bool(_entries[k].settable)} for k in sorted(_entries)]
 
 
-def _secret(name):
-    u = name.upper()
-    return (u.startswith("PROBING_AUTH_") and u != "PROBING_AUTH_USERNAME" and u != "PROBING_AUTH_REALM") or \
-        u.endswith("_TOKEN") or u.endswith("_SECRET") or "PASSWORD" in u
-
-
 def env_key(name):
     """The config key PROBING_X_Y mirrors to, or None if it is not mirrored."""
-    if not name.startswith("PROBING_") or name in _ENV_EXCLUDED or _secret(name):
+    if not name.startswith("PROBING_") or name in _ENV_EXCLUDED or envfilter.secret(name):
         return None
     k = "probing." + name[len("PROBING_"):].lower().replace("_", ".")
     return k if _KEY_RE.match(k) else None

@@ -17,7 +17,7 @@ import sys
 import threading
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import config, runtime
+from . import config, envfilter, runtime
 
 MAX_BODY = 4 << 20
 MAX_CONNECTIONS = 64
@@ -46,18 +46,6 @@ def envelope(status, message, action=None):
     if action:
         e["action"] = action
     return {"error": e}
-
-
-def _redact_env(env):
-    out = {}
-    for k, v in env.items():
-        u = k.upper()
-        if (u.startswith("PROBING_AUTH_") or u.endswith("_TOKEN") or u.endswith("_SECRET")
-                or "PASSWORD" in u or u.startswith("AWS_") or "SECRET" in u or "API_KEY" in u
-                or u.endswith("_TOKEN_ID")):
-            continue
-        out[k] = v
-    return out
 
 
 def _qbool(q, name, default):
@@ -109,10 +97,14 @@ def overview():
     except Exception:
         cwd = ""
     main = threading.main_thread()
+    env, withheld = envfilter.report(dict(os.environ))
     return {
         "pid": os.getpid(),
         "exe": exe,
-        "env": _redact_env(dict(os.environ)),
+        "env": env,
+        # ext: how many variables env leaves out (not allow-listed, or a
+        # secret word in the name); never which.
+        "env_withheld": withheld,
         "cmd": " ".join(_cmdline()),
         "cwd": cwd,
         "main_thread": getattr(main, "native_id", None) or os.getpid(),

@@ -62,7 +62,7 @@ def test_core_config_env_mirroring():
     assert config.env_key("PROBING_LOGLEVEL") == "probing.loglevel"
     for name in ("PROBING", "PROBING_ORIGINAL", "PROBING_PORT", "PROBING_AUTH_TOKEN", "PROBING_ASSETS_ROOT",
                  "PROBING_BASE_PATH", "PROBING_SERVER_ADDRPATTERN", "PROBING_HF_TOKEN", "PROBING_DB_PASSWORD",
-                 "PROBING_X_SECRET", "OTHER_VAR"):
+                 "PROBING_X_SECRET", "PROBING_WANDB_KEY", "PROBING_GH_PAT", "PROBING_AUTH_USERNAME", "OTHER_VAR"):
         assert config.env_key(name) is None, name
     n = config.load_env({"PROBING_UNIT_MIRRORED_ONE": "v1", "PROBING_AUTH_TOKEN": "t", "HOME": "/x"})
     assert n == 1 and config.get("unit.mirrored.one") == "v1"
