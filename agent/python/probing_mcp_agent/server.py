@@ -8,7 +8,9 @@ import base64
 import hmac
 import http.server
 import json
+import math
 import os
+import re
 import time
 import socket
 import socketserver
@@ -29,6 +31,21 @@ _CODES = {400: "BAD_REQUEST", 401: "UNAUTHORIZED", 403: "FORBIDDEN", 404: "NOT_F
 _PUBLIC = ("/health", "/ready")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
+_INT_RE = re.compile(r"^[+-]?[0-9]{1,20}$")
+_SECONDS_RE = re.compile(r"^[0-9]{1,6}(\.[0-9]{0,6})?$|^\.[0-9]{1,6}$")
+_HEX_RE = re.compile(rb"^[0-9A-Fa-f]{1,16}$")
+_DIGITS_RE = re.compile(r"^[0-9]{1,19}$")
+MAX_TRAILERS = 64
+_ECHO = 80  # characters of client input an error message repeats
+
+
+def _cut(text, limit=_ECHO):
+    """text, cut to limit characters with its length said: error messages
+    echo client input and must stay small whatever it is."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return "%s... (%d characters)" % (text[:limit], len(text))
 
 
 class HTTPError(Exception):
@@ -57,18 +74,24 @@ def _qbool(q, name, default):
         return True
     if s in _FALSE or s == "":
         return False if s else default
-    raise HTTPError(400, "query parameter %s=%r is not a boolean (true/false, 1/0, yes/no, on/off)" % (name, v[-1]))
+    raise HTTPError(400, "query parameter %s=%s is not a boolean: accepted true/false, 1/0, yes/no, on/off"
+                    % (name, config.clip(v[-1])))
 
 
 def _qint(q, name, default, lo, hi):
+    """An integer query parameter in [lo, hi]; anything else is a 400 that
+    names the parameter and the range (never clamped in silence)."""
     v = q.get(name)
-    if not v or v[-1] == "":
+    if not v or v[-1].strip() == "":
         return default
-    try:
-        n = int(v[-1])
-    except ValueError:
-        raise HTTPError(400, "query parameter %s=%r is not an integer" % (name, v[-1]))
-    return max(lo, min(hi, n))
+    raw = v[-1].strip()
+    if not _INT_RE.match(raw):
+        raise HTTPError(400, "query parameter %s=%s is not an integer: accepted %d..%d"
+                        % (name, config.clip(raw), lo, hi))
+    n = int(raw)
+    if n < lo or n > hi:
+        raise HTTPError(400, "query parameter %s=%d is out of range: accepted %d..%d" % (name, n, lo, hi))
+    return n
 
 
 def _cmdline():
@@ -159,7 +182,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             if not message:
                 message = self.responses.get(code, ("error",))[0]
-            self._reply(code, envelope(code, message))
+            self._reply(code, envelope(code, _cut(message)))
         except Exception:
             pass
 
@@ -193,13 +216,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         cl = self.headers.get("Content-Length")
         if cl is None:
             return b""
-        try:
-            n = int(cl)
-            if n < 0:
-                raise ValueError
-        except ValueError:
+        if not _DIGITS_RE.match(cl.strip()):
             self.close_connection = True
-            raise HTTPError(400, "invalid Content-Length %r" % cl)
+            raise HTTPError(400, "invalid Content-Length %s: accepted a byte count 0..%d"
+                            % (config.clip(cl), MAX_BODY))
+        n = int(cl.strip())
         if n > MAX_BODY:
             self.close_connection = True
             raise HTTPError(413, "request body of %d bytes exceeds the %d-byte limit" % (n, MAX_BODY))
@@ -210,27 +231,40 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return data
 
     def _chunked(self):
+        """A chunked body (RFC 9112 7.1), parsed strictly: a chunk size is
+        1-16 hex digits (no sign: int(x, 16) would take "-10"), the data is
+        all there and followed by CRLF, trailers are few. Bounded by
+        MAX_BODY; any error closes the connection, as the stream is lost."""
         out = []
         total = 0
         while True:
             line = self.rfile.readline(1024)
-            try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
+            size_s = line.split(b";", 1)[0].strip()
+            if not line.endswith(b"\n") or not _HEX_RE.match(size_s):
                 self.close_connection = True
-                raise HTTPError(400, "malformed chunked body")
+                raise HTTPError(400, "malformed chunked body: chunk size %s is not 1 to 16 hexadecimal digits"
+                                % config.clip(size_s.decode("latin-1")))
+            size = int(size_s, 16)
             if size == 0:
-                while True:  # trailers
+                for _ in range(MAX_TRAILERS + 1):  # trailers, ignored
                     t = self.rfile.readline(8192)
-                    if t in (b"\r\n", b"\n", b""):
+                    if t in (b"\r\n", b"\n"):
+                        return b"".join(out)
+                    if not t.endswith(b"\n"):
                         break
-                return b"".join(out)
+                self.close_connection = True
+                raise HTTPError(400, "malformed chunked body: its trailer section is cut short, has a line over "
+                                     "8192 bytes, or more than %d lines" % MAX_TRAILERS)
             total += size
             if total > MAX_BODY:
                 self.close_connection = True
                 raise HTTPError(413, "request body exceeds the %d-byte limit" % MAX_BODY)
-            out.append(self.rfile.read(size))
-            self.rfile.readline(16)
+            data = self.rfile.read(size)
+            if len(data) < size or self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                self.close_connection = True
+                raise HTTPError(400, "malformed chunked body: a chunk of %d bytes is cut short or not followed "
+                                     "by CRLF" % size)
+            out.append(data)
 
     def _authenticated(self):
         tok = runtime.state.auth_token
@@ -295,7 +329,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                    exc_info=runtime.logger.isEnabledFor(10))
             try:
                 self.close_connection = True
-                self._reply(500, envelope(500, "internal error: %s" % (e,)))
+                self._reply(500, envelope(500, "internal error: %s" % _cut(e)))
             except Exception:
                 pass
 
@@ -317,7 +351,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
         def only(*methods):
             if method not in methods:
-                raise HTTPError(405, "method %s not allowed on %s" % (method, path),
+                raise HTTPError(405, "method %s not allowed on %s" % (_cut(method, 20), _cut(path)),
                                 headers={"Allow": ", ".join(methods)})
 
         if path == "/health":
@@ -363,25 +397,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if method in ("GET", "HEAD"):
                 k = config.normalize(key)
                 if not config.exists(k):
-                    raise HTTPError(404, "Config key '%s' not found" % k)
+                    raise HTTPError(404, "Config key '%s' not found" % _cut(k))
                 return self._reply(200, config.format_value(config.get(k)), "text/plain; charset=utf-8")
             only("GET", "PUT")
             return self._put_config(key, body)
-        raise HTTPError(404, "No route for %s" % path)
+        raise HTTPError(404, "No route for %s" % _cut(path))
 
     # -- endpoints --------------------------------------------------------
     def _callstack(self, q):
         from . import stacks
 
-        raw = (q.get("tid") or [""])[-1].strip()
         try:
-            tid = int(raw) if raw else 0
-        except ValueError:
-            raise HTTPError(400, "bad tid", body={"error": "invalid thread id %r" % raw, "frames": []})
+            # A thread id: 0 (the main thread), a native id or a Python ident.
+            tid = _qint(q, "tid", 0, 0, (1 << 64) - 1)
+            with_locals = _qbool(q, "locals", True)
+            max_frames = _qint(q, "max_frames", stacks.DEFAULT_MAX_FRAMES, 1, stacks.MAX_MAX_FRAMES)
+        except HTTPError as e:  # Probing's callstack error shape
+            raise HTTPError(400, e.message, body={"error": e.message, "frames": []})
         try:
-            frames = stacks.callstack(tid, with_locals=_qbool(q, "locals", True),
-                                      max_frames=_qint(q, "max_frames", stacks.DEFAULT_MAX_FRAMES, 1,
-                                                       stacks.MAX_MAX_FRAMES))
+            frames = stacks.callstack(tid, with_locals=with_locals, max_frames=max_frames)
         except stacks.UnknownThread as e:
             raise HTTPError(400, str(e), body={"error": str(e), "frames": []})
         return self._reply(200, frames)
@@ -411,14 +445,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         from . import evaluator
 
         raw = (q.get("timeout") or [""])[-1].strip()
+        timeout = evaluator.DEFAULT_TIMEOUT
+        if raw:
+            timeout = float(raw) if _SECONDS_RE.match(raw) else float("nan")
+            if not (math.isfinite(timeout) and 0 < timeout <= evaluator.MAX_TIMEOUT):
+                raise HTTPError(400, "query parameter timeout=%s is not accepted: a number of seconds, "
+                                     "0 < timeout <= %g" % (config.clip(raw), evaluator.MAX_TIMEOUT))
         try:
-            timeout = float(raw) if raw else evaluator.DEFAULT_TIMEOUT
-            if not timeout > 0:
-                raise ValueError
-        except ValueError:
-            raise HTTPError(400, "timeout=%r is not a positive number of seconds" % raw)
-        try:
-            res = evaluator.run(code, min(timeout, evaluator.MAX_TIMEOUT))
+            res = evaluator.run(code, timeout)
         except evaluator.Busy as e:
             raise HTTPError(503, str(e))
         return self._reply(200, res)
@@ -427,7 +461,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         fmt = (q.get("format") or ["pickle"])[-1].strip().lower() or "pickle"
         if fmt not in ("pickle", "json"):
             raise HTTPError(400, "format must be pickle or json",
-                            body={"error": "format must be pickle or json, not %r" % fmt, "ok": False})
+                            body={"error": "query parameter format=%s is not accepted: pickle or json"
+                                           % config.clip(fmt), "ok": False})
         try:
             kw = dict(fmt=fmt, include_stack_traces=_qbool(q, "include_stack_traces", True),
                       only_active=_qbool(q, "only_active", False), persist=_qbool(q, "persist", True),

@@ -385,6 +385,7 @@ def test_core_nodes(child):
     assert H.get(child.sock, "/apis/nodes?since_version=1").json()["nodes"] == []
     assert H.get(child.sock, "/apis/nodes?offset=1").json()["nodes"] == []
     assert H.get(child.sock, "/apis/nodes?limit=x").status == 400
+    assert H.get(child.sock, "/apis/nodes?limit=-10").status == 400
 
 
 def test_core_eval_output_not_on_real_stdout(child):
