@@ -2,7 +2,13 @@
 
 Built on socketserver + http.server; every connection gets a daemon thread.
 Unix-socket peers must have our effective uid or be root (SO_PEERCRED);
-anyone else is closed without a reply. See agent/PROTOCOL.md.
+anyone else is closed without a reply. The TCP listener starts only with
+PROBING_AUTH_TOKEN: every local user can reach a TCP port, loopback
+included, so every TCP request but /health and /ready carries the token,
+and every TCP request names this host in Host (tcphost.py: DNS rebinding).
+Every argument is checked: a bad one is a 400 naming it and the accepted
+range, and error messages echo at most a few dozen characters of it.
+See agent/PROTOCOL.md.
 """
 import base64
 import hmac
@@ -19,7 +25,7 @@ import sys
 import threading
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import config, envfilter, runtime
+from . import config, envfilter, runtime, tcphost
 
 MAX_BODY = 4 << 20
 MAX_CONNECTIONS = 64
@@ -340,8 +346,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             path = path.rstrip("/") or "/"
         q = parse_qs(u.query, keep_blank_values=True)
         tcp = self.server.transport == "tcp"
+        if tcp:
+            why = tcphost.refuse(self.headers.get_all("Host") or [], self.server.allowed_hosts,
+                                 self.connection)
+            if why:
+                self.close_connection = True
+                raise HTTPError(403, why)
         authed = not tcp or self._authenticated()
-        if tcp and runtime.state.auth_token and not authed and path not in _PUBLIC:
+        if tcp and not authed and path not in _PUBLIC:
             self.close_connection = True  # its body stays unread
             raise HTTPError(401, "Authentication is required for this resource", body=dict(envelope(
                 401, "Authentication is required for this resource",
@@ -552,6 +564,7 @@ class TCPServer(_ServerMixin, socketserver.TCPServer):
     def __init__(self, addr, family=socket.AF_INET):
         self.address_family = family
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.allowed_hosts = tcphost.allowed_names(addr[0])
         socketserver.TCPServer.__init__(self, addr, Handler, bind_and_activate=False)
 
 
@@ -634,17 +647,6 @@ def start_unix():
     return path
 
 
-def _is_loopback(host):
-    if host in ("localhost", "ip6-localhost"):
-        return True
-    try:
-        import ipaddress
-
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def tcp_spec(environ=None):
     """(host, port) to bind from PROBING_SERVER_ADDR or PROBING_PORT, or None."""
     env = os.environ if environ is None else environ
@@ -679,10 +681,11 @@ def start_tcp():
     if spec is None:
         return ""
     host, port = spec
-    if not _is_loopback(host) and not runtime.state.auth_token:
+    if not runtime.state.auth_token.strip():
+        # Loopback is no exception: every user of the host can reach it.
         runtime.logger.warning(
-            "refusing to listen on %s:%d without PROBING_AUTH_TOKEN (a non-loopback address); "
-            "serving the Unix socket only", host, port)
+            "refusing to listen on %s:%d without PROBING_AUTH_TOKEN: any local user can reach a TCP port, "
+            "loopback included; set PROBING_AUTH_TOKEN to serve TCP. Serving the Unix socket only", host, port)
         return ""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
