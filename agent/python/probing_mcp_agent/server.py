@@ -141,6 +141,7 @@ def overview():
         "identity": runtime.identity(),
         "agent": {"name": runtime.AGENT_NAME, "version": runtime.AGENT_VERSION,
                   "ready": bool(runtime.state.ready), "eval_allowed": bool(runtime.state.eval_allowed),
+                  "eval_tcp": bool(runtime.state.eval_tcp),
                   "socket": runtime.state.socket_path, "address": runtime.state.tcp_address},
     }
 
@@ -456,10 +457,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                  "previous": None if prev is None else config.format_value(prev)})
 
     def _eval(self, q, body, authed):
-        if not runtime.state.eval_allowed:
-            raise HTTPError(403, "eval is disabled in this process: start it with PROBING_ALLOW_EVAL=1")
-        if not authed:
-            raise HTTPError(403, "eval over TCP needs PROBING_AUTH_TOKEN and an authenticated request")
+        # Who may eval (agent/PROTOCOL.md): the peer-checked Unix socket
+        # unless the job opted out; TCP only with PROBING_ALLOW_EVAL=1 and
+        # the token.
+        st = runtime.state
+        if not st.eval_allowed:
+            raise HTTPError(403, st.eval_refusal or "eval is off in this process")
+        if self.server.transport == "tcp":
+            if not st.eval_tcp:
+                raise HTTPError(403, "eval over TCP needs PROBING_ALLOW_EVAL=1 in the job (without it eval is "
+                                     "served on the control socket only, to the job's own user); use the "
+                                     "control socket, or restart the job with PROBING_ALLOW_EVAL=1")
+            if not authed:
+                raise HTTPError(403, "eval over TCP needs an authenticated request (PROBING_AUTH_TOKEN)")
         try:
             code = body.decode("utf-8")
         except UnicodeDecodeError:

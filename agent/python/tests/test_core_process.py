@@ -103,10 +103,10 @@ sys.stdin.read()
 '''
 
 
-def test_core_stale_socket_replaced_and_eval_refused_by_default(tree):
+def test_core_stale_socket_replaced_and_eval_opt_out(tree):
     script = tree.write("stale.py", STALE_CHILD)
     env = tree.env(PROBING="1", PROBING_SERVER_ADDR="0.0.0.0:0", PROBING_STACK_SIGNAL="12",
-                   PROBING_LOGLEVEL="info")
+                   PROBING_LOGLEVEL="info", PROBING_ALLOW_EVAL="off")
     env["PYTHONPATH"] = H.AGENT_PY  # no site hook: the script imports it itself
     p = H.spawn([script], env)
     try:
