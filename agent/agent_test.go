@@ -185,11 +185,11 @@ func TestDiscoverIdentityAndConfigRoundTrip(t *testing.T) {
 
 func TestEvalNeedsPermissionAndTimesOut(t *testing.T) {
 	ctx := context.Background()
-	p := startAgent(t, idle)
+	p := startAgent(t, idle, "PROBING_ALLOW_EVAL=0")
 	_, err := agent.Eval(ctx, p.agent(t), "1+1", 5*time.Second)
 	var ae *agent.Error
-	if !errors.As(err, &ae) || ae.Status != 403 {
-		t.Fatalf("eval without PROBING_ALLOW_EVAL must be refused with 403, got %v", err)
+	if !errors.As(err, &ae) || ae.Kind != "denied" {
+		t.Fatalf("eval in a job that opted out (PROBING_ALLOW_EVAL=0) must be refused, got %v", err)
 	}
 	p2 := startAgent(t, "secret = 41\n"+idle, "PROBING_ALLOW_EVAL=1")
 	a := p2.agent(t)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -95,10 +96,77 @@ type EvalResult struct {
 	DurationMS float64  `json:"duration_ms"`
 }
 
-// Eval runs code inside the process. The agent enforces timeout; the
-// call's own deadline is that plus a margin, so a wedged process still
-// gives a clear error in bounded time.
+// MaxEvalCode is the most source the agent takes in one eval (its request
+// body limit, agent/PROTOCOL.md).
+const MaxEvalCode = 4 << 20
+
+// evalBySwitchSince is the first agent version that serves eval on its
+// control socket unless the job opts out (PROBING_ALLOW_EVAL=0): from it on
+// the server's PROBING_MCP_ALLOW_WRITE is the switch. Older agents serve
+// eval only when the job started with PROBING_ALLOW_EVAL=1.
+const evalBySwitchSince = "0.2.0"
+
+// EvalRefusal says why our agent in a will not run eval, from its identity
+// and before any call, or "" when it will (or cannot tell: the original
+// Probing agent, no identity). eval_allowed means "served on the control
+// socket"; an older agent's false means PROBING_ALLOW_EVAL=1 was missing.
+// The text follows "pid N: ".
+func EvalRefusal(a *Agent) string {
+	if a.Kind != KindOurs || a.Identity == nil || a.Identity.EvalAllowed {
+		return ""
+	}
+	if v := a.Identity.AgentVersion; versionBefore(v, evalBySwitchSince) {
+		return fmt.Sprintf("its agent (probing-mcp %s) serves eval only in a job started with PROBING_ALLOW_EVAL=1; "+
+			"restart this job with PROBING_ALLOW_EVAL=1, or run `probing-mcp agent install` so that jobs started from now on "+
+			"get agent %s or later, where this server's PROBING_MCP_ALLOW_WRITE is enough", v, evalBySwitchSince)
+	}
+	return "its job opted out of eval with PROBING_ALLOW_EVAL set to 0/false/off/no (or to a value the agent does not " +
+		"recognise, which counts as off); restart the job without PROBING_ALLOW_EVAL to allow eval"
+}
+
+// versionBefore compares dotted numeric versions ("0.1.0" < "0.2.0"); a
+// version it cannot read is not before anything.
+func versionBefore(v, than string) bool {
+	parse := func(s string) ([3]int, bool) {
+		var n [3]int
+		parts := strings.Split(strings.TrimSpace(s), ".")
+		if len(parts) == 0 || len(parts) > 3 {
+			return n, false
+		}
+		for i, p := range parts {
+			x, err := strconv.Atoi(p)
+			if err != nil || x < 0 {
+				return n, false
+			}
+			n[i] = x
+		}
+		return n, true
+	}
+	a, ok1 := parse(v)
+	b, ok2 := parse(than)
+	if !ok1 || !ok2 {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
+}
+
+// Eval runs code inside the process, over its control socket (the agent
+// checks that the peer is the job's user or root). An agent whose identity
+// says it will refuse is not called (EvalRefusal). The agent enforces
+// timeout; the call's own deadline is that plus a margin, so a wedged
+// process still gives a clear error in bounded time.
 func Eval(ctx context.Context, a *Agent, code string, timeout time.Duration) (*EvalResult, error) {
+	if len(code) > MaxEvalCode {
+		return nil, &Error{PID: a.PID, Kind: "denied", Msg: fmt.Sprintf("code is %d bytes; the agent takes at most %d (4 MiB)", len(code), MaxEvalCode)}
+	}
+	if why := EvalRefusal(a); why != "" {
+		return nil, &Error{PID: a.PID, Kind: "denied", Msg: why}
+	}
 	c, err := NewClient(a)
 	if err != nil {
 		return nil, err

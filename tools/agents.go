@@ -268,7 +268,8 @@ type GetConfigResult struct {
 
 func getConfig(env *Env) Def {
 	tool := mcplib.NewTool("get_config",
-		mcplib.WithDescription("Read the runtime config (probing.* keys) of one training process's agent: one key, or every key with what it does and whether set_config can change it."),
+		mcplib.WithDescription("Read the runtime config (probing.* keys) of one training process's agent: one key, or every key with what it does and whether set_config can change it "+
+			"(only keys listed as settable can be written; the others are read-only or mirror PROBING_* variables of the job)."),
 		mcplib.WithInputSchema[GetConfigParams](),
 		mcplib.WithOutputSchema[GetConfigResult](),
 		hints(true, false, true, false),
@@ -304,7 +305,7 @@ func getConfig(env *Env) Def {
 type EvalPythonParams struct {
 	PID     int    `json:"pid,omitempty" jsonschema:"Process id"`
 	Rank    *int   `json:"rank,omitempty" jsonschema:"Global rank (instead of pid)"`
-	Code    string `json:"code" jsonschema:"Python source run inside the process; a final expression's value is printed"`
+	Code    string `json:"code" jsonschema:"Python source run inside the process (at most 4 MiB); a final expression's value is printed"`
 	Timeout int    `json:"timeout,omitempty" jsonschema:"Seconds before giving up (default 10, max 300); the code's thread cannot be killed and keeps running"`
 }
 
@@ -320,19 +321,24 @@ type EvalPythonResult struct {
 
 func evalPython(env *Env) Def {
 	tool := mcplib.NewTool("eval_python",
-		mcplib.WithDescription("Run Python code inside one training process (its agent must have been started with PROBING_ALLOW_EVAL=1): "+
-			"stdout/stderr of the code are returned, with the traceback on error. Code that does not finish within timeout is reported "+
-			"as timeout and keeps running in its thread. Every call is written to the audit log."),
+		mcplib.WithDescription("Run Python code inside one training process, in the globals of its __main__, through its agent's control socket "+
+			"(which serves only the job's own user and root): stdout/stderr of the code are returned, with the traceback on error. "+
+			"Code that does not finish within timeout is reported as timeout and keeps running in its thread. "+
+			"It works on any job with our agent unless the job opted out with PROBING_ALLOW_EVAL=0 (list_processes shows eval_allowed). "+
+			"Every call is written to the audit log."),
 		mcplib.WithInputSchema[EvalPythonParams](),
 		mcplib.WithOutputSchema[EvalPythonResult](),
 		hints(false, true, false, false),
 	)
 	h := typed(func(ctx context.Context, p EvalPythonParams) (EvalPythonResult, error) {
 		if strings.TrimSpace(p.Code) == "" {
-			return EvalPythonResult{}, userErrorf("code is empty")
+			return EvalPythonResult{}, userErrorf("code is empty: pass the Python source to run")
+		}
+		if len(p.Code) > agent.MaxEvalCode {
+			return EvalPythonResult{}, userErrorf("code is %d bytes; the agent takes at most %d (4 MiB): send a shorter program", len(p.Code), agent.MaxEvalCode)
 		}
 		if p.Timeout < 0 || p.Timeout > 300 {
-			return EvalPythonResult{}, userErrorf("timeout %d: want 1..300 seconds", p.Timeout)
+			return EvalPythonResult{}, userErrorf("timeout %d: want 1..300 seconds (0 or absent: 10)", p.Timeout)
 		}
 		timeout := 10 * time.Second
 		if p.Timeout > 0 {
@@ -341,6 +347,12 @@ func evalPython(env *Env) Def {
 		a, err := one(env, p.PID, p.Rank)
 		if err != nil {
 			return EvalPythonResult{}, err
+		}
+		// The identity says whether the agent will refuse (the job's
+		// opt-out, or an agent from before the server's switch sufficed):
+		// say so without calling it.
+		if why := agent.EvalRefusal(a); why != "" {
+			return EvalPythonResult{}, userErrorf("pid %d: %s", a.PID, why)
 		}
 		r, err := agent.Eval(ctx, a, p.Code, timeout)
 		if err != nil {

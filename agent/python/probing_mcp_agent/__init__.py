@@ -11,7 +11,7 @@ It serves agent/PROTOCOL.md on $PROBING_CTRL_ROOT/<pid>.sock and writes
 it must stay cheap, as the site hook imports it in every interpreter.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def activate():

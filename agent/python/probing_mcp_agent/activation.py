@@ -67,7 +67,10 @@ def _register_core_keys(st):
     ro = [
         ("probing.server.address", "", "bound TCP address of the control server (\"\" = none)"),
         ("probing.server.unix_socket", "", "path of the control Unix socket"),
-        ("probing.allow.eval", "false", "whether POST /apis/pythonext/eval is allowed (PROBING_ALLOW_EVAL at start)"),
+        ("probing.allow.eval", "false", "whether POST /apis/pythonext/eval is served on the control socket "
+                                        "(true unless the job set PROBING_ALLOW_EVAL=0)"),
+        ("probing.allow.eval.tcp", "false", "whether eval is also served over TCP to token holders "
+                                            "(PROBING_ALLOW_EVAL=1 at start)"),
         ("probing.data.dir", "", "data dir: identity file, stack dumps, MEMT tables"),
         ("probing.ctrl.root", "", "directory of the control socket"),
         ("probing.stack.signal", "-1", "signal that makes faulthandler append all stacks to .stacks.txt"),
@@ -75,6 +78,29 @@ def _register_core_keys(st):
     ]
     for key, default, doc in ro:
         config.register(key, default, doc + " (read-only)", settable=False)
+
+
+def eval_policy(environ=None):
+    """(on the control socket, over TCP, why not) from PROBING_ALLOW_EVAL.
+
+    Unset: the control socket only. Its peers are the job's own user or
+    root, who can already change the job's code, and the server that calls
+    it has its own switch (PROBING_MCP_ALLOW_WRITE). 1/true/on/yes: TCP too
+    (token holders, possibly other hosts). 0/false/off/no: the job's
+    opt-out, everywhere. Anything else is refused everywhere: a switch
+    that guards code execution fails closed."""
+    env = os.environ if environ is None else environ
+    raw = env.get("PROBING_ALLOW_EVAL")
+    v = (raw or "").strip().lower()
+    if v == "":
+        return True, False, ""
+    if v in _ON:
+        return True, True, ""
+    if v in _OFF:
+        return False, False, ("eval is off in this process: the job opted out with PROBING_ALLOW_EVAL=%s; "
+                              "restart it without that variable to allow eval" % raw.strip())
+    return False, False, ("eval is off in this process: PROBING_ALLOW_EVAL=%r is neither 1/true/on/yes nor "
+                          "0/false/off/no; restart the job without it (or with 1) to allow eval" % raw[:40])
 
 
 def _pick_stack_signal():
@@ -223,7 +249,9 @@ def _activate(st):
         runtime.logger.warning("PROBING_LOGLEVEL=%r is not debug/info/warning/error; using warning",
                                env.get("PROBING_LOGLEVEL"))
     st.data_dir = runtime._default_data_dir()
-    st.eval_allowed = (env.get("PROBING_ALLOW_EVAL") or "").strip().lower() in _ON
+    st.eval_allowed, st.eval_tcp, st.eval_refusal = eval_policy(env)
+    if st.eval_refusal and (env.get("PROBING_ALLOW_EVAL") or "").strip().lower() not in _OFF:
+        runtime.logger.warning("%s", st.eval_refusal)
     st.auth_token = env.get("PROBING_AUTH_TOKEN") or ""
     st.auth_username = env.get("PROBING_AUTH_USERNAME") or "admin"
     _step("config", _register_core_keys, st)
@@ -243,6 +271,7 @@ def _activate(st):
     for key, value in (("probing.server.address", st.tcp_address),
                        ("probing.server.unix_socket", st.socket_path),
                        ("probing.allow.eval", "true" if st.eval_allowed else "false"),
+                       ("probing.allow.eval.tcp", "true" if st.eval_tcp else "false"),
                        ("probing.data.dir", st.data_dir),
                        ("probing.ctrl.root", server.ctrl_root()),
                        ("probing.stack.signal", str(st.stack_signal if st.stack_signal else -1)),

@@ -3,11 +3,18 @@
 API used by the other modules of the package:
 
     register(key, default, doc, validator=None, on_change=None, settable=True) -> effective value
-    get(key, default=None) -> value      set(key, value) -> previous value (None if new)
+    get(key, default=None) -> value      set(key, value) -> previous value
     all() -> {key: "string"}             keys() -> [{"key","value","doc","settable"}]
 
 Keys are normalised to `probing.<...>` (the prefix is added when missing) and
-must match `probing.[a-z0-9_.]+`.
+must match `probing.[a-z0-9_.]+`, at most MAX_KEY_LEN characters.
+
+Only registered keys can be written: set() on a key the agent never
+registered raises UnknownKeyError (HTTP 404) and one that only mirrors the
+environment raises ReadOnlyError (403), both listing the settable keys. So
+the store holds what the code registered plus what the environment mirrored
+at activation, and no request can make it grow. A written value is at most
+MAX_VALUE_LEN characters.
 
 Values keep the type they were given (register's default, or the string
 from the environment / a PUT); `all()`, `keys()` and the HTTP API show them
@@ -25,8 +32,9 @@ exception is logged and the value kept.
 
 Environment mirroring (contract §1.2): PROBING_X_Y=v becomes probing.x.y=v,
 except PROBING (itself), PROBING_ORIGINAL, PROBING_PORT, PROBING_ASSETS_ROOT,
-PROBING_SERVER_ADDRPATTERN, PROBING_BASE_PATH and every secret
-(PROBING_AUTH_TOKEN, *_TOKEN, *_SECRET, *PASSWORD*), which are never stored.
+PROBING_SERVER_ADDRPATTERN, PROBING_BASE_PATH and every name with a secret
+word (envfilter.secret: PROBING_AUTH_*, *TOKEN*, *SECRET*, *KEY*, ...), which
+are never stored.
 PROBING_LOGLEVEL is kept, as probing.loglevel.
 An environment value is checked by the key's validator when the key is (or
 later gets) registered; a refused value is logged and the default used.
@@ -35,7 +43,11 @@ import os
 import re
 import threading
 
-from . import runtime
+from . import envfilter, runtime
+
+MAX_KEY_LEN = 128
+MAX_VALUE_LEN = 1024
+MAX_LISTED = 32  # settable keys named in an error message
 
 _KEY_RE = re.compile(r"^probing\.[a-z0-9_.]+$")
 
@@ -60,6 +72,19 @@ class ReadOnlyError(ConfigError):
 
 class InvalidKeyError(ConfigError):
     status = 400
+
+
+class UnknownKeyError(ConfigError):
+    status = 404
+
+
+def clip(value, limit=64):
+    """repr(value), cut to about limit characters: error messages echo
+    client input, and must stay small whatever the input."""
+    r = repr(value) if not isinstance(value, str) or len(value) <= limit else repr(value[:limit])
+    if isinstance(value, str) and len(value) > limit:
+        r += "... (%d characters)" % len(value)
+    return r
 
 
 class _Entry(object):
@@ -87,9 +112,24 @@ def normalize(key):
 
 def check_key(key):
     key = normalize(key)
-    if not _KEY_RE.match(key):
-        raise InvalidKeyError("invalid config key %r: keys are probing.[a-z0-9_.]+" % (key,))
+    if len(key) > MAX_KEY_LEN or not _KEY_RE.match(key):
+        raise InvalidKeyError("invalid config key %s: keys are probing.[a-z0-9_.]+, at most %d characters"
+                              % (clip(key), MAX_KEY_LEN))
     return key
+
+
+def settable_keys():
+    with _lock:
+        return sorted(k for k, e in _entries.items() if e.registered and e.settable)
+
+
+def _settable_hint():
+    ks = settable_keys()
+    more = len(ks) - MAX_LISTED
+    text = ", ".join(ks[:MAX_LISTED]) or "none"
+    if more > 0:
+        text += " and %d more" % more
+    return "settable keys: %s (GET /config/_keys lists them with what they do)" % text
 
 
 def format_value(v):
@@ -110,11 +150,11 @@ def _validate(e, value):
     except ConfigError:
         raise
     except ValueError as err:
-        raise ConfigError("invalid value %r for %s: %s" % (value, e.key, err))
+        raise ConfigError("invalid value %s for %s: %s" % (clip(value), e.key, err))
     if r is None or r is True:
         return value
     if r is False:
-        raise ConfigError("invalid value %r for %s" % (value, e.key))
+        raise ConfigError("invalid value %s for %s" % (clip(value), e.key))
     return r
 
 
@@ -177,22 +217,23 @@ def exists(key):
 
 
 def set(key, value, _force=False):  # noqa: A001 (the API the brief names)
-    """Writes a key; returns the previous value (None for a new key).
-    Raises InvalidKeyError, ReadOnlyError or ConfigError."""
+    """Writes a registered key; returns the previous value. Raises
+    InvalidKeyError, UnknownKeyError, ReadOnlyError or ConfigError."""
     key = check_key(key)
     with _lock:
         e = _entries.get(key)
         if e is None:
-            e = _Entry(key, None)
-            e.doc = "unregistered key (stored only)"
-            _entries[key] = e
-            new = True
-        else:
-            new = False
+            raise UnknownKeyError("config key '%s' is not a setting of this agent; %s" % (key, _settable_hint()))
+        if not e.registered:
+            raise ReadOnlyError("config key '%s' only mirrors the environment (%s) and is not a setting of this "
+                                "agent; %s" % (key, e.doc, _settable_hint()))
         if not e.settable and not _force:
-            raise ReadOnlyError("config key '%s' is read-only" % key)
+            raise ReadOnlyError("config key '%s' is read-only; %s" % (key, _settable_hint()))
+        if not _force and isinstance(value, str) and len(value) > MAX_VALUE_LEN:
+            raise ConfigError("value for %s is %d characters; the limit is %d"
+                              % (key, len(value), MAX_VALUE_LEN))
         value = _validate(e, value)
-        previous = None if new else e.value
+        previous = e.value
         prev_explicit = e.explicit
         e.value = value
         e.explicit = True
@@ -202,11 +243,8 @@ def set(key, value, _force=False):  # noqa: A001 (the API the brief names)
             _call_on_change(fn, key, value, previous)
         except ValueError as err:
             with _lock:
-                if new:
-                    _entries.pop(key, None)
-                else:
-                    e.value, e.explicit = previous, prev_explicit
-            raise ConfigError("invalid value %r for %s: %s" % (value, key, err))
+                e.value, e.explicit = previous, prev_explicit
+            raise ConfigError("invalid value %s for %s: %s" % (clip(value), key, err))
         except Exception as err:
             runtime.logger.warning("config %s: on_change failed: %s", key, err)
     return previous
@@ -225,18 +263,12 @@ def all():  # noqa: A001
 def keys():
     with _lock:
         return [{"key": k, "value": format_value(_entries[k].value), "doc": _entries[k].doc,
-                 "settable": bool(_entries[k].settable)} for k in sorted(_entries)]
-
-
-def _secret(name):
-    u = name.upper()
-    return (u.startswith("PROBING_AUTH_") and u != "PROBING_AUTH_USERNAME" and u != "PROBING_AUTH_REALM") or \
-        u.endswith("_TOKEN") or u.endswith("_SECRET") or "PASSWORD" in u
+                 "settable": bool(_entries[k].registered and _entries[k].settable)} for k in sorted(_entries)]
 
 
 def env_key(name):
     """The config key PROBING_X_Y mirrors to, or None if it is not mirrored."""
-    if not name.startswith("PROBING_") or name in _ENV_EXCLUDED or _secret(name):
+    if not name.startswith("PROBING_") or name in _ENV_EXCLUDED or envfilter.secret(name):
         return None
     k = "probing." + name[len("PROBING_"):].lower().replace("_", ".")
     return k if _KEY_RE.match(k) else None
@@ -253,12 +285,16 @@ def load_env(environ=None):
         value = env.get(name)
         with _lock:
             e = _entries.get(key)
-            if e is None:
-                e = _Entry(key, value)
+            if e is None or not e.registered:
+                # A mirror only (a second name mapping to the same key
+                # replaces the first): no validator to run.
+                if e is None:
+                    e = _Entry(key, value)
+                    _entries[key] = e
+                    n += 1
+                e.value = value
                 e.doc = "from the environment (%s)" % name
                 e.explicit = True
-                _entries[key] = e
-                n += 1
                 continue
         try:
             set(key, value, _force=True)

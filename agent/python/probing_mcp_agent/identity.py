@@ -137,7 +137,10 @@ def build(environ=None):
         "socket": st.socket_path or "",
         "faulthandler_signal": st.stack_signal if st.stack_signal else -1,
         "faulthandler_file": st.stack_file or "",
+        # eval is served on the control socket (not opted out); the Go
+        # side checks it before calling. eval_tcp (ext): over TCP too.
         "eval_allowed": bool(st.eval_allowed),
+        "eval_tcp": bool(st.eval_tcp),
         "python": "%d.%d.%d" % tuple(sys.version_info[:3]),
         "torch": torch_version(),
         "argv": _argv(),

@@ -14,7 +14,7 @@ import sys
 import threading
 
 AGENT_NAME = "probing-mcp"
-AGENT_VERSION = "0.1.0"
+AGENT_VERSION = "0.2.0"
 LOGGER_NAME = "probing_mcp_agent"
 IDENTITY_FILE = ".identity.json"
 STACKS_FILE = ".stacks.txt"
@@ -85,7 +85,9 @@ class _State(object):
         self.identity = None
         self.socket_path = ""
         self.tcp_address = ""
-        self.eval_allowed = False
+        self.eval_allowed = False  # served on the control socket (activation.eval_policy)
+        self.eval_tcp = False  # also served over TCP, to token holders
+        self.eval_refusal = ""  # why not, when eval_allowed is False
         self.auth_token = ""  # never exposed through config or identity
         self.auth_username = "admin"
         self.stack_signal = -1

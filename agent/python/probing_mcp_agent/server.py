@@ -2,13 +2,21 @@
 
 Built on socketserver + http.server; every connection gets a daemon thread.
 Unix-socket peers must have our effective uid or be root (SO_PEERCRED);
-anyone else is closed without a reply. See agent/PROTOCOL.md.
+anyone else is closed without a reply. The TCP listener starts only with
+PROBING_AUTH_TOKEN: every local user can reach a TCP port, loopback
+included, so every TCP request but /health and /ready carries the token,
+and every TCP request names this host in Host (tcphost.py: DNS rebinding).
+Every argument is checked: a bad one is a 400 naming it and the accepted
+range, and error messages echo at most a few dozen characters of it.
+See agent/PROTOCOL.md.
 """
 import base64
 import hmac
 import http.server
 import json
+import math
 import os
+import re
 import time
 import socket
 import socketserver
@@ -17,7 +25,7 @@ import sys
 import threading
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import config, runtime
+from . import config, envfilter, runtime, tcphost
 
 MAX_BODY = 4 << 20
 MAX_CONNECTIONS = 64
@@ -29,6 +37,21 @@ _CODES = {400: "BAD_REQUEST", 401: "UNAUTHORIZED", 403: "FORBIDDEN", 404: "NOT_F
 _PUBLIC = ("/health", "/ready")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
+_INT_RE = re.compile(r"^[+-]?[0-9]{1,20}$")
+_SECONDS_RE = re.compile(r"^[0-9]{1,6}(\.[0-9]{0,6})?$|^\.[0-9]{1,6}$")
+_HEX_RE = re.compile(rb"^[0-9A-Fa-f]{1,16}$")
+_DIGITS_RE = re.compile(r"^[0-9]{1,19}$")
+MAX_TRAILERS = 64
+_ECHO = 80  # characters of client input an error message repeats
+
+
+def _cut(text, limit=_ECHO):
+    """text, cut to limit characters with its length said: error messages
+    echo client input and must stay small whatever it is."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return "%s... (%d characters)" % (text[:limit], len(text))
 
 
 class HTTPError(Exception):
@@ -48,18 +71,6 @@ def envelope(status, message, action=None):
     return {"error": e}
 
 
-def _redact_env(env):
-    out = {}
-    for k, v in env.items():
-        u = k.upper()
-        if (u.startswith("PROBING_AUTH_") or u.endswith("_TOKEN") or u.endswith("_SECRET")
-                or "PASSWORD" in u or u.startswith("AWS_") or "SECRET" in u or "API_KEY" in u
-                or u.endswith("_TOKEN_ID")):
-            continue
-        out[k] = v
-    return out
-
-
 def _qbool(q, name, default):
     v = q.get(name)
     if not v:
@@ -69,18 +80,24 @@ def _qbool(q, name, default):
         return True
     if s in _FALSE or s == "":
         return False if s else default
-    raise HTTPError(400, "query parameter %s=%r is not a boolean (true/false, 1/0, yes/no, on/off)" % (name, v[-1]))
+    raise HTTPError(400, "query parameter %s=%s is not a boolean: accepted true/false, 1/0, yes/no, on/off"
+                    % (name, config.clip(v[-1])))
 
 
 def _qint(q, name, default, lo, hi):
+    """An integer query parameter in [lo, hi]; anything else is a 400 that
+    names the parameter and the range (never clamped in silence)."""
     v = q.get(name)
-    if not v or v[-1] == "":
+    if not v or v[-1].strip() == "":
         return default
-    try:
-        n = int(v[-1])
-    except ValueError:
-        raise HTTPError(400, "query parameter %s=%r is not an integer" % (name, v[-1]))
-    return max(lo, min(hi, n))
+    raw = v[-1].strip()
+    if not _INT_RE.match(raw):
+        raise HTTPError(400, "query parameter %s=%s is not an integer: accepted %d..%d"
+                        % (name, config.clip(raw), lo, hi))
+    n = int(raw)
+    if n < lo or n > hi:
+        raise HTTPError(400, "query parameter %s=%d is out of range: accepted %d..%d" % (name, n, lo, hi))
+    return n
 
 
 def _cmdline():
@@ -109,10 +126,14 @@ def overview():
     except Exception:
         cwd = ""
     main = threading.main_thread()
+    env, withheld = envfilter.report(dict(os.environ))
     return {
         "pid": os.getpid(),
         "exe": exe,
-        "env": _redact_env(dict(os.environ)),
+        "env": env,
+        # ext: how many variables env leaves out (not allow-listed, or a
+        # secret word in the name); never which.
+        "env_withheld": withheld,
         "cmd": " ".join(_cmdline()),
         "cwd": cwd,
         "main_thread": getattr(main, "native_id", None) or os.getpid(),
@@ -120,6 +141,7 @@ def overview():
         "identity": runtime.identity(),
         "agent": {"name": runtime.AGENT_NAME, "version": runtime.AGENT_VERSION,
                   "ready": bool(runtime.state.ready), "eval_allowed": bool(runtime.state.eval_allowed),
+                  "eval_tcp": bool(runtime.state.eval_tcp),
                   "socket": runtime.state.socket_path, "address": runtime.state.tcp_address},
     }
 
@@ -134,6 +156,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
     timeout = 60
 
     # -- plumbing ---------------------------------------------------------
+    def setup(self):
+        http.server.BaseHTTPRequestHandler.setup(self)
+        if self.server.transport == "tcp":
+            # A reply is two writes (headers, body): with Nagle and the
+            # peer's delayed ACK, each keep-alive request would wait ~40 ms.
+            try:
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+
     def version_string(self):
         return self.server_version
 
@@ -167,7 +199,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             if not message:
                 message = self.responses.get(code, ("error",))[0]
-            self._reply(code, envelope(code, message))
+            self._reply(code, envelope(code, _cut(message)))
         except Exception:
             pass
 
@@ -201,13 +233,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         cl = self.headers.get("Content-Length")
         if cl is None:
             return b""
-        try:
-            n = int(cl)
-            if n < 0:
-                raise ValueError
-        except ValueError:
+        if not _DIGITS_RE.match(cl.strip()):
             self.close_connection = True
-            raise HTTPError(400, "invalid Content-Length %r" % cl)
+            raise HTTPError(400, "invalid Content-Length %s: accepted a byte count 0..%d"
+                            % (config.clip(cl), MAX_BODY))
+        n = int(cl.strip())
         if n > MAX_BODY:
             self.close_connection = True
             raise HTTPError(413, "request body of %d bytes exceeds the %d-byte limit" % (n, MAX_BODY))
@@ -218,27 +248,40 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return data
 
     def _chunked(self):
+        """A chunked body (RFC 9112 7.1), parsed strictly: a chunk size is
+        1-16 hex digits (no sign: int(x, 16) would take "-10"), the data is
+        all there and followed by CRLF, trailers are few. Bounded by
+        MAX_BODY; any error closes the connection, as the stream is lost."""
         out = []
         total = 0
         while True:
             line = self.rfile.readline(1024)
-            try:
-                size = int(line.split(b";", 1)[0].strip(), 16)
-            except ValueError:
+            size_s = line.split(b";", 1)[0].strip()
+            if not line.endswith(b"\n") or not _HEX_RE.match(size_s):
                 self.close_connection = True
-                raise HTTPError(400, "malformed chunked body")
+                raise HTTPError(400, "malformed chunked body: chunk size %s is not 1 to 16 hexadecimal digits"
+                                % config.clip(size_s.decode("latin-1")))
+            size = int(size_s, 16)
             if size == 0:
-                while True:  # trailers
+                for _ in range(MAX_TRAILERS + 1):  # trailers, ignored
                     t = self.rfile.readline(8192)
-                    if t in (b"\r\n", b"\n", b""):
+                    if t in (b"\r\n", b"\n"):
+                        return b"".join(out)
+                    if not t.endswith(b"\n"):
                         break
-                return b"".join(out)
+                self.close_connection = True
+                raise HTTPError(400, "malformed chunked body: its trailer section is cut short, has a line over "
+                                     "8192 bytes, or more than %d lines" % MAX_TRAILERS)
             total += size
             if total > MAX_BODY:
                 self.close_connection = True
                 raise HTTPError(413, "request body exceeds the %d-byte limit" % MAX_BODY)
-            out.append(self.rfile.read(size))
-            self.rfile.readline(16)
+            data = self.rfile.read(size)
+            if len(data) < size or self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                self.close_connection = True
+                raise HTTPError(400, "malformed chunked body: a chunk of %d bytes is cut short or not followed "
+                                     "by CRLF" % size)
+            out.append(data)
 
     def _authenticated(self):
         tok = runtime.state.auth_token
@@ -303,7 +346,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                    exc_info=runtime.logger.isEnabledFor(10))
             try:
                 self.close_connection = True
-                self._reply(500, envelope(500, "internal error: %s" % (e,)))
+                self._reply(500, envelope(500, "internal error: %s" % _cut(e)))
             except Exception:
                 pass
 
@@ -314,8 +357,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             path = path.rstrip("/") or "/"
         q = parse_qs(u.query, keep_blank_values=True)
         tcp = self.server.transport == "tcp"
+        if tcp:
+            why = tcphost.refuse(self.headers.get_all("Host") or [], self.server.allowed_hosts,
+                                 self.connection)
+            if why:
+                self.close_connection = True
+                raise HTTPError(403, why)
         authed = not tcp or self._authenticated()
-        if tcp and runtime.state.auth_token and not authed and path not in _PUBLIC:
+        if tcp and not authed and path not in _PUBLIC:
             self.close_connection = True  # its body stays unread
             raise HTTPError(401, "Authentication is required for this resource", body=dict(envelope(
                 401, "Authentication is required for this resource",
@@ -325,7 +374,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
         def only(*methods):
             if method not in methods:
-                raise HTTPError(405, "method %s not allowed on %s" % (method, path),
+                raise HTTPError(405, "method %s not allowed on %s" % (_cut(method, 20), _cut(path)),
                                 headers={"Allow": ", ".join(methods)})
 
         if path == "/health":
@@ -371,25 +420,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if method in ("GET", "HEAD"):
                 k = config.normalize(key)
                 if not config.exists(k):
-                    raise HTTPError(404, "Config key '%s' not found" % k)
+                    raise HTTPError(404, "Config key '%s' not found" % _cut(k))
                 return self._reply(200, config.format_value(config.get(k)), "text/plain; charset=utf-8")
             only("GET", "PUT")
             return self._put_config(key, body)
-        raise HTTPError(404, "No route for %s" % path)
+        raise HTTPError(404, "No route for %s" % _cut(path))
 
     # -- endpoints --------------------------------------------------------
     def _callstack(self, q):
         from . import stacks
 
-        raw = (q.get("tid") or [""])[-1].strip()
         try:
-            tid = int(raw) if raw else 0
-        except ValueError:
-            raise HTTPError(400, "bad tid", body={"error": "invalid thread id %r" % raw, "frames": []})
+            # A thread id: 0 (the main thread), a native id or a Python ident.
+            tid = _qint(q, "tid", 0, 0, (1 << 64) - 1)
+            with_locals = _qbool(q, "locals", True)
+            max_frames = _qint(q, "max_frames", stacks.DEFAULT_MAX_FRAMES, 1, stacks.MAX_MAX_FRAMES)
+        except HTTPError as e:  # Probing's callstack error shape
+            raise HTTPError(400, e.message, body={"error": e.message, "frames": []})
         try:
-            frames = stacks.callstack(tid, with_locals=_qbool(q, "locals", True),
-                                      max_frames=_qint(q, "max_frames", stacks.DEFAULT_MAX_FRAMES, 1,
-                                                       stacks.MAX_MAX_FRAMES))
+            frames = stacks.callstack(tid, with_locals=with_locals, max_frames=max_frames)
         except stacks.UnknownThread as e:
             raise HTTPError(400, str(e), body={"error": str(e), "frames": []})
         return self._reply(200, frames)
@@ -408,10 +457,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                  "previous": None if prev is None else config.format_value(prev)})
 
     def _eval(self, q, body, authed):
-        if not runtime.state.eval_allowed:
-            raise HTTPError(403, "eval is disabled in this process: start it with PROBING_ALLOW_EVAL=1")
-        if not authed:
-            raise HTTPError(403, "eval over TCP needs PROBING_AUTH_TOKEN and an authenticated request")
+        # Who may eval (agent/PROTOCOL.md): the peer-checked Unix socket
+        # unless the job opted out; TCP only with PROBING_ALLOW_EVAL=1 and
+        # the token.
+        st = runtime.state
+        if not st.eval_allowed:
+            raise HTTPError(403, st.eval_refusal or "eval is off in this process")
+        if self.server.transport == "tcp":
+            if not st.eval_tcp:
+                raise HTTPError(403, "eval over TCP needs PROBING_ALLOW_EVAL=1 in the job (without it eval is "
+                                     "served on the control socket only, to the job's own user); use the "
+                                     "control socket, or restart the job with PROBING_ALLOW_EVAL=1")
+            if not authed:
+                raise HTTPError(403, "eval over TCP needs an authenticated request (PROBING_AUTH_TOKEN)")
         try:
             code = body.decode("utf-8")
         except UnicodeDecodeError:
@@ -419,14 +477,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         from . import evaluator
 
         raw = (q.get("timeout") or [""])[-1].strip()
+        timeout = evaluator.DEFAULT_TIMEOUT
+        if raw:
+            timeout = float(raw) if _SECONDS_RE.match(raw) else float("nan")
+            if not (math.isfinite(timeout) and 0 < timeout <= evaluator.MAX_TIMEOUT):
+                raise HTTPError(400, "query parameter timeout=%s is not accepted: a number of seconds, "
+                                     "0 < timeout <= %g" % (config.clip(raw), evaluator.MAX_TIMEOUT))
         try:
-            timeout = float(raw) if raw else evaluator.DEFAULT_TIMEOUT
-            if not timeout > 0:
-                raise ValueError
-        except ValueError:
-            raise HTTPError(400, "timeout=%r is not a positive number of seconds" % raw)
-        try:
-            res = evaluator.run(code, min(timeout, evaluator.MAX_TIMEOUT))
+            res = evaluator.run(code, timeout)
         except evaluator.Busy as e:
             raise HTTPError(503, str(e))
         return self._reply(200, res)
@@ -435,7 +493,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         fmt = (q.get("format") or ["pickle"])[-1].strip().lower() or "pickle"
         if fmt not in ("pickle", "json"):
             raise HTTPError(400, "format must be pickle or json",
-                            body={"error": "format must be pickle or json, not %r" % fmt, "ok": False})
+                            body={"error": "query parameter format=%s is not accepted: pickle or json"
+                                           % config.clip(fmt), "ok": False})
         try:
             kw = dict(fmt=fmt, include_stack_traces=_qbool(q, "include_stack_traces", True),
                       only_active=_qbool(q, "only_active", False), persist=_qbool(q, "persist", True),
@@ -525,6 +584,7 @@ class TCPServer(_ServerMixin, socketserver.TCPServer):
     def __init__(self, addr, family=socket.AF_INET):
         self.address_family = family
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.allowed_hosts = tcphost.allowed_names(addr[0])
         socketserver.TCPServer.__init__(self, addr, Handler, bind_and_activate=False)
 
 
@@ -607,17 +667,6 @@ def start_unix():
     return path
 
 
-def _is_loopback(host):
-    if host in ("localhost", "ip6-localhost"):
-        return True
-    try:
-        import ipaddress
-
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def tcp_spec(environ=None):
     """(host, port) to bind from PROBING_SERVER_ADDR or PROBING_PORT, or None."""
     env = os.environ if environ is None else environ
@@ -652,10 +701,11 @@ def start_tcp():
     if spec is None:
         return ""
     host, port = spec
-    if not _is_loopback(host) and not runtime.state.auth_token:
+    if not runtime.state.auth_token.strip():
+        # Loopback is no exception: every user of the host can reach it.
         runtime.logger.warning(
-            "refusing to listen on %s:%d without PROBING_AUTH_TOKEN (a non-loopback address); "
-            "serving the Unix socket only", host, port)
+            "refusing to listen on %s:%d without PROBING_AUTH_TOKEN: any local user can reach a TCP port, "
+            "loopback included; set PROBING_AUTH_TOKEN to serve TCP. Serving the Unix socket only", host, port)
         return ""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:

@@ -138,6 +138,32 @@ def stop(proc):
             pass
 
 
+IDLE_CHILD = "import sys\nprint('UP', flush=True)\nsys.stdin.read()\n"
+
+
+def spawn_agent(tree, **env):
+    """An idle child with the agent active (PROBING=1 and env): (proc, the
+    control socket), once the agent is ready."""
+    script = tree.write("idle_child.py", IDLE_CHILD)
+    p = spawn([script], tree.env(PROBING="1", **env))
+    readline(p, want="UP")
+    sock = wait_path(tree.sock(p.pid))
+    deadline = time.time() + 10
+    while get(sock, "/ready").status != 200 and time.time() < deadline:
+        time.sleep(0.02)
+    return p, sock
+
+
+def finish(proc):
+    """Ends a child started by spawn_agent (stdin closed); returns its stderr."""
+    try:
+        proc.stdin.close()
+        proc.wait(10)
+        return proc.stderr.read()
+    finally:
+        stop(proc)
+
+
 def wait_path(path, timeout=10):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -191,13 +217,20 @@ def get(target, path, **kw):
     return request(target, "GET", path, **kw)
 
 
-def raw(path, data, timeout=5):
-    """Sends raw bytes on the Unix socket; returns everything read back."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    s.connect(path)
+def raw(target, data, timeout=5, shut_wr=False):
+    """Sends raw bytes on the Unix socket (a path) or TCP ((host, port));
+    returns everything read back. shut_wr: half-close after sending, so a
+    server reading a body that is cut short sees its end at once."""
+    if isinstance(target, tuple):
+        s = socket.create_connection(target, timeout=timeout)
+    else:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect(target)
     try:
         s.sendall(data)
+        if shut_wr:
+            s.shutdown(socket.SHUT_WR)
         out = b""
         while True:
             try:

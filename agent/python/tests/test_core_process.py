@@ -103,10 +103,10 @@ sys.stdin.read()
 '''
 
 
-def test_core_stale_socket_replaced_and_eval_refused_by_default(tree):
+def test_core_stale_socket_replaced_and_eval_opt_out(tree):
     script = tree.write("stale.py", STALE_CHILD)
     env = tree.env(PROBING="1", PROBING_SERVER_ADDR="0.0.0.0:0", PROBING_STACK_SIGNAL="12",
-                   PROBING_LOGLEVEL="info")
+                   PROBING_LOGLEVEL="info", PROBING_ALLOW_EVAL="off")
     env["PYTHONPATH"] = H.AGENT_PY  # no site hook: the script imports it itself
     p = H.spawn([script], env)
     try:
@@ -120,7 +120,7 @@ def test_core_stale_socket_replaced_and_eval_refused_by_default(tree):
         ident = tree.identity(pid)
         assert ident["eval_allowed"] is False
         assert ident["faulthandler_signal"] == 12
-        # A non-loopback TCP bind without a token is refused.
+        # A TCP bind without a token is refused.
         assert ident["addr"] == ""
         assert H.get(sock, "/config/server.address").text == ""
     finally:
@@ -145,23 +145,6 @@ def _tcp_child(tree, **env):
     return p, pid, ident
 
 
-def test_core_tcp_loopback_without_token(tree):
-    p, pid, ident = _tcp_child(tree, PROBING_SERVER_ADDR="127.0.0.1:0")
-    try:
-        host, port = ident["addr"].rsplit(":", 1)
-        assert host == "127.0.0.1" and int(port) > 0
-        t = (host, int(port))
-        assert H.get(tree.sock(pid), "/config/server.address").text == ident["addr"]
-        assert H.get(t, "/health").json() == {"status": "ok"}
-        assert H.get(t, "/apis/identity").json()["pid"] == pid  # loopback, no token: open
-        r = H.request(t, "POST", "/apis/pythonext/eval", "1+1")
-        assert r.status == 403  # eval over TCP needs an authenticated caller
-        r = H.request(tree.sock(pid), "POST", "/apis/pythonext/eval", "1+1")
-        assert r.json()["output"] == "2\n"  # the Unix socket is fine
-    finally:
-        H.stop(p)
-
-
 def test_core_tcp_token_auth(tree):
     p, pid, ident = _tcp_child(tree, PROBING_PORT="RANDOM", PROBING_AUTH_TOKEN="s3cr3t",
                                PROBING_AUTH_USERNAME="ops")
@@ -169,6 +152,7 @@ def test_core_tcp_token_auth(tree):
         host, port = ident["addr"].rsplit(":", 1)
         assert host == "0.0.0.0"
         t = ("127.0.0.1", int(port))
+        assert H.get(tree.sock(pid), "/config/server.address").text == ident["addr"]
         assert H.get(t, "/health").status == 200 and H.get(t, "/ready").status == 200
         r = H.get(t, "/apis/identity")
         assert r.status == 401
@@ -270,7 +254,7 @@ def test_core_fork_child_is_not_an_agent(tree):
 
 
 OWN = ["__init__.py", "_hook.py", "activation.py", "runtime.py", "config.py", "server.py", "stacks.py",
-       "evaluator.py", "identity.py"]
+       "evaluator.py", "identity.py", "envfilter.py", "tcphost.py"]
 
 
 def test_core_sources_are_python39(tree):

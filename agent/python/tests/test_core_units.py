@@ -62,7 +62,7 @@ def test_core_config_env_mirroring():
     assert config.env_key("PROBING_LOGLEVEL") == "probing.loglevel"
     for name in ("PROBING", "PROBING_ORIGINAL", "PROBING_PORT", "PROBING_AUTH_TOKEN", "PROBING_ASSETS_ROOT",
                  "PROBING_BASE_PATH", "PROBING_SERVER_ADDRPATTERN", "PROBING_HF_TOKEN", "PROBING_DB_PASSWORD",
-                 "PROBING_X_SECRET", "OTHER_VAR"):
+                 "PROBING_X_SECRET", "PROBING_WANDB_KEY", "PROBING_GH_PAT", "PROBING_AUTH_USERNAME", "OTHER_VAR"):
         assert config.env_key(name) is None, name
     n = config.load_env({"PROBING_UNIT_MIRRORED_ONE": "v1", "PROBING_AUTH_TOKEN": "t", "HOME": "/x"})
     assert n == 1 and config.get("unit.mirrored.one") == "v1"
@@ -116,10 +116,23 @@ def test_core_config_register_set_semantics():
     assert config.get("unit.ro") == "2"
     with pytest.raises(config.InvalidKeyError):
         config.set("probing.Bad Key", "1")
-    # Unregistered keys are stored.
-    assert config.set("unit.fresh", "v") is None and config.get("unit.fresh") == "v"
+    with pytest.raises(config.InvalidKeyError):
+        config.set("probing." + "k" * 200, "1")
+    # Only registered keys are written: the store never grows from set().
+    with pytest.raises(config.UnknownKeyError) as e:
+        config.set("unit.fresh", "v")
+    assert "probing.unit.fresh" in str(e.value) and "probing.unit.level" in str(e.value)
+    assert "probing.unit.ro" not in str(e.value)  # read-only keys are not offered
+    assert not config.exists("unit.fresh")
+    config.load_env({"PROBING_UNIT_MIRROR": "m"})
+    with pytest.raises(config.ReadOnlyError):
+        config.set("unit.mirror", "n")
+    assert config.get("unit.mirror") == "m"
+    with pytest.raises(config.ConfigError) as e:
+        config.set("unit.level", "h" * (config.MAX_VALUE_LEN + 1))
+    assert str(config.MAX_VALUE_LEN) in str(e.value) and len(str(e.value)) < 200
     k = dict((d["key"], d) for d in config.keys())
-    assert k["probing.unit.ro"]["settable"] is False and k["probing.unit.fresh"]["settable"] is True
+    assert k["probing.unit.ro"]["settable"] is False and k["probing.unit.mirror"]["settable"] is False
     assert config.on_off("YES") == "on" and config.on_off("0") == "off"
 
 
