@@ -68,6 +68,8 @@ type Agent struct {
 	// SocketRefused says why a control socket that was found is not used
 	// (not a socket, or not the process owner's).
 	SocketRefused string `json:"socket_refused,omitempty"`
+	// start is the start time the data dir recorded for the pid (0: none).
+	start uint64
 }
 
 // Rank is the agent's global rank, -1 when unknown.
@@ -144,7 +146,7 @@ func Discover(opt Options) ([]*Agent, error) {
 			continue // an empty directory says nothing
 		}
 		a := get(d.PID, KindRingOnly)
-		a.UID, a.Untrusted, a.Rings = d.Owner.UID, d.Untrusted, d.Rings
+		a.UID, a.Untrusted, a.Rings, a.start = d.Owner.UID, d.Untrusted, d.Rings, d.Start
 		anchored[d.PID] = true
 		if d.Identity != nil && d.Identity.Agent == KindOurs {
 			a.Kind, a.Identity, a.Socket = KindOurs, d.Identity, d.Identity.Socket
@@ -281,9 +283,12 @@ func ReadIdentity(path string) (*Identity, error) {
 	return id, err
 }
 
+// alive: the pid runs and, when the data dir recorded a start time (the
+// identity file's, or the rings' own), is that process and not one that
+// reused the pid.
 func alive(a *Agent) bool {
-	var start uint64
-	if a.Identity != nil {
+	start := a.start
+	if a.Identity != nil && a.Identity.StartTime != 0 {
 		start = a.Identity.StartTime
 	}
 	return procfacts.Alive(a.PID, start)

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"bufio"
+	"encoding/binary"
 	"context"
 	"encoding/json"
 	"net"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/storage/memt"
 )
 
 // The attacks of issue 9 on a shared node: another user's files and
@@ -326,5 +328,38 @@ func TestPipeMustBeAFIFO(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "is not a FIFO") {
 		t.Errorf("error: %v", err)
+	}
+}
+
+// TestRingsOfAReusedPid: a directory that holds only rings is alive only
+// if its pid is still the process that wrote them (their recorded start
+// time), not whatever process got the pid since.
+func TestRingsOfAReusedPid(t *testing.T) {
+	opt := newDirs(t)
+	me := os.Getpid()
+	path := filepath.Join(opt.DataDir, strconv.Itoa(me), "python.x")
+	w, err := memt.Create(path, []memt.Column{{Name: "timestamp", Type: memt.I64}}, memt.Options{ChunkSize: 256, NumChunks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	found, err := agent.Discover(opt)
+	if a := find(found, me); err != nil || a == nil || !a.Alive {
+		t.Fatalf("the writer's own rings: %+v %v", a, err)
+	}
+	// The same pid, another process: the recorded start time differs.
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], 1)
+	if _, err := f.WriteAt(b[:], 48); err != nil { // creator start time
+		t.Fatal(err)
+	}
+	f.Close()
+	found, err = agent.Discover(opt)
+	if a := find(found, me); err != nil || a == nil || a.Alive {
+		t.Fatalf("rings of a reused pid taken as alive: %+v %v", a, err)
 	}
 }

@@ -60,6 +60,9 @@ type PidDir struct {
 	Untrusted string
 	// Rings counts the ring tables read from it.
 	Rings int
+	// Start is the process's start time as its identity file or its own
+	// rings recorded it (0: none), so that a reused pid is not taken for it.
+	Start uint64
 }
 
 // Identity places a process in the job. Unknown numbers are -1, as in
@@ -287,6 +290,9 @@ func (d *PidDir) scan(inv *Inventory) (*Process, error) {
 			idFI = nil
 		}
 		rings = append(rings, ringFile{r, fi})
+	}
+	if id != nil {
+		d.Start = id.StartTime
 	}
 	d.Owner = pidOwner(d.PID, dfi, id)
 	if err := procfacts.CheckFile(dfi, d.Owner); err != nil {
