@@ -308,6 +308,28 @@ func TestOneLongRowMeetsItsDeadline(t *testing.T) {
 	}
 }
 
+// TestBoundedFunctionsStopAtTheDeadline: the engine's LIKE, GLOB,
+// replace, instr and trim check for the interrupt before they start, so
+// a row of many of them stops at the deadline instead of running to its
+// end (here 400 LIKEs, each matching a 99-byte pattern at 4 M positions:
+// minutes) and frees its query slot.
+func TestBoundedFunctionsStopAtTheDeadline(t *testing.T) {
+	e, err := New(Options{DataDir: t.TempDir(), Timeout: time.Minute, MaxConcurrent: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := "WITH x(s) AS MATERIALIZED (SELECT printf('%.*c', 4000000, 'a')) SELECT " +
+		sumTree("(s LIKE '%"+strings.Repeat("a", 97)+"b')", 400) + " AS n FROM x"
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	wantKind(t, queryErr(t, e, ctx, q), "timeout", "time limit")
+	// The only slot frees up once the row stopped: this query gets it
+	// within its minute.
+	if _, err := e.Query(context.Background(), "SELECT 1", 1); err != nil {
+		t.Fatalf("the next query: %v", err)
+	}
+}
+
 // sumTree adds n copies of leaf as a balanced tree (SQLite limits the
 // depth of an expression, not its size).
 func sumTree(leaf string, n int) string {
@@ -325,6 +347,12 @@ func TestProgramAndTextGuards(t *testing.T) {
 	wantKind(t, qe, "too_big", "VM instructions")
 	qe = queryErr(t, e, context.Background(), "SELECT 1 -- "+strings.Repeat("x", MaxSQLBytes))
 	wantKind(t, qe, "too_big", "256 KiB")
+	qe = queryErr(t, e, context.Background(), "SELECT 'abc' LIKE '"+strings.Repeat("a", 200)+"'")
+	wantKind(t, qe, "too_big", "100-byte limit", "LIKE")
+	qe = queryErr(t, e, context.Background(), "SELECT json_patch('{}', '{}')")
+	wantKind(t, qe, "read_only", "json_patch", "product")
+	qe = queryErr(t, e, context.Background(), "SELECT rtreenode(2, x'00')")
+	wantKind(t, qe, "read_only", "rtreenode", "not offered")
 }
 
 func TestOptionsFromEnv(t *testing.T) {

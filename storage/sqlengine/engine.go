@@ -15,7 +15,7 @@
 // allocates for it (memcap.c), temporary storage included; in time by the
 // deadline, which the caller always gets (withSession), and by the length
 // of values and programs, which bounds what SQLite does between two
-// interrupt checks (limits.go); and in number, by query slots.
+// interrupt checks (limits.go, boundfn.c); and in number, by query slots.
 package sqlengine
 
 import (
@@ -134,7 +134,10 @@ type session struct {
 	sources []*source
 	q       *scanQuality
 	denied  string
-	skipped []storage.Problem
+	// deniedFunc is the whole message for a function the engine does not
+	// offer (funcs.go).
+	deniedFunc string
+	skipped    []storage.Problem
 	// infoSchema: serve information_schema.tables/columns (the query names it)
 	infoSchema bool
 	sqlText    string
@@ -416,6 +419,8 @@ func (s *session) queryError(ctx context.Context, e *Engine, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return e.stoppedError(ctx, "")
+	case s.deniedFunc != "":
+		return &Error{Kind: "read_only", Msg: s.deniedFunc}
 	case s.denied != "":
 		return &Error{Kind: "read_only", Msg: "read-only SQL engine: " + s.denied + " is not allowed; only SELECT, WITH … SELECT, VALUES and EXPLAIN run here"}
 	}

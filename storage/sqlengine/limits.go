@@ -137,7 +137,8 @@ func human(n int64) string {
 // interrupt only at the end of VM loops, so the deadline cannot stop a
 // single row's straight-line code: what one such stretch can do is bounded
 // instead, by the longest value (every linear function is then short), the
-// program size (how many calls one row makes) and the LIKE pattern.
+// program size (how many calls one row makes) and the LIKE pattern; the
+// functions that were worse than linear are replaced (boundfn.c).
 func connLimits(opt *Options) [][2]int {
 	return [][2]int{
 		{sqlite3.SQLITE_LIMIT_LENGTH, opt.MaxValueBytes},

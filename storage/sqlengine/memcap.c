@@ -141,7 +141,7 @@ int memq_attach(sqlite3 *db) {
 	memq_owner *o = memq_cur;
 	if (!o) return SQLITE_OK;
 	__atomic_store_n(&o->db, db, __ATOMIC_RELEASE);
-	return SQLITE_OK;
+	return memq_register_functions(db);
 }
 
 void *memq_realloc(void *p, long long n) { return sqlite3_realloc64(p, (sqlite3_uint64)n); }

@@ -1,5 +1,5 @@
 // Per-query accounting of SQLite's memory (memcap.c), shared with the Go
-// side (memcap.go).
+// side (memcap.go) and the bounded functions (boundfn.c).
 #ifndef PROBING_MEMCAP_H
 #define PROBING_MEMCAP_H
 
@@ -42,8 +42,8 @@ long long memq_used(memq_owner *o);
 int memq_is_stopped(void);
 
 // memq_attach is called for every new connection (from the memt auto
-// extension): one opened inside a query is remembered for memq_stop.
-// Other connections are left as they are.
+// extension): one opened inside a query gets the bounded functions and is
+// remembered for memq_stop. Other connections are left as they are.
 int memq_attach(sqlite3 *db);
 
 // Counted buffers for the virtual table (sqlite3_realloc64/sqlite3_free).
@@ -53,5 +53,8 @@ void memq_free(void *p);
 long long memq_used_total(void);
 // memq_hard_limit sets SQLite's hard heap limit (n >= 0) and returns it.
 long long memq_hard_limit(long long n);
+
+// boundfn.c
+int memq_register_functions(sqlite3 *db);
 
 #endif
