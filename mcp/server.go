@@ -86,7 +86,11 @@ func ConfigFromEnv(getenv func(string) string, version string, level *slog.Level
 		}
 		timeout = d
 	}
-	engine, err := sqlengine.New(sqlengine.Options{DataDir: cfg.DataDir, HistoryPath: cfg.HistoryPath, Timeout: timeout})
+	sqlOpt := sqlengine.Options{DataDir: cfg.DataDir, HistoryPath: cfg.HistoryPath, Timeout: timeout}
+	if err := sqlOpt.FromEnv(getenv); err != nil {
+		return cfg, err
+	}
+	engine, err := sqlengine.New(sqlOpt)
 	if err != nil {
 		return cfg, err
 	}

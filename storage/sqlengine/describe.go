@@ -24,11 +24,12 @@ func (e *Engine) Describe(ctx context.Context, schema, table string, limit int) 
 	limit = ClampLimit(limit)
 	ctx, cancel := context.WithTimeout(ctx, e.opt.Timeout)
 	defer cancel()
-	s, err := e.open(ctx, true)
-	if err != nil {
-		return nil, err
-	}
-	defer s.close()
+	return withSession(ctx, e, true, false, func(s *session) (*Description, error) {
+		return s.describe(ctx, e, schema, table, limit)
+	})
+}
+
+func (s *session) describe(ctx context.Context, e *Engine, schema, table string, limit int) (*Description, error) {
 	schema, table = strings.TrimSpace(schema), strings.TrimSpace(table)
 	where := " WHERE (?1 = '' OR lower(table_schema) = lower(?1)) AND (?2 = '' OR lower(table_name) = lower(?2))"
 	tables, err := s.runArgs(ctx, e, "SELECT table_schema, table_name, description, synonyms, key_columns, notes, storage, processes FROM probing.table_docs"+

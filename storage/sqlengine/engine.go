@@ -10,6 +10,12 @@
 // runs are visible, and nothing leaks between queries. Rings are SQLite
 // virtual tables served from chunk copies (vtab.c). Read-only is enforced
 // by SQLite's authorizer, not by parsing the SQL.
+//
+// Each query is bounded: in memory by a per-query cap on everything SQLite
+// allocates for it (memcap.c), temporary storage included; in time by the
+// deadline, which the caller always gets (withSession), and by the length
+// of values and programs, which bounds what SQLite does between two
+// interrupt checks (limits.go, boundfn.c); and in number, by query slots.
 package sqlengine
 
 import (
@@ -49,18 +55,37 @@ type Options struct {
 	MaxCellBytes int
 	// Host fills the _host tag (default: os.Hostname).
 	Host string
+
+	// MemoryLimit caps the SQLite memory of one query (default 256 MiB):
+	// its page cache, sorters, DISTINCT and GROUP BY tables, values and
+	// ring chunk buffers. A query that needs more fails at once.
+	MemoryLimit int64
+	// MaxValueBytes is the longest string or blob a query may read or
+	// build (default 4 MiB); it keeps every function call short.
+	MaxValueBytes int
+	// MaxConcurrent queries run at once (default 4); others wait for a
+	// slot within their own time limit.
+	MaxConcurrent int
 }
 
 // Engine answers SQL over a data dir. It is safe for concurrent use.
 type Engine struct {
-	opt Options
+	opt   Options
+	slots chan struct{}
 }
 
 // New returns an engine over opt.DataDir.
 func New(opt Options) (*Engine, error) {
+	if installErr != nil {
+		return nil, installErr
+	}
+	if err := opt.checkLimits(); err != nil {
+		return nil, err
+	}
 	if err := register(); err != nil {
 		return nil, err
 	}
+	raiseBackstop(&opt)
 	if opt.Timeout <= 0 {
 		opt.Timeout = 20 * time.Second
 	}
@@ -70,7 +95,7 @@ func New(opt Options) (*Engine, error) {
 	if opt.Host == "" {
 		opt.Host, _ = os.Hostname()
 	}
-	return &Engine{opt: opt}, nil
+	return &Engine{opt: opt, slots: make(chan struct{}, opt.MaxConcurrent)}, nil
 }
 
 // DataDir is the directory the engine reads.
@@ -88,9 +113,14 @@ func ClampLimit(limit int) int {
 }
 
 // Error is a query the engine refused or SQLite rejected; its message is
-// written for the person (or model) who wrote the SQL.
+// written for the person (or model) who wrote the SQL and says how to fix
+// the query or which setting raises the limit it hit.
 type Error struct {
-	Kind string // "empty", "multiple", "read_only", "sql", "timeout", "canceled"
+	// Kind: "empty", "multiple", "read_only", "sql", "timeout",
+	// "canceled", "memory" (the per-query memory cap), "too_big" (a value,
+	// pattern, SQL text or program over its guard), "busy" (no query
+	// slot freed up within the time limit).
+	Kind string
 	Msg  string
 }
 
@@ -99,11 +129,15 @@ func (e *Error) Error() string { return e.Msg }
 // session is one connection prepared for one query.
 type session struct {
 	conn    *sqlite3.SQLiteConn
+	m       *meter // nil outside a metered query (tests)
 	inv     *storage.Inventory
 	sources []*source
 	q       *scanQuality
 	denied  string
-	skipped []storage.Problem
+	// deniedFunc is the whole message for a function the engine does not
+	// offer (funcs.go).
+	deniedFunc string
+	skipped    []storage.Problem
 	// infoSchema: serve information_schema.tables/columns (the query names it)
 	infoSchema bool
 	sqlText    string
@@ -144,6 +178,9 @@ func (s *session) exec(q string, args ...driver.Value) error {
 const maxSchemas = 7
 
 func (s *session) setup(e *Engine, withDocs bool) error {
+	if err := s.applyLimits(&e.opt); err != nil {
+		return fmt.Errorf("sqlengine: bounding the connection: %w", err)
+	}
 	// Group rings into tables, case-insensitively as SQLite names are.
 	type key struct{ schema, table string }
 	groups := map[key]*source{}
@@ -236,18 +273,98 @@ func (s *session) close() {
 // Query runs one read-only statement and returns at most limit rows
 // (clamped to 1..MaxLimit), with the total row count.
 func (e *Engine) Query(ctx context.Context, sqlText string, limit int) (*Result, error) {
+	if len(sqlText) > MaxSQLBytes {
+		return nil, sqlTooLongError(len(sqlText))
+	}
 	if err := checkStatement(sqlText); err != nil {
 		return nil, err
 	}
 	limit = ClampLimit(limit)
 	ctx, cancel := context.WithTimeout(ctx, e.opt.Timeout)
 	defer cancel()
-	s, err := e.openWith(ctx, mentionsDocs(sqlText), strings.Contains(strings.ToLower(sqlText), "information_schema"))
+	return withSession(ctx, e, mentionsDocs(sqlText), strings.Contains(strings.ToLower(sqlText), "information_schema"), func(s *session) (*Result, error) {
+		return s.run(ctx, e, sqlText, limit)
+	})
+}
+
+// detachGrace is how long a caller whose deadline passed still waits for
+// the interrupted query; SQLite normally returns within microseconds. A
+// variable for tests.
+var detachGrace = 2 * time.Second
+
+// withSession runs fn over a fresh session in one of the engine's query
+// slots, on a goroutine of its own, with the session's SQLite memory
+// metered and capped from open to close.
+//
+// The deadline interrupts SQLite, but SQLite checks for interrupts only
+// at the end of VM loops: one row's straight-line code runs to its end
+// (bounded by the value length and program size, see connLimits). So the
+// caller does not wait for it: past its deadline (and detachGrace) it gets
+// its timeout while the query finishes on its own, and the query's slot
+// stays taken until then, so no more than MaxConcurrent queries ever work
+// at once.
+func withSession[T any](ctx context.Context, e *Engine, withDocs, infoSchema bool, fn func(s *session) (T, error)) (T, error) {
+	var zero T
+	release, err := e.acquire(ctx)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
-	defer s.close()
-	return s.run(ctx, e, sqlText, limit)
+	type outcome struct {
+		v   T
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		defer release()
+		var v T
+		err := metered(ctx, e.opt.MemoryLimit, func(m *meter) error {
+			s, err := e.openWith(ctx, withDocs, infoSchema)
+			if err != nil {
+				return e.setupError(ctx, m, err)
+			}
+			s.m = m
+			defer func() {
+				m.unwatch() // before the connection it interrupts goes away
+				s.close()
+			}()
+			v, err = fn(s)
+			return err
+		})
+		done <- outcome{v, err}
+	}()
+	select {
+	case o := <-done:
+		return o.v, o.err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(detachGrace)
+	defer t.Stop()
+	select {
+	case o := <-done:
+		return o.v, o.err
+	case <-t.C:
+		return zero, e.stoppedError(ctx, "")
+	}
+}
+
+// stoppedError is the error of a query whose context ended.
+func (e *Engine) stoppedError(ctx context.Context, while string) *Error {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return &Error{Kind: "canceled", Msg: "query canceled"}
+	}
+	return &Error{Kind: "timeout", Msg: fmt.Sprintf("query stopped after the %s time limit%s; narrow it (a WHERE on the timestamp column prunes whole ring chunks) or aggregate", e.opt.Timeout, while)}
+}
+
+// setupError: a session that failed to open because the query ran out of
+// time or memory says so, as a query error.
+func (e *Engine) setupError(ctx context.Context, m *meter, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return e.stoppedError(ctx, " while the data dir was being opened")
+	case m.exceeded():
+		return e.memoryError()
+	}
+	return err
 }
 
 func mentionsDocs(q string) bool {
@@ -300,12 +417,15 @@ func (s *session) run(ctx context.Context, e *Engine, sqlText string, limit int)
 
 func (s *session) queryError(ctx context.Context, e *Engine, err error) error {
 	switch {
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return &Error{Kind: "timeout", Msg: fmt.Sprintf("query stopped after the %s time limit; narrow it (a WHERE on the timestamp column prunes whole ring chunks) or aggregate", e.opt.Timeout)}
-	case errors.Is(ctx.Err(), context.Canceled):
-		return &Error{Kind: "canceled", Msg: "query canceled"}
+	case ctx.Err() != nil:
+		return e.stoppedError(ctx, "")
+	case s.deniedFunc != "":
+		return &Error{Kind: "read_only", Msg: s.deniedFunc}
 	case s.denied != "":
 		return &Error{Kind: "read_only", Msg: "read-only SQL engine: " + s.denied + " is not allowed; only SELECT, WITH … SELECT, VALUES and EXPLAIN run here"}
+	}
+	if le := s.limitError(e, err); le != nil {
+		return le
 	}
 	msg := "SQL error: " + err.Error()
 	switch {

@@ -130,13 +130,19 @@ var readOnlyPragmas = map[string]bool{
 	"module_list": true, "pragma_list": true, "collation_list": true, "foreign_key_list": true,
 }
 
-// deniedFunctions reach outside the database or change the process.
-var deniedFunctions = map[string]bool{
-	"load_extension": true, "fts3_tokenizer": true, "readfile": true, "writefile": true, "edit": true,
-}
-
-// authorize is the SQLite authorizer installed after setup: reads only.
+// authorize is the SQLite authorizer installed after setup: reads only,
+// and only the functions funcs.go allows.
 func (s *session) authorize(op int, a1, a2, a3 string) int {
+	if op == sqlite3.SQLITE_FUNCTION {
+		msg := functionRefusal(a2)
+		if msg == "" {
+			return sqlite3.SQLITE_OK
+		}
+		if s.denied == "" {
+			s.denied, s.deniedFunc = "function "+a2+"()", msg
+		}
+		return sqlite3.SQLITE_DENY
+	}
 	allow, what := policy(op, a1, a2)
 	if allow {
 		return sqlite3.SQLITE_OK
@@ -151,11 +157,6 @@ func (s *session) authorize(op int, a1, a2, a3 string) int {
 func policy(op int, a1, a2 string) (bool, string) {
 	switch op {
 	case sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqliteRecursive:
-		return true, ""
-	case sqlite3.SQLITE_FUNCTION:
-		if deniedFunctions[strings.ToLower(a2)] {
-			return false, "function " + a2 + "()"
-		}
 		return true, ""
 	case sqlite3.SQLITE_PRAGMA:
 		// These only describe the schema; their argument (a2) names a

@@ -88,11 +88,33 @@ struct sqlite3_index_info {
 	sqlite3_uint64 colUsed;
 };
 
+typedef struct sqlite3_mem_methods {
+	void *(*xMalloc)(int);
+	void (*xFree)(void *);
+	void *(*xRealloc)(void *, int);
+	int (*xSize)(void *);
+	int (*xRoundup)(int);
+	int (*xInit)(void *);
+	void (*xShutdown)(void *);
+	void *pAppData;
+} sqlite3_mem_methods;
+
 #define SQLITE_OK 0
 #define SQLITE_ERROR 1
 #define SQLITE_NOMEM 7
+#define SQLITE_INTERRUPT 9
+#define SQLITE_TOOBIG 18
 #define SQLITE_INTEGER 1
 #define SQLITE_FLOAT 2
+#define SQLITE_TEXT 3
+#define SQLITE_BLOB 4
+#define SQLITE_NULL 5
+#define SQLITE_UTF8 1
+#define SQLITE_DETERMINISTIC 0x000000800
+#define SQLITE_INNOCUOUS 0x000200000
+#define SQLITE_CONFIG_MALLOC 4
+#define SQLITE_LIMIT_LENGTH 0
+#define SQLITE_LIMIT_LIKE_PATTERN_LENGTH 8
 #define SQLITE_INDEX_CONSTRAINT_EQ 2
 #define SQLITE_INDEX_CONSTRAINT_GT 4
 #define SQLITE_INDEX_CONSTRAINT_LE 8
@@ -115,5 +137,34 @@ extern void sqlite3_result_blob(sqlite3_context *, const void *, int, void (*)(v
 extern int sqlite3_value_type(sqlite3_value *) WEAK;
 extern sqlite3_int64 sqlite3_value_int64(sqlite3_value *) WEAK;
 extern double sqlite3_value_double(sqlite3_value *) WEAK;
+
+// The allocator (memcap.c) and the bounded functions (boundfn.c).
+extern int sqlite3_config(int, ...) WEAK;
+extern int sqlite3_initialize(void) WEAK;
+extern void *sqlite3_malloc64(sqlite3_uint64) WEAK;
+extern void *sqlite3_realloc64(void *, sqlite3_uint64) WEAK;
+extern sqlite3_int64 sqlite3_memory_used(void) WEAK;
+extern sqlite3_int64 sqlite3_hard_heap_limit64(sqlite3_int64) WEAK;
+extern void sqlite3_interrupt(sqlite3 *) WEAK;
+extern int sqlite3_is_interrupted(sqlite3 *) WEAK;
+extern int sqlite3_limit(sqlite3 *, int, int) WEAK;
+extern int sqlite3_create_function_v2(sqlite3 *, const char *, int, int, void *,
+	void (*)(sqlite3_context *, int, sqlite3_value **), void (*)(sqlite3_context *, int, sqlite3_value **),
+	void (*)(sqlite3_context *), void (*)(void *)) WEAK;
+extern sqlite3 *sqlite3_context_db_handle(sqlite3_context *) WEAK;
+extern void *sqlite3_user_data(sqlite3_context *) WEAK;
+extern const unsigned char *sqlite3_value_text(sqlite3_value *) WEAK;
+extern const void *sqlite3_value_blob(sqlite3_value *) WEAK;
+extern int sqlite3_value_bytes(sqlite3_value *) WEAK;
+extern sqlite3_value *sqlite3_value_dup(const sqlite3_value *) WEAK;
+extern void sqlite3_value_free(sqlite3_value *) WEAK;
+extern void sqlite3_result_int(sqlite3_context *, int) WEAK;
+extern void sqlite3_result_error(sqlite3_context *, const char *, int) WEAK;
+extern void sqlite3_result_error_code(sqlite3_context *, int) WEAK;
+extern void sqlite3_result_error_nomem(sqlite3_context *) WEAK;
+extern void sqlite3_result_error_toobig(sqlite3_context *) WEAK;
+extern char *sqlite3_snprintf(int, char *, const char *, ...) WEAK;
+extern int sqlite3_strlike(const char *, const char *, unsigned int) WEAK;
+extern int sqlite3_strglob(const char *, const char *) WEAK;
 
 #endif

@@ -11,6 +11,7 @@
 #include <string.h>
 #include "sqlite_abi.h"
 #include "memt_vtab.h"
+#include "memcap.h"
 #include "_cgo_export.h"
 
 typedef struct {
@@ -114,8 +115,9 @@ static int vt_open(sqlite3_vtab *p, sqlite3_vtab_cursor **out) {
 static int vt_close(sqlite3_vtab_cursor *cur) {
 	memt_cursor *c = (memt_cursor *)cur;
 	memtGoClose(c->h, &c->b);
-	free(c->b.data);
-	free(c->b.offs);
+	// The chunk buffers are SQLite memory, charged to the query.
+	sqlite3_free(c->b.data);
+	sqlite3_free(c->b.offs);
 	free(c->b.err);
 	sqlite3_free(c);
 	return SQLITE_OK;
@@ -260,7 +262,9 @@ static const sqlite3_module memt_module = {
 static int memt_entry(sqlite3 *db, char **err, const sqlite3_api_routines *api) {
 	(void)err;
 	(void)api;
-	return sqlite3_create_module_v2(db, "memt", &memt_module, 0, 0);
+	int rc = sqlite3_create_module_v2(db, "memt", &memt_module, 0, 0);
+	if (rc != SQLITE_OK) return rc;
+	return memq_attach(db);
 }
 
 // memt_register makes every SQLite connection opened from now on know the

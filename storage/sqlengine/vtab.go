@@ -4,6 +4,7 @@ package sqlengine
 #cgo CFLAGS: -O2 -std=gnu99
 #include <stdlib.h>
 #include "memt_vtab.h"
+#include "memcap.h"
 */
 import "C"
 
@@ -149,18 +150,22 @@ func memtGoSchema(h C.longlong, ncols *C.int, tscol *C.int) *C.char {
 
 // scan is one cursor's walk over a source's files.
 type scan struct {
-	src        *source
-	flags      int
-	lo, hi     int64
-	pid        int64
-	next       int
-	cur        *fileSrc
-	it         *memt.ChunkIter
-	chunk      memt.Chunk
-	types      unsafe.Pointer
-	tags       [3]*C.char
-	handle     cgo.Handle
-	goOffs     []int32
+	src    *source
+	flags  int
+	lo, hi int64
+	pid    int64
+	next   int
+	cur    *fileSrc
+	it     *memt.ChunkIter
+	chunk  memt.Chunk
+	types  unsafe.Pointer
+	tags   [3]*C.char
+	handle cgo.Handle
+	// remap receives a chunk's offsets in the file's column order when
+	// they must be mapped onto the table's (SQLite memory, like b's
+	// buffers, so the query's memory cap covers them).
+	remap      unsafe.Pointer
+	remapCap   int // in int32s
 	lastFailed error
 }
 
@@ -209,8 +214,22 @@ func (s *scan) freeTags() {
 	}
 }
 
+// grow makes *p hold at least n bytes of SQLite memory.
+func grow(p *unsafe.Pointer, capBytes *C.longlong, n int64) error {
+	if int64(*capBytes) >= n {
+		return nil
+	}
+	q := C.memq_realloc(*p, C.longlong(n))
+	if q == nil {
+		return fmt.Errorf("memt: cannot allocate a %d-byte chunk buffer", n)
+	}
+	*p, *capBytes = q, C.longlong(n)
+	return nil
+}
+
 // openFile moves to the next file the filter admits and primes b for it.
-func (s *scan) openFile(b *C.memt_batch) bool {
+// It reports false at the end of the files.
+func (s *scan) openFile(b *C.memt_batch) (bool, error) {
 	for s.next < len(s.src.files) {
 		f := s.src.files[s.next]
 		s.next++
@@ -233,19 +252,25 @@ func (s *scan) openFile(b *C.memt_batch) bool {
 		}
 		nv := len(s.src.cols)
 		nf := len(f.t.Columns)
-		if need := C.longlong(f.t.Geometry.ChunkSize); b.data_cap < need {
-			p := C.realloc(unsafe.Pointer(b.data), C.size_t(need))
-			if p == nil {
-				return false
-			}
-			b.data, b.data_cap = (*C.uchar)(p), need
+		data := unsafe.Pointer(b.data)
+		err := grow(&data, &b.data_cap, int64(f.t.Geometry.ChunkSize))
+		b.data = (*C.uchar)(data)
+		if err != nil {
+			return false, err
 		}
-		if need := C.longlong(f.t.MaxRows() * max(nv, nf)); b.offs_cap < need {
-			p := C.realloc(unsafe.Pointer(b.offs), C.size_t(need)*4)
-			if p == nil {
-				return false
+		offs, offsBytes := unsafe.Pointer(b.offs), b.offs_cap*4
+		err = grow(&offs, &offsBytes, int64(f.t.MaxRows())*int64(nv)*4)
+		b.offs, b.offs_cap = (*C.int)(offs), offsBytes/4
+		if err != nil {
+			return false, err
+		}
+		if !f.identity {
+			remapBytes := C.longlong(s.remapCap) * 4
+			err = grow(&s.remap, &remapBytes, int64(f.t.MaxRows())*int64(nf)*4)
+			s.remapCap = int(remapBytes / 4)
+			if err != nil {
+				return false, err
 			}
-			b.offs, b.offs_cap = (*C.int)(p), need
 		}
 		copy(unsafe.Slice((*byte)(s.types), nv), f.types)
 		b.types = (*C.uchar)(s.types)
@@ -258,9 +283,9 @@ func (s *scan) openFile(b *C.memt_batch) bool {
 			b.tag_int[i] = C.longlong(n)
 		}
 		s.cur, s.it = f, f.t.Chunks(opt)
-		return true
+		return true, nil
 	}
-	return false
+	return false, nil
 }
 
 const minInt64 = -1 << 63
@@ -274,18 +299,25 @@ func memtGoNext(h C.longlong, b *C.memt_batch) C.int {
 	}
 	b.nrows = 0
 	for {
-		if s.it == nil && !s.openFile(b) {
-			return 0
+		if s.it == nil {
+			ok, err := s.openFile(b)
+			if err != nil {
+				return s.fail(b, err)
+			}
+			if !ok {
+				return 0
+			}
 		}
 		f := s.cur
 		nv := len(s.src.cols)
 		data := unsafe.Slice((*byte)(unsafe.Pointer(b.data)), int(b.data_cap))
 		offs := unsafe.Slice((*int32)(unsafe.Pointer(b.offs)), int(b.offs_cap))
 		s.chunk.Payload = data[:0]
+		remap := unsafe.Slice((*int32)(s.remap), s.remapCap)
 		if f.identity {
 			s.chunk.Offsets = offs[:0]
 		} else {
-			s.chunk.Offsets = s.goOffs[:0]
+			s.chunk.Offsets = remap[:0]
 		}
 		if !s.it.Next(&s.chunk) {
 			s.finishFile()
@@ -300,9 +332,8 @@ func memtGoNext(h C.longlong, b *C.memt_batch) C.int {
 				return s.fail(b, errors.New("memt: more rows in a chunk than its size allows"))
 			}
 		} else {
-			s.goOffs = s.chunk.Offsets
 			nf := len(f.t.Columns)
-			if rows*nv > len(offs) {
+			if unsafe.SliceData(s.chunk.Offsets) != unsafe.SliceData(remap) || rows*nv > len(offs) {
 				return s.fail(b, errors.New("memt: more rows in a chunk than its size allows"))
 			}
 			src := s.chunk.Offsets
@@ -340,6 +371,8 @@ func memtGoClose(h C.longlong, b *C.memt_batch) {
 	s.freeTags()
 	C.free(s.types)
 	s.types = nil
+	C.memq_free(s.remap)
+	s.remap, s.remapCap = nil, 0
 	s.handle.Delete()
 }
 
