@@ -70,3 +70,17 @@ func TestExitCodes(t *testing.T) {
 		t.Errorf("version: %d %q", code, out)
 	}
 }
+
+// TestQueryBounds: the CLI's query runs under the same bounds as the
+// server's (a value bomb fails at once), and a bad bound is a usage error.
+func TestQueryBounds(t *testing.T) {
+	dir := t.TempDir()
+	code, _, errOut := runCLI("query", "--data-dir", dir, "SELECT length(randomblob(999999999))")
+	if code != 1 || !strings.Contains(errOut, "PROBING_MCP_QUERY_MAX_VALUE") {
+		t.Errorf("randomblob bomb: exit %d %q", code, errOut)
+	}
+	t.Setenv("PROBING_MCP_QUERY_MEMORY", "lots")
+	if code, _, errOut := runCLI("query", "--data-dir", dir, "SELECT 1"); code != 2 || !strings.Contains(errOut, "PROBING_MCP_QUERY_MEMORY") {
+		t.Errorf("bad memory cap: exit %d %q", code, errOut)
+	}
+}

@@ -52,7 +52,12 @@ func query(args []string, stdout, stderr io.Writer) int {
 			hist = ""
 		}
 	}
-	e, err := sqlengine.New(sqlengine.Options{DataDir: dir, HistoryPath: hist, Timeout: *timeout})
+	opt := sqlengine.Options{DataDir: dir, HistoryPath: hist, Timeout: *timeout}
+	if err := opt.FromEnv(os.Getenv); err != nil {
+		fmt.Fprintf(stderr, "probing-mcp query: %v\n", err)
+		return 2
+	}
+	e, err := sqlengine.New(opt)
 	if err != nil {
 		fmt.Fprintf(stderr, "probing-mcp query: %v\n", err)
 		return 1
