@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -87,7 +88,7 @@ func (dec *Decoder) Decode(data []byte) (*Doc, Stats, error) {
 		// and one-byte ints), so the arena rarely has to grow after this.
 		doc.arena = make([]Value, 0, need)
 	}
-	d.data, d.pos, d.op, d.opPos, d.nvals, d.stats = data, 0, 0, 0, 0, Stats{}
+	d.data, d.pos, d.op, d.opPos, d.nvals, d.copied, d.stats = data, 0, 0, 0, 0, 0, Stats{}
 	d.stack, d.marks, d.memo = d.stack[:0], d.marks[:0], d.memo[:0]
 	v, err := d.run()
 	if err != nil {
@@ -98,17 +99,18 @@ func (dec *Decoder) Decode(data []byte) (*Doc, Stats, error) {
 }
 
 type decoder struct {
-	doc   *Doc
-	data  []byte
-	pos   int
-	op    byte
-	opPos int
-	stack []Value
-	marks []int
-	memo  []Value
-	nvals int
-	lim   Limits
-	stats Stats
+	doc    *Doc
+	data   []byte
+	pos    int
+	op     byte
+	opPos  int
+	stack  []Value
+	marks  []int
+	memo   []Value
+	nvals  int
+	copied int // items reducers copied (see chargeCopies)
+	lim    Limits
+	stats  Stats
 }
 
 func (d *decoder) fail(format string, args ...any) error {
@@ -178,22 +180,40 @@ func (d *decoder) newValue(kind Kind) Value {
 	return Value{kind: kind, n: int64(len(doc.conts) - 1)}
 }
 
-// grow appends items to container ci. Items stay contiguous: a container
-// that is not the last one in the arena moves to its end first (pickles fill
-// a container once, right after building its children, so this is rare).
+// grow appends items to container ci. Items stay contiguous. A container
+// fills in its reserved room, or in place when it is the last one in the
+// arena; otherwise it moves to the end. Pickles usually fill a container
+// once, right after building its children: an empty container moves with
+// no spare room. One that already holds items and grows again (containers
+// appended to in turn) moves with room for as many again, so that its
+// moves cost O(its final size) in all, not O(n^2).
 func (d *decoder) grow(ci int64, items []Value) error {
 	doc := d.doc
 	c := &doc.conts[ci]
-	if int(c.off+c.n) != len(doc.arena) {
-		old := c.off
-		c.off = int32(len(doc.arena))
-		doc.arena = append(doc.arena, doc.arena[old:old+c.n]...)
+	need := int64(c.n) + int64(len(items))
+	if int64(len(doc.arena))+2*need > math.MaxInt32 {
+		return d.fail("more than 2^30 container items")
 	}
-	if len(doc.arena)+len(items) > math.MaxInt32 {
-		return d.fail("more than 2^31 container items")
+	end := int(c.off + c.n)
+	switch {
+	case need <= int64(c.cap):
+		copy(doc.arena[end:], items)
+	case int(c.off+c.cap) == len(doc.arena):
+		doc.arena = append(doc.arena[:end], items...)
+		c.cap = int32(need)
+	default:
+		room := need
+		if c.n > 0 {
+			room = 2 * need
+		}
+		off := len(doc.arena)
+		doc.arena = append(doc.arena, doc.arena[c.off:end]...)
+		doc.arena = append(doc.arena, items...)
+		doc.arena = slices.Grow(doc.arena, int(room-need))
+		doc.arena = doc.arena[:off+int(room)] // the spare slots are never read
+		c.off, c.cap = int32(off), int32(room)
 	}
-	doc.arena = append(doc.arena, items...)
-	c.n += int32(len(items))
+	c.n = int32(need)
 	return nil
 }
 
@@ -232,12 +252,10 @@ func (d *decoder) hashable(v Value) bool {
 	case None, Bool, Int, BigInt, Float, String, Bytes:
 		return true
 	case Tuple:
-		for _, it := range d.doc.Items(v) {
-			if !d.hashable(it) {
-				return false
-			}
-		}
-		return true
+		// Decided when the tuple was built, from its items' own flags: a
+		// walk here would follow memo-shared tuples down every path, 2^depth
+		// of them.
+		return !d.doc.conts[v.n].unhashable
 	case Set: // only frozensets reach a key position through FROZENSET
 		return true
 	}
@@ -611,7 +629,16 @@ func (d *decoder) pushTuple(op byte, items []Value) error {
 	if err != nil {
 		return err
 	}
-	d.doc.conts[v.n].frozen = true
+	c := &d.doc.conts[v.n]
+	c.frozen = true
+	if kind == Tuple {
+		for _, it := range items {
+			if !d.hashable(it) {
+				c.unhashable = true
+				break
+			}
+		}
+	}
 	return d.push(v)
 }
 
@@ -668,6 +695,19 @@ func printable(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
+// chargeCopies counts the items a reducer copies out of an existing
+// container. Every other value costs at least one input byte; copies cost
+// none, since one memoised list can be passed to set() again and again, so
+// they get a budget of their own: one item per two input bytes, what a
+// pickle that writes each item once (two bytes at least) can need.
+func (d *decoder) chargeCopies(fname string, n int) error {
+	d.copied += n
+	if limit := len(d.data)/2 + 16; d.copied > limit {
+		return d.fail("%s copied %d items in all, over the %d that a %d-byte pickle can hold: one shared container rebuilt again and again is not a dump", fname, d.copied, limit, len(d.data))
+	}
+	return nil
+}
+
 func (d *decoder) reduce() error {
 	args, err := d.pop()
 	if err != nil {
@@ -704,6 +744,9 @@ func (d *decoder) reduce() error {
 		if len(a) == 1 {
 			switch a[0].kind {
 			case List, Tuple, Set:
+				if err := d.chargeCopies(fname, d.doc.Len(a[0])); err != nil {
+					return err
+				}
 				items = append(items, d.doc.Items(a[0])...)
 			default:
 				return d.fail("%s of a %v, want an iterable", fname, a[0].kind)
@@ -730,6 +773,9 @@ func (d *decoder) reduce() error {
 		if len(a) == 1 {
 			if a[0].kind != List && a[0].kind != Tuple {
 				return d.fail("OrderedDict of a %v, want a list of pairs", a[0].kind)
+			}
+			if err := d.chargeCopies(fname, 2*d.doc.Len(a[0])); err != nil {
+				return err
 			}
 			for _, p := range append([]Value(nil), d.doc.Items(a[0])...) {
 				if (p.kind != Tuple && p.kind != List) || d.doc.Len(p) != 2 {
