@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -159,13 +160,7 @@ type analysis struct {
 	dq        *DataQuality
 	unknownOp map[string][]int // op name -> ranks
 	pgid      map[*group]map[int]int64
-	statuses  map[*group][]rankStatus // by rank; filled once after split
-}
-
-// rankStatus is one rank's pg_status counters for one group, if it has them.
-type rankStatus struct {
-	st PGStatus
-	ok bool
+	statuses  map[*group]map[int]PGStatus // by rank, where it has them; filled once after split
 }
 
 func newAnalysis(dumps []*Dump, dq *DataQuality) *analysis {
@@ -188,21 +183,24 @@ func newAnalysis(dumps []*Dump, dq *DataQuality) *analysis {
 
 // indexStatuses joins every rank's pg_status to the groups through the
 // pg_id its entries carry, once, so that the per-entry completion checks of
-// the parallel phase are array reads.
+// the parallel phase are map reads. Only the ranks that have counters for
+// a group are stored: memory follows the (group, rank) pairs present.
 func (a *analysis) indexStatuses() {
-	maxRank := 0
-	for _, d := range a.dumps {
-		maxRank = max(maxRank, d.Rank)
-	}
-	a.statuses = map[*group][]rankStatus{}
+	byID := map[int]map[string]PGStatus{} // per rank: pg_status by pg id (the last one wins, as before)
+	a.statuses = map[*group]map[int]PGStatus{}
 	for g, ids := range a.pgid {
-		rs := make([]rankStatus, maxRank+1)
+		rs := map[int]PGStatus{}
 		for r, id := range ids {
-			key := fmt.Sprint(id)
-			for _, st := range a.byRank[r].PGStatus {
-				if st.PGID == key {
-					rs[r] = rankStatus{st, true}
+			sts, ok := byID[r]
+			if !ok {
+				sts = map[string]PGStatus{}
+				for _, st := range a.byRank[r].PGStatus {
+					sts[st.PGID] = st
 				}
+				byID[r] = sts
+			}
+			if st, ok := sts[strconv.FormatInt(id, 10)]; ok {
+				rs[r] = st
 			}
 		}
 		a.statuses[g] = rs
@@ -259,10 +257,7 @@ func (a *analysis) inferGroups() {
 		gk := groupKey(k.name, members)
 		g, ok := a.groups.byGUID[gk]
 		if !ok {
-			g = &group{idx: len(a.groups.order), guid: gk, pyGUID: k.name + fmt.Sprint(pyFrozensetHash(members)), name: k.name, desc: k.desc, members: members, isMem: map[int]bool{}}
-			for _, r := range members {
-				g.isMem[r] = true
-			}
+			g = &group{idx: len(a.groups.order), guid: gk, pyGUID: k.name + fmt.Sprint(pyFrozensetHash(members)), name: k.name, desc: k.desc, members: members}
 			a.groups.byGUID[gk] = g
 			a.groups.order = append(a.groups.order, g)
 		}
@@ -282,7 +277,7 @@ func (a *analysis) resolve(e *Entry, rank int) *group {
 	}
 	var match *group
 	for _, g := range a.groups.order {
-		if g.name == e.PGName && g.isMem[rank] {
+		if g.name == e.PGName && g.has(rank) {
 			if match != nil {
 				return nil
 			}
@@ -366,11 +361,8 @@ func appendUnique(s []int, r int) []int {
 // status is rank r's pg_status counters for group g, joined through the
 // process-local pg_id its entries carry.
 func (a *analysis) status(g *group, r int) (PGStatus, bool) {
-	rs := a.statuses[g]
-	if r < 0 || r >= len(rs) {
-		return PGStatus{}, false
-	}
-	return rs[r].st, rs[r].ok
+	st, ok := a.statuses[g][r]
+	return st, ok
 }
 
 // done reports whether rank r finished collective e: its state says so, or
@@ -454,7 +446,7 @@ func (a *analysis) keep(g *group, opt Options) bool {
 	}
 	if len(opt.Ranks) > 0 {
 		for _, r := range opt.Ranks {
-			if g.isMem[r] {
+			if g.has(r) {
 				return true
 			}
 		}

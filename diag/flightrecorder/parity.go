@@ -118,14 +118,23 @@ type group struct {
 	pyGUID  string
 	name    string
 	desc    string
-	members []int // sorted
-	isMem   map[int]bool
+	members []int // sorted, distinct; may be shared with other groups
+}
+
+// has reports whether rank r is a member (a binary search: a map per group
+// would cost tens of bytes per membership).
+func (g *group) has(r int) bool {
+	_, ok := slices.BinarySearch(g.members, r)
+	return ok
 }
 
 func groupKey(name string, members []int) string {
+	return name + "|" + membersKey(members)
+}
+
+// membersKey is the member part of a group key: "0,1,2".
+func membersKey(members []int) string {
 	var b strings.Builder
-	b.WriteString(name)
-	b.WriteByte('|')
 	for i, r := range members {
 		if i > 0 {
 			b.WriteByte(',')
@@ -133,6 +142,34 @@ func groupKey(name string, members []int) string {
 		b.WriteString(strconv.Itoa(r))
 	}
 	return b.String()
+}
+
+// memberSet is a pg_config rank list made ready for the group table.
+type memberSet struct {
+	members []int // sorted, distinct
+	key     string
+	hash    int64
+}
+
+// memberSets converts each distinct rank list once. Dumps share one slice
+// between groups that name the same list (a memo reference in a pickle),
+// and such a slice costs one walk, not one per group.
+type memberSets map[rankListID]*memberSet
+
+type rankListID struct {
+	addr uintptr
+	n    int
+}
+
+func (ms memberSets) of(ranks []int) *memberSet {
+	id := rankListID{addr(ranks), len(ranks)}
+	if m, ok := ms[id]; ok {
+		return m
+	}
+	members := slices.Compact(slices.Sorted(slices.Values(ranks)))
+	m := &memberSet{members: members, key: membersKey(members), hash: pyFrozensetHash(members)}
+	ms[id] = m
+	return m
 }
 
 // pyFrozensetHash is CPython's hash(frozenset(ints)) for non-negative ints
@@ -172,21 +209,19 @@ func buildGroups(dumps []*Dump, strict bool) (*groupTable, []string, error) {
 	t := &groupTable{byGUID: map[string]*group{}, guidOf: map[nameRank]*group{}}
 	var notes []string
 	unnamed := 0
+	sets := memberSets{}
 	for _, d := range dumps {
 		for _, pc := range d.PGConfig {
 			if pc.Name == "" && !strict {
 				unnamed++
 				continue
 			}
-			members := slices.Compact(slices.Sorted(slices.Values(pc.Ranks)))
-			key := groupKey(pc.Name, members)
+			ms := sets.of(pc.Ranks)
+			key := pc.Name + "|" + ms.key
 			g, ok := t.byGUID[key]
 			if !ok {
-				g = &group{idx: len(t.order), guid: key, pyGUID: pc.Name + strconv.FormatInt(pyFrozensetHash(members), 10),
-					name: pc.Name, desc: pc.Desc, members: members, isMem: map[int]bool{}}
-				for _, r := range members {
-					g.isMem[r] = true
-				}
+				g = &group{idx: len(t.order), guid: key, pyGUID: pc.Name + strconv.FormatInt(ms.hash, 10),
+					name: pc.Name, desc: pc.Desc, members: ms.members}
 				t.byGUID[key] = g
 				t.order = append(t.order, g)
 			} else if g.desc != pc.Desc {
@@ -217,12 +252,16 @@ type rankList struct {
 	skip    []int32 // for a removed i: a later position, maybe live
 	live    int
 	gone    bool                // popped from all_entries
-	index   []map[int64][]int32 // by group idx, then seq: positions in list order
+	index   []map[int64][]int32 // by slot index, then seq: positions in list order
 	// Per-position facts kept in flat arrays, so that the common lookup
-	// touches neither the entry nor a map.
-	slots [][]slot  // by group idx: the group's entries in list order
-	gnext []int32   // by group idx: first maybe-live index into slots
-	tab   *sigTable // the table the signatures come from
+	// touches neither the entry nor a map. There is one slot list per group
+	// the rank has entries in, not one per group of the job: a job of
+	// thousands of groups would otherwise cost ranks x groups.
+	slots  [][]slot         // per group present: its entries in list order
+	gnext  []int32          // per group present: first maybe-live index into slots
+	slotOf map[*group]int32 // group -> index into slots; nil in per-group runs (one slot)
+	fixed  *group           // the group of every entry in a per-group run
+	tab    *sigTable        // the table the signatures come from
 }
 
 // slot is what matching needs of one entry, packed so that the common
@@ -251,9 +290,8 @@ func newRankList(rank int, entries []*Entry, resolve func(*Entry) *group) *rankL
 
 // prepare fills the per-group slots used by findSame and the matching
 // fast path. fixed is the group of every entry in a per-group run.
-func (l *rankList) prepare(groups int, fixed *group) {
-	l.slots = make([][]slot, max(groups, fixed.idxPlus1()))
-	l.gnext = make([]int32, len(l.slots))
+func (l *rankList) prepare(fixed *group) {
+	l.fixed = fixed
 	groupOf := func(p int) *group {
 		if fixed != nil {
 			return fixed
@@ -261,14 +299,26 @@ func (l *rankList) prepare(groups int, fixed *group) {
 		return l.grp[p]
 	}
 	// Size each group's slots first: appending would copy them as they grow.
-	count := make([]int32, len(l.slots))
-	for p := range l.entries {
-		count[groupOf(p).idx]++
-	}
-	for gi, n := range count {
-		if n > 0 {
-			l.slots[gi] = make([]slot, 0, n)
+	var count []int32
+	if fixed != nil {
+		count = []int32{int32(len(l.entries))}
+	} else {
+		l.slotOf = map[*group]int32{}
+		for p := range l.entries {
+			g := groupOf(p)
+			i, ok := l.slotOf[g]
+			if !ok {
+				i = int32(len(count))
+				l.slotOf[g] = i
+				count = append(count, 0)
+			}
+			count[i]++
 		}
+	}
+	l.slots = make([][]slot, len(count))
+	l.gnext = make([]int32, len(count))
+	for i, n := range count {
+		l.slots[i] = make([]slot, 0, n)
 	}
 	if len(l.entries) > 0 {
 		l.tab = l.entries[0].sigTab
@@ -279,15 +329,24 @@ func (l *rankList) prepare(groups int, fixed *group) {
 		if e.sigTab != l.tab {
 			sl.sig = 0 // numbers from another table mean nothing here
 		}
-		l.slots[g.idx] = append(l.slots[g.idx], sl)
+		i := l.slotIndex(g)
+		l.slots[i] = append(l.slots[i], sl)
 	}
 }
 
-func (g *group) idxPlus1() int {
-	if g == nil {
-		return 0
+// slotIndex is the index into slots of group g's entries, or -1 when the
+// rank has none.
+func (l *rankList) slotIndex(g *group) int {
+	if l.slotOf == nil {
+		if g == l.fixed {
+			return 0
+		}
+		return -1
 	}
-	return g.idx + 1
+	if i, ok := l.slotOf[g]; ok {
+		return int(i)
+	}
+	return -1
 }
 
 // stateCode numbers the states an entry can be in; 0 for anything else.
@@ -408,16 +467,17 @@ func (en *engine) findSame(l *rankList, g *group, desc string, seq int64) (int, 
 		return -1, nil
 	}
 	if l.slots == nil {
-		l.prepare(len(en.groups.order), en.fixed)
+		l.prepare(en.fixed)
 	}
 	// Fast path: ranks walk their collectives in the same order, so the
 	// group's first live entry on this rank is almost always the one.
-	if g.idx < len(l.slots) {
-		gs, i := l.slots[g.idx], l.gnext[g.idx]
+	gi := l.slotIndex(g)
+	if gi >= 0 {
+		gs, i := l.slots[gi], l.gnext[gi]
 		for int(i) < len(gs) && l.removed[gs[i].pos] {
 			i++
 		}
-		l.gnext[g.idx] = i
+		l.gnext[gi] = i
 		if int(i) < len(gs) {
 			sl := &gs[i]
 			// In a per-group run the description is a label of the group,
@@ -435,20 +495,20 @@ func (en *engine) findSame(l *rankList, g *group, desc string, seq int64) (int, 
 		}
 		return -1, nil
 	}
-	if l.index == nil {
-		l.index = make([]map[int64][]int32, len(en.groups.order))
-		for p, e := range l.entries {
-			gi := l.grp[p].idx
-			if l.index[gi] == nil {
-				l.index[gi] = map[int64][]int32{}
-			}
-			l.index[gi][e.CollectiveSeqID] = append(l.index[gi][e.CollectiveSeqID], int32(p))
-		}
-	}
-	if g.idx >= len(l.index) || l.index[g.idx] == nil {
+	if gi < 0 {
 		return -1, nil
 	}
-	for _, p := range l.index[g.idx][seq] {
+	if l.index == nil {
+		l.index = make([]map[int64][]int32, len(l.slots))
+		for p, e := range l.entries {
+			i := l.slotIndex(l.grp[p])
+			if l.index[i] == nil {
+				l.index[i] = map[int64][]int32{}
+			}
+			l.index[i][e.CollectiveSeqID] = append(l.index[i][e.CollectiveSeqID], int32(p))
+		}
+	}
+	for _, p := range l.index[gi][seq] {
 		if !l.removed[p] && l.entries[p].PGDesc == desc {
 			return int(p), nil
 		}
@@ -469,35 +529,46 @@ func (en *engine) match(a, b *Entry, g *group) MatchInfo {
 }
 
 // rankPos maps ranks to list positions: fr_trace's found/candidate dicts.
-// It is a dense array indexed by rank plus the list of ranks set, so that a
-// 1000-rank collective costs no hashing; the engine reuses two of them.
+// It is an array with one slot per rank of the engine (numbered by a
+// rankIndex) plus the list of ranks set, so that a 1000-rank collective
+// costs no hashing; the engine reuses two of them.
 type rankPos struct {
-	pos   []int32 // by rank; -1 when absent
+	idx   *rankIndex
+	pos   []int32 // by rank number in idx; -1 when absent
 	ranks []int
 }
 
-func newRankPos(maxRank int) *rankPos {
-	rp := &rankPos{pos: make([]int32, maxRank+1)}
+func newRankPos(idx *rankIndex) *rankPos {
+	rp := &rankPos{idx: idx, pos: make([]int32, idx.n)}
 	for i := range rp.pos {
 		rp.pos[i] = -1
 	}
 	return rp
 }
 
+// set records rank r at position p. Every rank the engine meets is in its
+// index (its lists and its groups' members).
 func (rp *rankPos) set(r, p int) {
-	if rp.pos[r] < 0 {
+	i := rp.idx.of(r)
+	if rp.pos[i] < 0 {
 		rp.ranks = append(rp.ranks, r)
 	}
-	rp.pos[r] = int32(p)
+	rp.pos[i] = int32(p)
 }
 
-func (rp *rankPos) has(r int) bool { return r < len(rp.pos) && rp.pos[r] >= 0 }
+func (rp *rankPos) has(r int) bool {
+	i := rp.idx.of(r)
+	return i >= 0 && rp.pos[i] >= 0
+}
+
+// at is r's position; r must be set.
+func (rp *rankPos) at(r int) int { return int(rp.pos[rp.idx.of(r)]) }
 
 func (rp *rankPos) len() int { return len(rp.ranks) }
 
 func (rp *rankPos) reset() {
 	for _, r := range rp.ranks {
-		rp.pos[r] = -1
+		rp.pos[rp.idx.of(r)] = -1
 	}
 	rp.ranks = rp.ranks[:0]
 }
@@ -505,7 +576,7 @@ func (rp *rankPos) reset() {
 // moveTo adds every rank to dst and empties rp.
 func (rp *rankPos) moveTo(dst *rankPos) {
 	for _, r := range rp.ranks {
-		dst.set(r, int(rp.pos[r]))
+		dst.set(r, rp.at(r))
 	}
 	rp.reset()
 }
@@ -541,27 +612,28 @@ func (en *engine) expectedOf(g *group) []int {
 	return out
 }
 
-// maxRank is the largest rank any group or list names.
-func (en *engine) maxRank() int {
-	m := 0
+// rankIndex numbers the ranks the engine can meet: those of its lists and
+// the members of its groups (only the fixed one in a per-group run).
+func (en *engine) rankIndex() *rankIndex {
+	var ranks []int
 	for _, l := range en.lists {
-		m = max(m, l.rank)
+		ranks = append(ranks, l.rank)
 	}
-	for _, g := range en.groups.order {
-		if len(g.members) > 0 {
-			m = max(m, g.members[len(g.members)-1])
+	lists := [][]int{ranks}
+	if en.fixed != nil {
+		lists = append(lists, en.fixed.members)
+	} else {
+		for _, g := range en.groups.order {
+			lists = append(lists, g.members)
 		}
 	}
-	if en.fixed != nil && len(en.fixed.members) > 0 {
-		m = max(m, en.fixed.members[len(en.fixed.members)-1])
-	}
-	return m
+	return newRankIndex(lists...)
 }
 
 // run is build_collectives' main loop.
 func (en *engine) run() {
-	n := en.maxRank()
-	en.cand, en.found = newRankPos(n), newRankPos(n)
+	idx := en.rankIndex()
+	en.cand, en.found = newRankPos(idx), newRankPos(idx)
 	defer func() {
 		if r := recover(); r != nil {
 			ab, ok := r.(abortError)
@@ -599,12 +671,12 @@ func (en *engine) run() {
 			if rec.allFound() && en.mismatch[g.guid] == 0 {
 				en.addCollective(g, true, true)
 				for _, r := range rec.found.ranks {
-					en.byRank[r].remove(int(rec.found.pos[r]))
+					en.byRank[r].remove(rec.found.at(r))
 				}
 			} else {
 				en.addCollective(g, len(rec.errors) == 0, false)
 				for _, r := range rec.candidate.ranks {
-					en.byRank[r].remove(int(rec.candidate.pos[r]))
+					en.byRank[r].remove(rec.candidate.at(r))
 				}
 			}
 		}
@@ -734,7 +806,7 @@ func (en *engine) errorAnalysis(g *group, firstRank int, cur *Entry, rec *matchR
 		if rec.hasUndecided {
 			in, out := firstNumel(cur.InputSizes), firstNumel(cur.OutputSizes)
 			for _, r := range rec.found.ranks {
-				e := listOf(r).entries[rec.found.pos[r]]
+				e := listOf(r).entries[rec.found.at(r)]
 				in += firstNumel(e.InputSizes)
 				out += firstNumel(e.OutputSizes)
 			}
@@ -1124,7 +1196,7 @@ func (en *engine) matchCoalescedWithNonP2P(g *group, rec *matchRecord, og *order
 		en.errorAnalysis(g, first, cur, rec, listOf)
 		if rec.allFound() && en.mismatch[g.guid] == 0 {
 			for _, r := range rec.found.ranks {
-				lists[r].remove(int(rec.found.pos[r]))
+				lists[r].remove(rec.found.at(r))
 				if r != first && len(ops[r]) > 0 {
 					ops[r] = ops[r][1:]
 				}
