@@ -142,6 +142,9 @@ func (d *Doc) StrIndex(v Value) (int, bool) {
 // NumStrings is the number of strings decoded so far (StrIndex < it).
 func (d *Doc) NumStrings() int { return len(d.strs) }
 
+// NumContainers is the number of containers decoded (ID < it).
+func (d *Doc) NumContainers() int { return len(d.conts) }
+
 // Text returns the text of a String, Bytes or BigInt (decimal) value.
 func (d *Doc) Text(v Value) (string, bool) {
 	switch v.kind {
