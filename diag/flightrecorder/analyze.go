@@ -2,6 +2,7 @@ package flightrecorder
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"runtime"
 	"slices"
@@ -26,6 +27,9 @@ type Options struct {
 	Transcript bool
 	// MaxLagRows bounds lagging_ranks per group (0: 8).
 	MaxLagRows int
+	// Limits are the rank and group ceilings; zero fields take PROBING_FR_*
+	// or the defaults.
+	Limits Limits
 }
 
 // pgData is one process group's entries, split by rank.
@@ -39,41 +43,73 @@ type pgData struct {
 // AnalyzeLoaded analyses loaded dumps and folds the loading problems into
 // the report's data-quality section.
 func AnalyzeLoaded(l *Loaded, opt Options) *Report {
-	r := Analyze(l.Dumps, opt)
+	r, _ := AnalyzeLoadedContext(context.Background(), l, opt)
+	return r
+}
+
+// AnalyzeLoadedContext is AnalyzeLoaded that stops with ctx's error once
+// ctx is done.
+func AnalyzeLoadedContext(ctx context.Context, l *Loaded, opt Options) (*Report, error) {
+	r, err := AnalyzeContext(ctx, l.Dumps, opt)
+	if err != nil {
+		return nil, err
+	}
 	r.DataQuality.Files = append(r.DataQuality.Files, l.Problems...)
 	r.DataQuality.Ignored = l.Ignored
-	if len(l.Problems) > 0 {
+	if len(r.DataQuality.Files) > 0 {
 		r.DataQuality.Partial = true
-		r.Summary += fmt.Sprintf(" %d file(s) could not be used (see data_quality).", len(l.Problems))
+		r.Summary += fmt.Sprintf(" %d file(s) could not be used (see data_quality).", len(r.DataQuality.Files))
 	}
-	return r
+	return r, nil
 }
 
 // Analyze finds, for every process group, the first collective where ranks
 // disagree or are missing, names the culprit ranks, and explains it with
 // progress counters, states and timestamps.
 func Analyze(dumps []*Dump, opt Options) *Report {
+	r, _ := AnalyzeContext(context.Background(), dumps, opt)
+	return r
+}
+
+// AnalyzeContext is Analyze that stops with ctx's error once ctx is done.
+// It checks between groups and inside the matching loops, and waits for
+// the work it started, so nothing runs on (or holds memory) after it
+// returns.
+func AnalyzeContext(ctx context.Context, dumps []*Dump, opt Options) (*Report, error) {
 	rep := &Report{ProcessGroups: []PGReport{}}
 	if opt.MaxLagRows <= 0 {
 		opt.MaxLagRows = defaultMaxLagRows
 	}
+	lim, limErr := opt.Limits.resolved()
+	opt.Limits = lim
+	if limErr != nil {
+		rep.DataQuality.Warnings = append(rep.DataQuality.Warnings, limErr.Error()+"; the default is used")
+	}
+	dumps = checkDumpRanks(dumps, lim, &rep.DataQuality)
 	if len(dumps) == 0 {
 		rep.Verdict = "UNDECIDED"
 		rep.Summary = "No dumps to analyse."
 		rep.DataQuality.Partial = true
-		return rep
+		return rep, ctx.Err()
 	}
 	// fr_trace's own verdict, for the side-by-side view, computed while the
 	// groups are analysed.
-	parCh := make(chan *ParityResult, 1)
-	go func() { parCh <- frTraceView(dumps, opt, &rep.FRTrace) }()
+	type parityOut struct {
+		par *ParityResult
+		err error
+	}
+	parCh := make(chan parityOut, 1)
+	go func() {
+		par, err := frTraceView(ctx, dumps, opt, &rep.FRTrace)
+		parCh <- parityOut{par, err}
+	}()
 	dq := &rep.DataQuality
 	for _, d := range dumps {
 		for _, w := range d.Warnings {
 			dq.Warnings = append(dq.Warnings, fmt.Sprintf("rank %d (%s): %s", d.Rank, d.Path, w))
 		}
 	}
-	a := newAnalysis(dumps, dq)
+	a := newAnalysis(ctx, dumps, dq, lim)
 	rep.Ranks = a.rankSummary()
 
 	var kept []*group
@@ -94,16 +130,28 @@ func Analyze(dumps []*Dump, opt Options) *Report {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				reports[i], notes[i] = a.analyzeGroup(kept[i], opt)
+				if ctx.Err() == nil {
+					reports[i], notes[i] = a.analyzeGroup(ctx, kept[i], opt)
+				}
 			}
 		}()
 	}
 	for i := range kept {
+		if ctx.Err() != nil {
+			break
+		}
 		next <- i
 	}
 	close(next)
 	wg.Wait()
-	par := <-parCh
+	po := <-parCh
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if po.err != nil {
+		return nil, po.err
+	}
+	par := po.par
 	for i := range reports {
 		dq.Warnings = append(dq.Warnings, notes[i]...)
 		reports[i].FRTrace = frTraceNote(par, &reports[i])
@@ -116,19 +164,47 @@ func Analyze(dumps []*Dump, opt Options) *Report {
 	}
 	dq.Partial = dq.Partial || len(rep.Ranks.MissingDump) > 0
 	rep.Summary = summarize(rep)
-	return rep
+	return rep, nil
+}
+
+// checkDumpRanks drops the dumps whose rank is outside [0, MaxRanks) (a
+// live snapshot or a mapping can carry any number) and lists them as file
+// problems.
+func checkDumpRanks(dumps []*Dump, lim Limits, dq *DataQuality) []*Dump {
+	kept := dumps
+	for i, d := range dumps {
+		err := lim.checkRank("rank", int64(d.Rank))
+		if err == nil {
+			if len(kept) < len(dumps) {
+				kept = append(kept, d)
+			}
+			continue
+		}
+		if len(kept) == len(dumps) {
+			kept = append([]*Dump(nil), dumps[:i]...)
+		}
+		r := d.Rank
+		dq.Files = append(dq.Files, FileProblem{Path: d.Path, Rank: &r, Problem: err.Error() + "; not analysed"})
+		dq.Partial = true
+	}
+	return kept
 }
 
 // frTraceView runs fr_trace's replay and fills view with its first block
 // per group. fr_trace stops at missing dumps; then the view shows what it
 // says when told to go on (--allow-incomplete-ranks).
-func frTraceView(dumps []*Dump, opt Options, view *FRTraceView) *ParityResult {
-	par := Parity(dumps, opt.Parity)
+func frTraceView(ctx context.Context, dumps []*Dump, opt Options, view *FRTraceView) (*ParityResult, error) {
+	par, err := ParityContext(ctx, dumps, opt.Parity)
+	if err != nil {
+		return nil, err
+	}
 	view.Aborted = par.Aborted
 	if par.Aborted != "" && !opt.Parity.AllowIncompleteRanks && strings.Contains(par.Aborted, "Missing dump files") {
 		p2 := opt.Parity
 		p2.AllowIncompleteRanks = true
-		par = Parity(dumps, p2)
+		if par, err = ParityContext(ctx, dumps, p2); err != nil {
+			return nil, err
+		}
 		view.AbortedIncomplete = par.Aborted
 		view.UsedAllowIncomplete = true
 	}
@@ -142,7 +218,7 @@ func frTraceView(dumps []*Dump, opt Options, view *FRTraceView) *ParityResult {
 	if opt.Transcript {
 		view.Transcript = par.Lines
 	}
-	return par
+	return par, nil
 }
 
 // analysis holds what all groups share. Groups are analysed in parallel;
@@ -161,11 +237,12 @@ type analysis struct {
 	unknownOp map[string][]int // op name -> ranks
 	pgid      map[*group]map[int]int64
 	statuses  map[*group]map[int]PGStatus // by rank, where it has them; filled once after split
+	lim       Limits
 }
 
-func newAnalysis(dumps []*Dump, dq *DataQuality) *analysis {
+func newAnalysis(ctx context.Context, dumps []*Dump, dq *DataQuality, lim Limits) *analysis {
 	a := &analysis{dumps: dumps, byRank: map[int]*Dump{}, data: map[*group]*pgData{}, wrapped: map[int]bool{},
-		dq: dq, unknownOp: map[string][]int{}, major: 99, minor: 99, pgid: map[*group]map[int]int64{}}
+		dq: dq, unknownOp: map[string][]int{}, major: 99, minor: 99, pgid: map[*group]map[int]int64{}, lim: lim}
 	for _, d := range dumps {
 		a.byRank[d.Rank] = d
 		if d.Major < a.major || (d.Major == a.major && d.Minor < a.minor) {
@@ -175,8 +252,8 @@ func newAnalysis(dumps []*Dump, dq *DataQuality) *analysis {
 	groups, notes, _ := buildGroups(dumps, false)
 	a.groups = groups
 	dq.Warnings = append(dq.Warnings, notes...)
-	a.inferGroups()
-	a.split()
+	a.inferGroups(ctx)
+	a.split(ctx)
 	a.indexStatuses()
 	return a
 }
@@ -212,11 +289,15 @@ func (a *analysis) indexStatuses() {
 // ranks whose entries name the group; the default group holds every rank.
 // A member that never recorded an op on such a group cannot be seen, and
 // the warning says so.
-func (a *analysis) inferGroups() {
+func (a *analysis) inferGroups(ctx context.Context) {
 	type key struct{ name, desc string }
 	inferred := map[key][]int{}
 	var order []key
+	skipped := 0
 	for _, d := range a.dumps {
+		if ctx.Err() != nil {
+			return // the caller reports it
+		}
 		lastKnown := "\x00"
 		for i := range d.Entries {
 			e := &d.Entries[i]
@@ -229,10 +310,18 @@ func (a *analysis) inferGroups() {
 			}
 			k := key{e.PGName, e.PGDesc}
 			if _, ok := inferred[k]; !ok {
+				if len(order) == a.lim.MaxGroups {
+					skipped++
+					continue
+				}
 				order = append(order, k)
 			}
-			inferred[k] = appendUnique(inferred[k], d.Rank)
+			inferred[k] = appendLast(inferred[k], d.Rank)
 		}
+	}
+	if skipped > 0 {
+		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("entries name more than %d process groups that no pg_config registers; the entries of the rest are not analysed (%d runs; set %s higher if a job really has that many)",
+			a.lim.MaxGroups, skipped, EnvMaxGroups))
 	}
 	all := map[int]bool{}
 	for _, d := range a.dumps {
@@ -243,10 +332,14 @@ func (a *analysis) inferGroups() {
 			all[r] = true
 		}
 	}
+	defaultDone := false
 	for _, k := range order {
 		members := inferred[k]
 		how := "the ranks whose entries name it"
-		if k.desc == "default_pg" {
+		if k.desc == "default_pg" && !defaultDone {
+			// There is one default group: a second name claiming it is
+			// inferred from its entries like any other.
+			defaultDone = true
 			members = members[:0]
 			for r := range all {
 				members = append(members, r)
@@ -254,6 +347,7 @@ func (a *analysis) inferGroups() {
 			how = "every rank (it is the default group)"
 		}
 		sort.Ints(members)
+		members = slices.Compact(members)
 		gk := groupKey(k.name, members)
 		g, ok := a.groups.byGUID[gk]
 		if !ok {
@@ -289,9 +383,12 @@ func (a *analysis) resolve(e *Entry, rank int) *group {
 
 // split files every entry under its group and rank, collectives and P2P
 // apart, and notes timing and the reference time.
-func (a *analysis) split() {
+func (a *analysis) split(ctx context.Context) {
 	unresolved := map[string]int{}
 	for _, d := range a.dumps {
+		if ctx.Err() != nil {
+			return // the caller reports it
+		}
 		if len(d.Entries) > 0 && d.Entries[0].RecordID > 0 {
 			a.wrapped[d.Rank] = true
 		}
@@ -327,7 +424,7 @@ func (a *analysis) split() {
 			}
 			a.pgid[g][d.Rank] = e.PGID
 			if e.Op.Err != "" && !e.Op.IsP2POp() && e.Op.Type != "coalesced" {
-				a.unknownOp[e.ProfilingName] = appendUnique(a.unknownOp[e.ProfilingName], d.Rank)
+				a.unknownOp[e.ProfilingName] = appendLast(a.unknownOp[e.ProfilingName], d.Rank)
 			}
 			isP2P := e.Op.IsP2POp()
 			if e.Op.Type == "coalesced" && (e.IsP2P || lastWasP2P[g]) {
@@ -351,8 +448,11 @@ func (a *analysis) split() {
 	slices.Sort(a.dq.Warnings[len(a.dq.Warnings)-len(a.unknownOp):])
 }
 
-func appendUnique(s []int, r int) []int {
-	if slices.Contains(s, r) {
+// appendLast appends r unless it is already the last element: enough where
+// a rank's values are appended in one run (one dump after another), and
+// O(1) where a search of the list would make a large job quadratic.
+func appendLast(s []int, r int) []int {
+	if len(s) > 0 && s[len(s)-1] == r {
 		return s
 	}
 	return append(s, r)
@@ -458,7 +558,7 @@ func (a *analysis) keep(g *group, opt Options) bool {
 // analyzeGroup is the corrected analysis of one group. It returns the
 // data-quality warnings it found rather than adding them, as groups run in
 // parallel.
-func (a *analysis) analyzeGroup(g *group, opt Options) (PGReport, []string) {
+func (a *analysis) analyzeGroup(ctx context.Context, g *group, opt Options) (PGReport, []string) {
 	pd := a.data[g]
 	pr := PGReport{PGName: g.name, PGDesc: g.desc, Members: g.members, MembersText: rankset.Format(g.members),
 		Size: len(g.members), Verdict: VerdictOK, CollectiveSeqID: -1, RecordID: -1,
@@ -494,7 +594,7 @@ func (a *analysis) analyzeGroup(g *group, opt Options) (PGReport, []string) {
 			}
 		}
 	}
-	res := a.runGroup(g, ranks, lists)
+	res := a.runGroup(ctx, g, ranks, lists)
 	pr.Matched = res.matched
 	var warnings []string
 	if res.aborted != "" {
@@ -553,14 +653,14 @@ type groupResult struct {
 
 // runGroup runs the fr_trace matcher on one group's aligned collectives,
 // with every member that left a dump as the expected set.
-func (a *analysis) runGroup(g *group, ranks []int, lists map[int][]*Entry) groupResult {
+func (a *analysis) runGroup(ctx context.Context, g *group, ranks []int, lists map[int][]*Entry) groupResult {
 	out := &ParityResult{}
 	dumped := map[int]bool{}
 	for _, r := range ranks {
 		dumped[r] = true
 	}
 	en := &engine{byRank: map[int]*rankList{}, groups: a.groups, dumps: dumped, major: a.major, minor: a.minor,
-		cap: defaultMismatchCap, mismatch: map[string]int{}, out: out, matched: map[string]int{}, corrected: true, fixed: g}
+		cap: defaultMismatchCap, mismatch: map[string]int{}, out: out, matched: map[string]int{}, corrected: true, fixed: g, ctx: ctx}
 	any := false
 	for _, r := range ranks {
 		l := newRankList(r, lists[r], nil)
@@ -665,8 +765,12 @@ func (a *analysis) missingFinding(g *group, b *Block, lists map[int][]*Entry, la
 	var waiting []int
 	var pendingWaiters int
 	var oldest *Entry
+	missing := make(map[int]bool, len(b.MissingRanks))
+	for _, r := range b.MissingRanks {
+		missing[r] = true
+	}
 	for _, r := range b.ExpectedRanks {
-		if slices.Contains(b.MissingRanks, r) {
+		if missing[r] {
 			continue
 		}
 		if e := entryAt(lists[r], b.Seq); e != nil {
@@ -1136,7 +1240,8 @@ func (a *analysis) timedOutFinding(g *group, ranks []int, lists map[int][]*Entry
 				if _, ok := bySeq[e.CollectiveSeqID]; !ok {
 					seqs = append(seqs, e.CollectiveSeqID)
 				}
-				bySeq[e.CollectiveSeqID] = appendUnique(bySeq[e.CollectiveSeqID], r)
+				// Ranks are distinct and each adds one: a plain append.
+				bySeq[e.CollectiveSeqID] = append(bySeq[e.CollectiveSeqID], r)
 				break // the first timed-out op of each rank
 			}
 		}

@@ -1,6 +1,7 @@
 package flightrecorder
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -425,6 +426,8 @@ type engine struct {
 	expected  map[*group][]int // members with a dump, per group (corrected runs)
 	cand      *rankPos         // scratch for the record being decided
 	found     *rankPos
+	ctx       context.Context // checked every few hundred steps; nil: never done
+	err       error           // ctx's error, when it stopped the run
 }
 
 func (en *engine) log(line string) { en.out.Lines = append(en.out.Lines, line) }
@@ -646,7 +649,12 @@ func (en *engine) run() {
 		}
 	}()
 	next := 0 // lists before it are gone; only the first list ever goes
-	for {
+	for step := 0; ; step++ {
+		if step%256 == 0 && en.ctx != nil {
+			if en.err = en.ctx.Err(); en.err != nil {
+				return
+			}
+		}
 		for next < len(en.lists) && en.lists[next].gone {
 			next++
 		}
@@ -1211,21 +1219,27 @@ func (en *engine) matchCoalescedWithNonP2P(g *group, rec *matchRecord, og *order
 // Parity runs fr_trace's analysis over dumps (ranks in ascending order, the
 // order fr_trace's own tests use).
 func Parity(dumps []*Dump, opt ParityOptions) *ParityResult {
+	out, _ := ParityContext(context.Background(), dumps, opt)
+	return out
+}
+
+// ParityContext is Parity that stops with ctx's error once ctx is done.
+func ParityContext(ctx context.Context, dumps []*Dump, opt ParityOptions) (*ParityResult, error) {
 	out := &ParityResult{}
 	if len(dumps) == 0 {
 		out.Aborted = "AssertionError: no files loaded"
-		return out
+		return out, nil
 	}
 	if opt.MismatchCap <= 0 {
 		opt.MismatchCap = defaultMismatchCap
 	}
 	version := dumps[0].Version
 	out.Version = version
-	abort := func(msg string) *ParityResult {
+	abort := func(msg string) (*ParityResult, error) {
 		out.Aborted = msg
 		out.Blocks = append(out.Blocks, Block{Kind: BlockAbort, Header: msg})
 		out.Lines = append(out.Lines, msg)
-		return out
+		return out, nil
 	}
 	for _, d := range dumps {
 		if d.Version != version {
@@ -1235,6 +1249,13 @@ func Parity(dumps []*Dump, opt ParityOptions) *ParityResult {
 	major, minor, err := ParseVersion(version)
 	if err != nil {
 		return abort("AssertionError: " + err.Error())
+	}
+	// Entries without a process_group were not kept; fr_trace reads the key
+	// of every entry and raises on them.
+	for _, d := range dumps {
+		if d.noGroup > 0 {
+			return abort("KeyError: 'process_group'")
+		}
 	}
 	// align_trace_from_beginning: cut every rank at the largest first record id.
 	var cut int64
@@ -1268,7 +1289,7 @@ func Parity(dumps []*Dump, opt ParityOptions) *ParityResult {
 		}
 	}
 	en := &engine{byRank: map[int]*rankList{}, groups: groups, dumps: dumped, major: major, minor: minor,
-		cap: opt.MismatchCap, mismatch: map[string]int{}, out: out, matched: map[string]int{}}
+		cap: opt.MismatchCap, mismatch: map[string]int{}, out: out, matched: map[string]int{}, ctx: ctx}
 	for _, d := range dumps {
 		var es []*Entry
 		for i := range d.Entries {
@@ -1281,5 +1302,8 @@ func Parity(dumps []*Dump, opt ParityOptions) *ParityResult {
 		en.byRank[d.Rank] = l
 	}
 	en.run()
-	return out
+	if en.err != nil {
+		return nil, en.err
+	}
+	return out, nil
 }
