@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/pickle"
@@ -429,5 +430,34 @@ func TestAnalyzeRefusesRankOverCeiling(t *testing.T) {
 	if len(r.DataQuality.Files) != 1 || !strings.Contains(r.DataQuality.Files[0].Problem, "1073741824 is over the ceiling of 1048576") ||
 		r.DataQuality.Files[0].Path != big.Path || len(r.Ranks.Dumped) != 1 {
 		t.Errorf("files %+v, dumped %v", r.DataQuality.Files, r.Ranks.Dumped)
+	}
+}
+
+// TestRankOutsideItsGroupEnds: a rank whose entries name a group its own
+// pg_config leaves it out of made fr_trace's replay pop nothing and loop
+// forever (found by FuzzDecode); every step now makes progress.
+func TestRankOutsideItsGroupEnds(t *testing.T) {
+	var dumps []*fr.Dump
+	entry := strings.Replace(goodEntry, `{`, `{"record_id": 0, `, 1) // fr_trace's replay keeps record ids >= 0
+	for r := 0; r < 2; r++ {
+		d, err := fr.Decode(jsonDump("[1]", entry))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Rank = r
+		dumps = append(dumps, d)
+	}
+	done := make(chan *fr.Report, 1)
+	go func() {
+		fr.Parity(dumps, fr.ParityOptions{})
+		done <- fr.Analyze(dumps, fr.Options{Transcript: true})
+	}()
+	select {
+	case r := <-done:
+		if r.Verdict == "" {
+			t.Error("no verdict")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the replay did not end: a step popped nothing")
 	}
 }

@@ -38,6 +38,9 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add(js(strings.Join(groups, ","), entry))
 	f.Add([]byte("AWS_SECRET_ACCESS_KEY=x\n"))
+	// Ranks 0 and 1 with a group of rank 1 only: fr_trace's replay looped
+	// forever on it (found here).
+	f.Add(js(`"0": {"name": "0", "desc": "default_pg", "ranks": "[1]"}`, strings.Replace(entry, `{`, `{"record_id": 0, `, 1)))
 	w := pickle.NewWriter()
 	w.BeginDict()
 	w.String("version")

@@ -688,6 +688,14 @@ func (en *engine) run() {
 				}
 			}
 		}
+		if !first.removed[pos] {
+			// Nothing popped the first rank's entry: its rank is not a member
+			// of the entry's group (a pg_config that leaves the rank out).
+			// fr_trace pops nothing then and loops forever; the replay drops
+			// the entry and goes on, so that every step makes progress.
+			first.remove(pos)
+			en.log(fmt.Sprintf("(replay: rank %d is not a member of group %s; its entry %d was dropped, where fr_trace would loop forever)", first.rank, g.pyGUID, cur.RecordID))
+		}
 		if en.mismatch[g.guid] > en.cap {
 			msg := fmt.Sprintf("Too many mismatches for process_group %s: %s aborting", g.pyGUID, g.desc)
 			en.addBlock(Block{Kind: BlockTooMany, Header: msg, GUID: g.guid, PGName: g.name, PGDesc: g.desc})
