@@ -56,3 +56,56 @@ func (x *rankIndex) of(r int) int {
 	}
 	return -1
 }
+
+// rankPos maps ranks to list positions: fr_trace's found/candidate dicts.
+// It is an array with one slot per rank of the engine (numbered by a
+// rankIndex) plus the list of ranks set, so that a 1000-rank collective
+// costs no hashing; the engine reuses two of them.
+type rankPos struct {
+	idx   *rankIndex
+	pos   []int32 // by rank number in idx; -1 when absent
+	ranks []int
+}
+
+func newRankPos(idx *rankIndex) *rankPos {
+	rp := &rankPos{idx: idx, pos: make([]int32, idx.n)}
+	for i := range rp.pos {
+		rp.pos[i] = -1
+	}
+	return rp
+}
+
+// set records rank r at position p. Every rank the engine meets is in its
+// index (its lists and its groups' members).
+func (rp *rankPos) set(r, p int) {
+	i := rp.idx.of(r)
+	if rp.pos[i] < 0 {
+		rp.ranks = append(rp.ranks, r)
+	}
+	rp.pos[i] = int32(p)
+}
+
+func (rp *rankPos) has(r int) bool {
+	i := rp.idx.of(r)
+	return i >= 0 && rp.pos[i] >= 0
+}
+
+// at is r's position; r must be set.
+func (rp *rankPos) at(r int) int { return int(rp.pos[rp.idx.of(r)]) }
+
+func (rp *rankPos) len() int { return len(rp.ranks) }
+
+func (rp *rankPos) reset() {
+	for _, r := range rp.ranks {
+		rp.pos[rp.idx.of(r)] = -1
+	}
+	rp.ranks = rp.ranks[:0]
+}
+
+// moveTo adds every rank to dst and empties rp.
+func (rp *rankPos) moveTo(dst *rankPos) {
+	for _, r := range rp.ranks {
+		dst.set(r, rp.at(r))
+	}
+	rp.reset()
+}
