@@ -140,8 +140,18 @@ func (d *decoder) push(v Value) error {
 	if d.nvals > d.lim.MaxValues {
 		return d.fail("more than %d values", d.lim.MaxValues)
 	}
+	if len(d.stack) == cap(d.stack) {
+		d.growStack()
+	}
 	d.stack = append(d.stack, v)
 	return nil
+}
+
+// growStack doubles the stack. append grows a large slice by a quarter at
+// a time, which for a list of millions of items pushed before one APPENDS
+// allocates five times the final stack in all; doubling allocates two.
+func (d *decoder) growStack() {
+	d.stack = slices.Grow(d.stack, max(len(d.stack), 64))
 }
 
 func (d *decoder) pop() (Value, error) {
@@ -435,6 +445,9 @@ func (d *decoder) run() (Value, error) {
 			err = d.push(Value{kind: Bool})
 		case opBinInt1:
 			if d.pos < len(data) && d.nvals < d.lim.MaxValues {
+				if len(d.stack) == cap(d.stack) {
+					d.growStack()
+				}
 				d.stack = append(d.stack, Value{kind: Int, n: int64(data[d.pos])})
 				d.pos++
 				d.nvals++
@@ -551,6 +564,9 @@ func (d *decoder) run() (Value, error) {
 				if i := int(data[d.pos]); i < len(d.memo) && d.memo[i].kind != memoHole && d.nvals < d.lim.MaxValues {
 					d.pos++
 					d.nvals++
+					if len(d.stack) == cap(d.stack) {
+						d.growStack()
+					}
 					d.stack = append(d.stack, d.memo[i])
 					continue
 				}
