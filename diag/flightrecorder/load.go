@@ -357,7 +357,8 @@ func dropDuplicates(files []candidate, res *Loaded) []candidate {
 // reuseBytes is the largest dump after which a worker keeps its decoder
 // and read buffer for the next file. Reuse saves clearing megabytes per
 // dump in a thousand-rank job; after a larger file, the buffers are let go
-// so that an idle worker does not hold memory the budget no longer counts.
+// (and collected) so that an idle worker does not hold memory the budget
+// no longer counts.
 const reuseBytes = 8 << 20
 
 func decodeAll(ctx context.Context, files []candidate, opt LoadOptions, res *Loaded, budget *byteBudget) ([]*Dump, error) {
@@ -386,7 +387,12 @@ func decodeAll(ctx context.Context, files []candidate, opt LoadOptions, res *Loa
 				}
 				d, size, err := readDump(ctx, dec, sigs, files[i].path, opt, budget, &buf)
 				if size > reuseBytes {
+					// Let the buffers go, and collect them now: the garbage
+					// collector would otherwise wait for the heap to double
+					// past what this file held, and the next large file
+					// would be decoded on top of this one's garbage.
 					dec, buf = nil, nil
+					runtime.GC()
 				}
 				if err != nil {
 					problems[i] = err.Error()
