@@ -76,9 +76,12 @@ func (c *converter) entries(ctx context.Context, list pickle.Value) ([]Entry, er
 		seen[w] |= bit
 		return true
 	}
-	// First pass: refuse non-dicts and count what will be kept, so that the
-	// entries are allocated once, at their final size.
-	keep, repeats := 0, 0
+	// First pass: refuse non-dicts and count the distinct ones that hold a
+	// key, so that the entries are allocated once. An entry the second pass
+	// then finds without a process_group leaves its slot to the next one:
+	// such a dict costs as many bytes as a kept entry, so the slots follow
+	// the input either way.
+	n, repeats := 0, 0
 	for i, ev := range items {
 		if ev.Kind() != pickle.Dict {
 			return nil, fmt.Errorf("entries[%d] is a %v, want a dict", i, ev.Kind())
@@ -86,42 +89,42 @@ func (c *converter) entries(ctx context.Context, list pickle.Value) ([]Entry, er
 		switch {
 		case !first(ev):
 			repeats++
-		case !c.hasKey(ev, kProcessGroup):
-			c.d.noGroup++
-		default:
-			keep++
+		case doc.Len(ev) > 0:
+			n++
 		}
 	}
 	clear(seen)
-	out := make([]Entry, 0, keep)
+	out := make([]Entry, n)
+	j := 0
 	for i, ev := range items {
 		if i%4096 == 0 {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
 		}
-		if !first(ev) || !c.hasKey(ev, kProcessGroup) {
+		if !first(ev) {
 			continue
 		}
-		out = append(out, Entry{})
-		if err := c.entry(&out[len(out)-1], ev); err != nil {
+		if doc.Len(ev) == 0 {
+			c.d.noGroup++
+			continue
+		}
+		kept, err := c.entry(&out[j], ev)
+		if err != nil {
 			return nil, fmt.Errorf("entries[%d]: %w", i, err)
 		}
+		if kept {
+			j++
+		} else {
+			out[j] = Entry{}
+			c.d.noGroup++
+		}
 	}
+	out = out[:j]
 	if repeats > 0 {
 		c.d.warn("%d entries repeat an earlier entry of the list (memo references to one pickled dict); each record is kept once", repeats)
 	}
 	return out, nil
-}
-
-// hasKey reports whether entry dict ev holds key k.
-func (c *converter) hasKey(ev pickle.Value, k entryKey) bool {
-	for i := 0; i < c.doc.Len(ev); i++ {
-		if key, _ := c.doc.Pair(ev, i); c.keyOf(key) == k {
-			return true
-		}
-	}
-	return false
 }
 
 // entryKey numbers the entry keys the converter reads, so that the hot
@@ -242,13 +245,16 @@ func (c *converter) finish() {
 
 // entry bits that must be present for the matching rules to mean anything.
 const (
-	hasSeq = 1 << iota
+	hasPG = 1 << iota // only the pickle path tracks it: entries without one are not kept
+	hasSeq
 	hasName
 	hasState
 	hasSizes
 )
 
-func (c *converter) entry(e *Entry, ev pickle.Value) error {
+// entry converts one entry dict into e. It reports false, leaving e to be
+// cleared, for an entry without a process_group.
+func (c *converter) entry(e *Entry, ev pickle.Value) (bool, error) {
 	e.RecordID, e.PGID, e.CollectiveSeqID, e.P2PSeqID, e.OpID = -1, -1, -1, -1, -1
 	var t Tensors
 	var threadName, threadID string
@@ -267,9 +273,10 @@ func (c *converter) entry(e *Entry, ev pickle.Value) error {
 		case kProcessGroup:
 			items := doc.Items(v)
 			if len(items) != 2 {
-				return fmt.Errorf("process_group is a %v of %d items, want (name, desc)", v.Kind(), doc.Len(v))
+				return false, fmt.Errorf("process_group is a %v of %d items, want (name, desc)", v.Kind(), doc.Len(v))
 			}
 			e.PGName, e.PGDesc = scalarText(items[0]), scalarText(items[1])
+			seen |= hasPG
 		case kCollectiveSeqId:
 			e.CollectiveSeqID, _ = intOf(v, -1)
 			seen |= hasSeq
@@ -316,11 +323,14 @@ func (c *converter) entry(e *Entry, ev pickle.Value) error {
 			e.Frames = c.stack(v)
 		}
 	}
+	if seen&hasPG == 0 {
+		return false, nil
+	}
 	c.checkRequired(seen)
 	e.Tensors = c.tensors(t)
 	e.Thread = c.thread(threadName, threadID)
 	c.finishEntry(e)
-	return nil
+	return true, nil
 }
 
 // tensorKey identifies a Tensors by the identity of its interned parts.

@@ -17,11 +17,13 @@ type rankList struct {
 	// touches neither the entry nor a map. There is one slot list per group
 	// the rank has entries in, not one per group of the job: a job of
 	// thousands of groups would otherwise cost ranks x groups.
-	slots  [][]slot         // per group present: its entries in list order
-	gnext  []int32          // per group present: first maybe-live index into slots
-	slotOf map[*group]int32 // group -> index into slots; nil in per-group runs (one slot)
-	fixed  *group           // the group of every entry in a per-group run
-	tab    *sigTable        // the table the signatures come from
+	slots    [][]slot         // per group present: its entries in list order
+	gnext    []int32          // per group present: first maybe-live index into slots
+	slotOf   map[*group]int32 // group -> index into slots; nil in per-group runs (one slot)
+	fixed    *group           // the group of every entry in a per-group run
+	lastG    *group           // the last group slotIndex found, and its slot
+	lastSlot int32
+	tab      *sigTable // the table the signatures come from
 }
 
 // slot is what matching needs of one entry, packed so that the common
@@ -103,10 +105,15 @@ func (l *rankList) slotIndex(g *group) int {
 		}
 		return -1
 	}
-	if i, ok := l.slotOf[g]; ok {
-		return int(i)
+	if g == l.lastG { // consecutive lookups are for one group
+		return int(l.lastSlot)
 	}
-	return -1
+	i, ok := l.slotOf[g]
+	if !ok {
+		return -1
+	}
+	l.lastG, l.lastSlot = g, i
+	return int(i)
 }
 
 // stateCode numbers the states an entry can be in; 0 for anything else.

@@ -62,23 +62,42 @@ func (x *rankIndex) of(r int) int {
 // rankIndex) plus the list of ranks set, so that a 1000-rank collective
 // costs no hashing; the engine reuses two of them.
 type rankPos struct {
-	idx   *rankIndex
-	pos   []int32 // by rank number in idx; -1 when absent
-	ranks []int
+	idx    *rankIndex
+	direct bool    // pos is indexed by rank (dense ranks), else by number in idx
+	pos    []int32 // -1 when absent
+	ranks  []int
 }
 
 func newRankPos(idx *rankIndex) *rankPos {
-	rp := &rankPos{idx: idx, pos: make([]int32, idx.n)}
+	rp := &rankPos{idx: idx}
+	if idx.dense != nil {
+		// Dense ranks: index by the rank number itself, as cheap as it gets
+		// for the matcher's hot path and still a few slots per rank.
+		rp.direct, rp.pos = true, make([]int32, len(idx.dense))
+	} else {
+		rp.pos = make([]int32, idx.n)
+	}
 	for i := range rp.pos {
 		rp.pos[i] = -1
 	}
 	return rp
 }
 
+// slot is r's index in pos, or -1 when r is not one of the engine's ranks.
+func (rp *rankPos) slot(r int) int {
+	if rp.direct {
+		if uint(r) < uint(len(rp.pos)) {
+			return r
+		}
+		return -1
+	}
+	return rp.idx.of(r)
+}
+
 // set records rank r at position p. Every rank the engine meets is in its
 // index (its lists and its groups' members).
 func (rp *rankPos) set(r, p int) {
-	i := rp.idx.of(r)
+	i := rp.slot(r)
 	if rp.pos[i] < 0 {
 		rp.ranks = append(rp.ranks, r)
 	}
@@ -86,18 +105,18 @@ func (rp *rankPos) set(r, p int) {
 }
 
 func (rp *rankPos) has(r int) bool {
-	i := rp.idx.of(r)
+	i := rp.slot(r)
 	return i >= 0 && rp.pos[i] >= 0
 }
 
 // at is r's position; r must be set.
-func (rp *rankPos) at(r int) int { return int(rp.pos[rp.idx.of(r)]) }
+func (rp *rankPos) at(r int) int { return int(rp.pos[rp.slot(r)]) }
 
 func (rp *rankPos) len() int { return len(rp.ranks) }
 
 func (rp *rankPos) reset() {
 	for _, r := range rp.ranks {
-		rp.pos[rp.idx.of(r)] = -1
+		rp.pos[rp.slot(r)] = -1
 	}
 	rp.ranks = rp.ranks[:0]
 }

@@ -12,7 +12,7 @@ import (
 // Limits bound the work and memory a hostile pickle can cost. Zero fields
 // take the defaults of DefaultLimits.
 type Limits struct {
-	MaxDepth     int // container nesting
+	MaxDepth     int // container nesting (at most 32768)
 	MaxValues    int // values created (each costs ~40 bytes)
 	MaxMarkDepth int // open MARKs
 	MaxBigIntLen int // bytes of one LONG1/LONG4 operand
@@ -22,10 +22,14 @@ type Limits struct {
 // about 10^5 values and 5 levels deep) and small enough to refuse bombs.
 var DefaultLimits = Limits{MaxDepth: 64, MaxValues: 1 << 25, MaxMarkDepth: 1024, MaxBigIntLen: 1024}
 
+// maxDepth keeps a container's depth in its 16 bits (see container).
+const maxDepth = 1 << 15
+
 func (l Limits) withDefaults() Limits {
 	if l.MaxDepth <= 0 {
 		l.MaxDepth = DefaultLimits.MaxDepth
 	}
+	l.MaxDepth = min(l.MaxDepth, maxDepth)
 	if l.MaxValues <= 0 {
 		l.MaxValues = DefaultLimits.MaxValues
 	}

@@ -74,9 +74,9 @@ type Doc struct {
 // moves only when its room doubles (see decoder.grow).
 type container struct {
 	off, n, cap int32
-	depth       int32 // nesting depth below this container, for the depth limit
-	frozen      bool  // a tuple or frozenset: no more items
-	unhashable  bool  // a tuple holding an unhashable value, found when it was built
+	depth       uint16 // nesting depth below this container, for the depth limit
+	frozen      bool   // a tuple or frozenset: no more items
+	unhashable  bool   // a tuple holding an unhashable value, found when it was built
 }
 
 // Kind reports the type of v.
