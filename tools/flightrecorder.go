@@ -114,13 +114,13 @@ func analyzeFlightRecorder(env *Env) Def {
 		hints(true, false, true, false),
 	)
 	h := typed(func(ctx context.Context, p AnalyzeFlightRecorderParams) (AnalyzeFlightRecorderResult, error) {
-		return runAnalyzeFlightRecorder(env, p)
+		return runAnalyzeFlightRecorder(ctx, env, p)
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
 		Summary: "verdicts from Flight Recorder dump files: which process group, collective and ranks hang or disagree"}
 }
 
-func runAnalyzeFlightRecorder(env *Env, p AnalyzeFlightRecorderParams) (AnalyzeFlightRecorderResult, error) {
+func runAnalyzeFlightRecorder(ctx context.Context, env *Env, p AnalyzeFlightRecorderParams) (AnalyzeFlightRecorderResult, error) {
 	var res AnalyzeFlightRecorderResult
 	if len(p.Paths) == 0 {
 		return res, userErrorf("paths is empty: pass the dump directory (e.g. /tmp) or the dump files")
@@ -144,16 +144,29 @@ func runAnalyzeFlightRecorder(env *Env, p AnalyzeFlightRecorderParams) (AnalyzeF
 		}
 		paths = append(paths, real)
 	}
-	loaded, err := fr.Load(paths, fr.LoadOptions{Prefix: p.Prefix, MaxFileBytes: env.MaxFileBytes, Check: env.Files.checkResolved})
+	// The request's context: a client that gives up (or an HTTP deadline)
+	// stops the load and the analysis, and frees what they held.
+	loaded, err := fr.LoadContext(ctx, paths, fr.LoadOptions{Prefix: p.Prefix, MaxFileBytes: env.MaxFileBytes, Check: env.Files.checkResolved})
 	if err != nil {
+		if ctx.Err() != nil {
+			return res, stoppedError(ctx)
+		}
 		return res, userErrorf("%v", err)
 	}
-	rep := fr.AnalyzeLoaded(loaded, fr.Options{PG: p.PG, Ranks: ranks})
+	rep, err := fr.AnalyzeLoadedContext(ctx, loaded, fr.Options{PG: p.PG, Ranks: ranks})
+	if err != nil {
+		return res, stoppedError(ctx)
+	}
 	res = viewReport(rep, full, p.Offset, p.Limit)
 	if p.Offset == 0 { // later pages are the same analysis
 		res.HistoryID = recordDiagnosis(env, p, rep, res)
 	}
 	return res, nil
+}
+
+// stoppedError is the answer when the request ended before the analysis.
+func stoppedError(ctx context.Context) error {
+	return userErrorf("the Flight Recorder analysis stopped before it finished (%v): analyse fewer dumps, or give the request more time", context.Cause(ctx))
 }
 
 // recordDiagnosis keeps the verdict in the persisted history (queryable as
@@ -392,7 +405,10 @@ func snapshotFlightRecorder(env *Env) Def {
 		if len(res.Snapshots) == 0 {
 			return res, userErrorf("no process returned a Flight Recorder snapshot: %s", strings.Join(res.Failed, "; "))
 		}
-		rep := fr.AnalyzeLoaded(col.Loaded, fr.Options{})
+		rep, err := fr.AnalyzeLoadedContext(ctx, col.Loaded, fr.Options{})
+		if err != nil {
+			return res, stoppedError(ctx)
+		}
 		res.AnalyzeFlightRecorderResult = viewReport(rep, full, p.Offset, p.Limit)
 		if p.Offset == 0 {
 			res.HistoryID = recordDiagnosis(env, AnalyzeFlightRecorderParams{Paths: []string{"live snapshot"}}, rep, res.AnalyzeFlightRecorderResult)

@@ -1,9 +1,13 @@
 package flightrecorder
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/probing-mcp/probing-mcp/diag/pickle"
 )
 
 // FuzzDecode feeds arbitrary bytes to the dump decoder (pickle and JSON):
@@ -19,6 +23,55 @@ func FuzzDecode(f *testing.F) {
 		}
 	}
 	f.Add([]byte(`{"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}, "pg_status": {"0": {"last_enqueued_collective": "3"}}, "entries": [{"process_group": ["0", "default_pg"], "collective_seq_id": 1, "profiling_name": "nccl:all_reduce", "input_sizes": [[4]], "output_sizes": [[4]], "state": "completed"}]}`))
+	// The attacks of bounds_test.go, small: a rank past the ceiling, empty
+	// entries, many groups, entry dicts and rank lists shared through the
+	// memo, a file that is not a dump.
+	js := func(cfg, entries string) []byte {
+		return []byte(`{"version": "2.10", "pg_config": {` + cfg + `}, "entries": [` + entries + `]}`)
+	}
+	entry := `{"process_group": ["0", "default_pg"], "collective_seq_id": 1, "profiling_name": "nccl:all_reduce", "input_sizes": [[4]], "state": "completed"}`
+	f.Add(js(`"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 100000000]"}`, entry))
+	f.Add(js(`"0": {"ranks": "[0, 1]"}`, entry+strings.Repeat(",{}", 64)))
+	var groups []string
+	for i := 0; i < 64; i++ {
+		groups = append(groups, fmt.Sprintf(`"%d":{"ranks":"[0]"}`, i))
+	}
+	f.Add(js(strings.Join(groups, ","), entry))
+	f.Add([]byte("AWS_SECRET_ACCESS_KEY=x\n"))
+	// Ranks 0 and 1 with a group of rank 1 only: fr_trace's replay looped
+	// forever on it (found here).
+	f.Add(js(`"0": {"name": "0", "desc": "default_pg", "ranks": "[1]"}`, strings.Replace(entry, `{`, `{"record_id": 0, `, 1)))
+	w := pickle.NewWriter()
+	w.BeginDict()
+	w.String("version")
+	w.String("2.10")
+	w.String("pg_config")
+	w.BeginDict()
+	for g := 0; g < 4; g++ {
+		w.String(fmt.Sprint(g))
+		w.BeginDict()
+		w.String("ranks")
+		w.String("[0, 1, 2, 3]") // one string, memo references after
+		w.EndDict()
+	}
+	w.EndDict()
+	w.String("entries")
+	w.BeginList()
+	w.BeginDict()
+	w.String("process_group")
+	w.String("0")
+	w.String("default_pg")
+	w.Tuple2()
+	w.String("collective_seq_id")
+	w.Int(1)
+	w.EndDict()
+	id := w.Memo()
+	for i := 0; i < 16; i++ {
+		w.Get(id) // the same entry dict again
+	}
+	w.EndList()
+	w.EndDict()
+	f.Add(w.Finish())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := Decode(data)
 		if err != nil {

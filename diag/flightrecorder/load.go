@@ -3,10 +3,12 @@ package flightrecorder
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -38,6 +40,9 @@ type LoadOptions struct {
 	// Check, when set, vets every file before it is read (an MCP tool uses
 	// it to keep symlinks from leading out of the allowed directories).
 	Check func(path string) error
+	// Limits are the rank and group ceilings and the decode budget; zero
+	// fields take PROBING_FR_* or the defaults.
+	Limits Limits
 }
 
 // FileProblem is a file that was not analysed, and why.
@@ -72,13 +77,25 @@ type candidate struct {
 // walked recursively). It fails only when no dump could be loaded at all;
 // per-file failures are listed in Loaded.Problems.
 func Load(paths []string, opt LoadOptions) (*Loaded, error) {
+	return LoadContext(context.Background(), paths, opt)
+}
+
+// LoadContext is Load that stops, with ctx's error, once ctx is done: it
+// checks between files and every few thousand entries, and nothing it
+// started runs on after it returns.
+func LoadContext(ctx context.Context, paths []string, opt LoadOptions) (*Loaded, error) {
 	if opt.MaxFileBytes <= 0 {
 		opt.MaxFileBytes = DefaultMaxFileBytes
 	}
+	lim, err := opt.Limits.resolve()
+	if err != nil {
+		return nil, err
+	}
+	opt.Limits = lim
 	res := &Loaded{}
 	var files []candidate
 	for _, p := range paths {
-		found, err := collect(p, opt, res)
+		found, err := collect(ctx, p, opt, res)
 		if err != nil {
 			return nil, err
 		}
@@ -86,7 +103,9 @@ func Load(paths []string, opt LoadOptions) (*Loaded, error) {
 	}
 	files = choosePrefix(files, opt, res)
 	files = dropDuplicates(files, res)
-	res.Dumps = decodeAll(files, opt, res)
+	if res.Dumps, err = decodeAll(ctx, files, opt, res, newByteBudget(lim.DecodeBudget)); err != nil {
+		return nil, err
+	}
 	slices.SortFunc(res.Problems, func(a, b FileProblem) int { return cmp.Compare(a.Path, b.Path) })
 	if len(res.Dumps) == 0 {
 		return res, noDumpsError(paths, res)
@@ -115,7 +134,7 @@ func noDumpsError(paths []string, res *Loaded) error {
 }
 
 // collect lists the candidate dump files under one path.
-func collect(path string, opt LoadOptions, res *Loaded) ([]candidate, error) {
+func collect(ctx context.Context, path string, opt LoadOptions, res *Loaded) ([]candidate, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -132,6 +151,9 @@ func collect(path string, opt LoadOptions, res *Loaded) ([]candidate, error) {
 	}
 	var out []candidate
 	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
 		if err != nil {
 			res.Problems = append(res.Problems, FileProblem{Path: p, Problem: "unreadable: " + err.Error()})
 			if d != nil && d.IsDir() {
@@ -182,6 +204,9 @@ func classify(path string, info fs.FileInfo, opt LoadOptions, explicit bool) (ca
 	}
 	if r, ok := opt.RankOf[path]; ok {
 		c.rank, c.prefix = r, "\x00explicit"
+		if err := opt.Limits.checkRank("rank", int64(r)); err != nil {
+			return c, false, err.Error()
+		}
 		return c, true, ""
 	}
 	if opt.Prefix != "" {
@@ -192,12 +217,17 @@ func classify(path string, info fs.FileInfo, opt LoadOptions, explicit bool) (ca
 			}
 			return c, false, ""
 		}
-		r, err := strconv.Atoi(c.name[i+len(opt.Prefix):])
+		digits := c.name[i+len(opt.Prefix):]
+		r, err := strconv.Atoi(digits)
 		if err != nil || r < 0 {
-			if explicit {
-				return c, false, fmt.Sprintf("no rank after the prefix %q in the file name", opt.Prefix)
+			if errors.Is(err, strconv.ErrRange) && digits[0] != '-' && digits[0] != '+' {
+				r, err = math.MaxInt, nil // past any ceiling, refused below
+			} else {
+				if explicit {
+					return c, false, fmt.Sprintf("no rank after the prefix %q in the file name", opt.Prefix)
+				}
+				return c, false, ""
 			}
-			return c, false, ""
 		}
 		c.rank, c.prefix = r, opt.Prefix
 	} else {
@@ -210,12 +240,24 @@ func classify(path string, info fs.FileInfo, opt LoadOptions, explicit bool) (ca
 		}
 		r, err := strconv.Atoi(m[2])
 		if err != nil {
-			return c, false, fmt.Sprintf("rank %s in the file name is out of range", m[2])
+			r = math.MaxInt // past any ceiling
 		}
 		c.rank, c.prefix = r, m[1]
 	}
 	if !explicit && !looksLikeDump(path) {
 		c.notDump = true
+	}
+	// The rank ceiling: per-rank structures follow the ranks present, but a
+	// rank number past any job is a mistake or an attack, and is named.
+	if c.rank >= opt.Limits.MaxRanks && !c.notDump {
+		rank := strconv.Itoa(c.rank)
+		if c.rank == math.MaxInt {
+			rank = "past 2^63"
+		}
+		return c, false, fmt.Sprintf("rank %s in the file name is over the ceiling of %d ranks (set %s higher for a larger job, or map the file to its rank)", rank, opt.Limits.MaxRanks, EnvMaxRanks)
+	}
+	if c.rank >= opt.Limits.MaxRanks {
+		return c, false, "" // not a dump either: ignored
 	}
 	return c, true, ""
 }
@@ -312,7 +354,14 @@ func dropDuplicates(files []candidate, res *Loaded) []candidate {
 	return kept
 }
 
-func decodeAll(files []candidate, opt LoadOptions, res *Loaded) []*Dump {
+// reuseBytes is the largest dump after which a worker keeps its decoder
+// and read buffer for the next file. Reuse saves clearing megabytes per
+// dump in a thousand-rank job; after a larger file, the buffers are let go
+// (and collected) so that an idle worker does not hold memory the budget
+// no longer counts.
+const reuseBytes = 8 << 20
+
+func decodeAll(ctx context.Context, files []candidate, opt LoadOptions, res *Loaded, budget *byteBudget) ([]*Dump, error) {
 	workers := opt.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
@@ -321,15 +370,30 @@ func decodeAll(files []candidate, opt LoadOptions, res *Loaded) []*Dump {
 	problems := make([]string, len(files))
 	var wg sync.WaitGroup
 	sigs := newSigTable()
+	defer budget.wakeOn(ctx)()
 	next := make(chan int)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			dec := pickle.NewDecoder(pickle.Limits{})
+			var dec *pickle.Decoder
 			var buf []byte // reused: decoded dumps keep no reference to it
 			for i := range next {
-				d, err := readDump(dec, sigs, files[i].path, opt.MaxFileBytes, &buf)
+				if ctx.Err() != nil {
+					continue // drain: the caller stops sending
+				}
+				if dec == nil {
+					dec = pickle.NewDecoder(pickle.Limits{})
+				}
+				d, size, err := readDump(ctx, dec, sigs, files[i].path, opt, budget, &buf)
+				if size > reuseBytes {
+					// Let the buffers go, and collect them now: the garbage
+					// collector would otherwise wait for the heap to double
+					// past what this file held, and the next large file
+					// would be decoded on top of this one's garbage.
+					dec, buf = nil, nil
+					runtime.GC()
+				}
 				if err != nil {
 					problems[i] = err.Error()
 					continue
@@ -340,10 +404,16 @@ func decodeAll(files []candidate, opt LoadOptions, res *Loaded) []*Dump {
 		}()
 	}
 	for i := range files {
+		if ctx.Err() != nil {
+			break
+		}
 		next <- i
 	}
 	close(next)
 	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	out := make([]*Dump, 0, len(files))
 	for i, d := range dumps {
 		if d != nil {
@@ -354,27 +424,35 @@ func decodeAll(files []candidate, opt LoadOptions, res *Loaded) []*Dump {
 		res.Problems = append(res.Problems, FileProblem{Path: files[i].path, Rank: &r, Problem: problems[i]})
 	}
 	slices.SortFunc(out, func(a, b *Dump) int { return cmp.Compare(a.Rank, b.Rank) })
-	return out
+	return out, nil
 }
 
 // readDump reads and decodes one file, refusing files over the limit before
-// reading them (and files that grow past it while being read).
-func readDump(dec *pickle.Decoder, sigs *sigTable, path string, limit int64, buf *[]byte) (*Dump, error) {
+// reading them (and files that grow past it while being read). It holds
+// the file's size of the decode budget while the file is in memory, and
+// returns the size it read.
+func readDump(ctx context.Context, dec *pickle.Decoder, sigs *sigTable, path string, opt LoadOptions, budget *byteBudget, buf *[]byte) (*Dump, int64, error) {
+	limit := opt.MaxFileBytes
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer f.Close()
 	info, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if !info.Mode().IsRegular() {
-		return nil, errors.New("not a regular file")
+		return nil, 0, errors.New("not a regular file")
 	}
 	if info.Size() > limit {
-		return nil, fmt.Errorf("file is %d bytes, over the %d-byte limit (raise PROBING_MAX_FILE_SIZE or --max-file-size)", info.Size(), limit)
+		return nil, 0, fmt.Errorf("file is %d bytes, over the %d-byte limit (raise PROBING_MAX_FILE_SIZE or --max-file-size)", info.Size(), limit)
 	}
+	taken, err := budget.acquire(ctx, info.Size())
+	if err != nil {
+		return nil, 0, err
+	}
+	defer budget.release(taken)
 	// Read what stat promised in one allocation, then check the file did
 	// not grow past the limit meanwhile.
 	if int64(cap(*buf)) < info.Size()+1 {
@@ -382,20 +460,20 @@ func readDump(dec *pickle.Decoder, sigs *sigTable, path string, limit int64, buf
 	}
 	data := (*buf)[:info.Size()]
 	if _, err := io.ReadFull(f, data); err != nil {
-		return nil, fmt.Errorf("file shrank while being read: %v", err)
+		return nil, info.Size(), fmt.Errorf("file shrank while being read: %v", err)
 	}
 	if more, _ := io.ReadAll(io.LimitReader(f, limit+1-info.Size())); len(more) > 0 {
 		data = append(data, more...)
 		if int64(len(data)) > limit {
-			return nil, fmt.Errorf("file grew past the %d-byte limit while being read", limit)
+			return nil, int64(len(data)), fmt.Errorf("file grew past the %d-byte limit while being read", limit)
 		}
 	}
-	d, err := decodeWith(dec, sigs, data)
+	d, err := decodeWith(ctx, dec, sigs, data, opt.Limits)
 	if err != nil {
-		return nil, err
+		return nil, int64(len(data)), err
 	}
 	d.Path = path
-	return d, nil
+	return d, int64(len(data)), nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -80,7 +80,7 @@ func TestBadInputs(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"nccl_trace_rank_4":  "truncated",
-		"nccl_trace_rank_5":  `forbidden global "os.system"`,
+		"nccl_trace_rank_5":  "forbidden global",
 		"nccl_trace_rank_6":  "unsupported Flight Recorder version 3.0",
 		"nccl_trace_rank_7":  "not a Flight Recorder dump",
 		"nccl_trace_rank_8":  "invalid JSON",

@@ -30,6 +30,9 @@ type Dump struct {
 	Entries        []Entry    // in record order
 	HasEntries     bool       // the dump had an "entries" key
 	Warnings       []string   // non-fatal oddities found while decoding
+	// noGroup counts the entries without a process_group: they are not
+	// kept, and Parity aborts on them as fr_trace does.
+	noGroup int
 }
 
 // PGConfig is one process group as a rank registered it.

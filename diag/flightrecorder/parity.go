@@ -1,11 +1,10 @@
 package flightrecorder
 
 import (
+	"context"
 	"fmt"
-	"math"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 )
 
@@ -111,236 +110,6 @@ func (r *ParityResult) FirstProblem(guid string) *Block {
 	return nil
 }
 
-// group is a process group identified as fr_trace does: name + member set.
-type group struct {
-	idx     int    // position in groupTable.order
-	guid    string // name + "|" + sorted members (ours); pyGUID is fr_trace's
-	pyGUID  string
-	name    string
-	desc    string
-	members []int // sorted
-	isMem   map[int]bool
-}
-
-func groupKey(name string, members []int) string {
-	var b strings.Builder
-	b.WriteString(name)
-	b.WriteByte('|')
-	for i, r := range members {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(r))
-	}
-	return b.String()
-}
-
-// pyFrozensetHash is CPython's hash(frozenset(ints)) for non-negative ints
-// below 2**61-1, which fr_trace appends to group names.
-func pyFrozensetHash(ranks []int) int64 {
-	shuffle := func(h uint64) uint64 { return ((h ^ 89869747) ^ (h << 16)) * 3644798167 }
-	var h uint64
-	uniq := slices.Compact(slices.Sorted(slices.Values(ranks)))
-	for _, r := range uniq {
-		h ^= shuffle(uint64(r))
-	}
-	h ^= (uint64(len(uniq)) + 1) * 1927868237
-	h ^= (h >> 11) ^ (h >> 25)
-	h = h*69069 + 907133923
-	if h == math.MaxUint64 {
-		h = 590923713
-	}
-	return int64(h)
-}
-
-type nameRank struct {
-	name string
-	rank int
-}
-
-// groupTable is build_groups_memberships: groups by guid, and the guid of
-// every (pg name, rank) pair.
-type groupTable struct {
-	byGUID map[string]*group
-	order  []*group
-	guidOf map[nameRank]*group
-}
-
-// buildGroups reads every rank's pg_config. strict=true aborts like fr_trace
-// on a desc mismatch; otherwise the first desc wins and a note is returned.
-func buildGroups(dumps []*Dump, strict bool) (*groupTable, []string, error) {
-	t := &groupTable{byGUID: map[string]*group{}, guidOf: map[nameRank]*group{}}
-	var notes []string
-	unnamed := 0
-	for _, d := range dumps {
-		for _, pc := range d.PGConfig {
-			if pc.Name == "" && !strict {
-				unnamed++
-				continue
-			}
-			members := slices.Compact(slices.Sorted(slices.Values(pc.Ranks)))
-			key := groupKey(pc.Name, members)
-			g, ok := t.byGUID[key]
-			if !ok {
-				g = &group{idx: len(t.order), guid: key, pyGUID: pc.Name + strconv.FormatInt(pyFrozensetHash(members), 10),
-					name: pc.Name, desc: pc.Desc, members: members, isMem: map[int]bool{}}
-				for _, r := range members {
-					g.isMem[r] = true
-				}
-				t.byGUID[key] = g
-				t.order = append(t.order, g)
-			} else if g.desc != pc.Desc {
-				msg := fmt.Sprintf("mismatch in desc %s vs %s for group %s", g.desc, pc.Desc, g.pyGUID)
-				if strict {
-					return nil, nil, fmt.Errorf("AssertionError: %s", msg)
-				}
-				notes = append(notes, fmt.Sprintf("rank %d: %s (kept %q)", d.Rank, msg, g.desc))
-			}
-			t.guidOf[nameRank{pc.Name, d.Rank}] = g
-		}
-	}
-	if unnamed > 0 {
-		notes = append(notes, fmt.Sprintf("%d pg_config entries have an empty name (torch's generic gloo recorder writes them, with group-local ranks); ignored, group membership is inferred from the entries", unnamed))
-	}
-	return t, notes, nil
-}
-
-// rankList is one rank's remaining entries. Python pops list items by
-// index; here entries are marked removed and skipped, so that a pop is
-// O(1) and positions stay stable while a step is being decided.
-type rankList struct {
-	rank    int
-	entries []*Entry
-	grp     []*group // each entry's group; nil where pg_config lacks it
-	unknown bool     // some entry's group is unknown
-	removed []bool
-	skip    []int32 // for a removed i: a later position, maybe live
-	live    int
-	gone    bool                // popped from all_entries
-	index   []map[int64][]int32 // by group idx, then seq: positions in list order
-	// Per-position facts kept in flat arrays, so that the common lookup
-	// touches neither the entry nor a map.
-	slots [][]slot  // by group idx: the group's entries in list order
-	gnext []int32   // by group idx: first maybe-live index into slots
-	tab   *sigTable // the table the signatures come from
-}
-
-// slot is what matching needs of one entry, packed so that the common
-// lookup reads one cache line per rank instead of the entry itself.
-type slot struct {
-	pos    int32 // position in the rank's list
-	state  uint8 // stateCode
-	descOK bool  // the entry's desc is its group's desc
-	sig    uint32
-	seq    int64
-}
-
-// newRankList wraps one rank's entries; resolve (nil when every entry
-// belongs to one known group) looks each entry's group up once.
-func newRankList(rank int, entries []*Entry, resolve func(*Entry) *group) *rankList {
-	l := &rankList{rank: rank, entries: entries, removed: make([]bool, len(entries)), skip: make([]int32, len(entries)), live: len(entries)}
-	if resolve != nil {
-		l.grp = make([]*group, len(entries))
-		for i, e := range entries {
-			l.grp[i] = resolve(e)
-			l.unknown = l.unknown || l.grp[i] == nil
-		}
-	}
-	return l
-}
-
-// prepare fills the per-group slots used by findSame and the matching
-// fast path. fixed is the group of every entry in a per-group run.
-func (l *rankList) prepare(groups int, fixed *group) {
-	l.slots = make([][]slot, max(groups, fixed.idxPlus1()))
-	l.gnext = make([]int32, len(l.slots))
-	groupOf := func(p int) *group {
-		if fixed != nil {
-			return fixed
-		}
-		return l.grp[p]
-	}
-	// Size each group's slots first: appending would copy them as they grow.
-	count := make([]int32, len(l.slots))
-	for p := range l.entries {
-		count[groupOf(p).idx]++
-	}
-	for gi, n := range count {
-		if n > 0 {
-			l.slots[gi] = make([]slot, 0, n)
-		}
-	}
-	if len(l.entries) > 0 {
-		l.tab = l.entries[0].sigTab
-	}
-	for p, e := range l.entries {
-		g := groupOf(p)
-		sl := slot{pos: int32(p), state: stateCode(e.State), descOK: e.PGDesc == g.desc, sig: e.Sig, seq: e.CollectiveSeqID}
-		if e.sigTab != l.tab {
-			sl.sig = 0 // numbers from another table mean nothing here
-		}
-		l.slots[g.idx] = append(l.slots[g.idx], sl)
-	}
-}
-
-func (g *group) idxPlus1() int {
-	if g == nil {
-		return 0
-	}
-	return g.idx + 1
-}
-
-// stateCode numbers the states an entry can be in; 0 for anything else.
-func stateCode(s string) uint8 {
-	switch s {
-	case "scheduled":
-		return 1
-	case "started":
-		return 2
-	case "completed":
-		return 3
-	}
-	return 0
-}
-
-// nextLive returns the first live position >= i, or len(entries). A
-// removed position's skip points past it; paths are compressed so that
-// long runs of removed entries are crossed once.
-func (l *rankList) nextLive(i int) int {
-	j := i
-	for j < len(l.entries) && l.removed[j] {
-		j = int(l.skip[j])
-	}
-	for i < j && l.removed[i] {
-		next := int(l.skip[i])
-		l.skip[i] = int32(j)
-		i = next
-	}
-	return j
-}
-
-func (l *rankList) head() int { return l.nextLive(0) }
-
-func (l *rankList) remove(pos int) {
-	if pos < len(l.entries) && !l.removed[pos] {
-		l.removed[pos] = true
-		l.skip[pos] = int32(pos + 1)
-		l.live--
-	}
-}
-
-// removeFrom pops the entry at pos and then n-1 more of the next live
-// entries, like repeated list.pop(k) at a fixed index k.
-func (l *rankList) removeFrom(pos, n int) {
-	for ; n > 0; n-- {
-		pos = l.nextLive(pos)
-		if pos >= len(l.entries) {
-			return
-		}
-		l.remove(pos)
-	}
-}
-
 // abortError stops the replay the way an exception stops fr_trace.
 type abortError struct{ msg string }
 
@@ -366,6 +135,8 @@ type engine struct {
 	expected  map[*group][]int // members with a dump, per group (corrected runs)
 	cand      *rankPos         // scratch for the record being decided
 	found     *rankPos
+	ctx       context.Context // checked every few hundred steps; nil: never done
+	err       error           // ctx's error, when it stopped the run
 }
 
 func (en *engine) log(line string) { en.out.Lines = append(en.out.Lines, line) }
@@ -408,16 +179,17 @@ func (en *engine) findSame(l *rankList, g *group, desc string, seq int64) (int, 
 		return -1, nil
 	}
 	if l.slots == nil {
-		l.prepare(len(en.groups.order), en.fixed)
+		l.prepare(en.fixed)
 	}
 	// Fast path: ranks walk their collectives in the same order, so the
 	// group's first live entry on this rank is almost always the one.
-	if g.idx < len(l.slots) {
-		gs, i := l.slots[g.idx], l.gnext[g.idx]
+	gi := l.slotIndex(g)
+	if gi >= 0 {
+		gs, i := l.slots[gi], l.gnext[gi]
 		for int(i) < len(gs) && l.removed[gs[i].pos] {
 			i++
 		}
-		l.gnext[g.idx] = i
+		l.gnext[gi] = i
 		if int(i) < len(gs) {
 			sl := &gs[i]
 			// In a per-group run the description is a label of the group,
@@ -435,20 +207,20 @@ func (en *engine) findSame(l *rankList, g *group, desc string, seq int64) (int, 
 		}
 		return -1, nil
 	}
-	if l.index == nil {
-		l.index = make([]map[int64][]int32, len(en.groups.order))
-		for p, e := range l.entries {
-			gi := l.grp[p].idx
-			if l.index[gi] == nil {
-				l.index[gi] = map[int64][]int32{}
-			}
-			l.index[gi][e.CollectiveSeqID] = append(l.index[gi][e.CollectiveSeqID], int32(p))
-		}
-	}
-	if g.idx >= len(l.index) || l.index[g.idx] == nil {
+	if gi < 0 {
 		return -1, nil
 	}
-	for _, p := range l.index[g.idx][seq] {
+	if l.index == nil {
+		l.index = make([]map[int64][]int32, len(l.slots))
+		for p, e := range l.entries {
+			i := l.slotIndex(l.grp[p])
+			if l.index[i] == nil {
+				l.index[i] = map[int64][]int32{}
+			}
+			l.index[i][e.CollectiveSeqID] = append(l.index[i][e.CollectiveSeqID], int32(p))
+		}
+	}
+	for _, p := range l.index[gi][seq] {
 		if !l.removed[p] && l.entries[p].PGDesc == desc {
 			return int(p), nil
 		}
@@ -466,48 +238,6 @@ func (en *engine) match(a, b *Entry, g *group) MatchInfo {
 	en.checkOp(a)
 	en.checkOp(b)
 	return Match(a, b, len(g.members))
-}
-
-// rankPos maps ranks to list positions: fr_trace's found/candidate dicts.
-// It is a dense array indexed by rank plus the list of ranks set, so that a
-// 1000-rank collective costs no hashing; the engine reuses two of them.
-type rankPos struct {
-	pos   []int32 // by rank; -1 when absent
-	ranks []int
-}
-
-func newRankPos(maxRank int) *rankPos {
-	rp := &rankPos{pos: make([]int32, maxRank+1)}
-	for i := range rp.pos {
-		rp.pos[i] = -1
-	}
-	return rp
-}
-
-func (rp *rankPos) set(r, p int) {
-	if rp.pos[r] < 0 {
-		rp.ranks = append(rp.ranks, r)
-	}
-	rp.pos[r] = int32(p)
-}
-
-func (rp *rankPos) has(r int) bool { return r < len(rp.pos) && rp.pos[r] >= 0 }
-
-func (rp *rankPos) len() int { return len(rp.ranks) }
-
-func (rp *rankPos) reset() {
-	for _, r := range rp.ranks {
-		rp.pos[r] = -1
-	}
-	rp.ranks = rp.ranks[:0]
-}
-
-// moveTo adds every rank to dst and empties rp.
-func (rp *rankPos) moveTo(dst *rankPos) {
-	for _, r := range rp.ranks {
-		dst.set(r, int(rp.pos[r]))
-	}
-	rp.reset()
 }
 
 // matchRecord is fr_trace's MatchStateRecord.
@@ -541,27 +271,28 @@ func (en *engine) expectedOf(g *group) []int {
 	return out
 }
 
-// maxRank is the largest rank any group or list names.
-func (en *engine) maxRank() int {
-	m := 0
+// rankIndex numbers the ranks the engine can meet: those of its lists and
+// the members of its groups (only the fixed one in a per-group run).
+func (en *engine) rankIndex() *rankIndex {
+	var ranks []int
 	for _, l := range en.lists {
-		m = max(m, l.rank)
+		ranks = append(ranks, l.rank)
 	}
-	for _, g := range en.groups.order {
-		if len(g.members) > 0 {
-			m = max(m, g.members[len(g.members)-1])
+	lists := [][]int{ranks}
+	if en.fixed != nil {
+		lists = append(lists, en.fixed.members)
+	} else {
+		for _, g := range en.groups.order {
+			lists = append(lists, g.members)
 		}
 	}
-	if en.fixed != nil && len(en.fixed.members) > 0 {
-		m = max(m, en.fixed.members[len(en.fixed.members)-1])
-	}
-	return m
+	return newRankIndex(lists...)
 }
 
 // run is build_collectives' main loop.
 func (en *engine) run() {
-	n := en.maxRank()
-	en.cand, en.found = newRankPos(n), newRankPos(n)
+	idx := en.rankIndex()
+	en.cand, en.found = newRankPos(idx), newRankPos(idx)
 	defer func() {
 		if r := recover(); r != nil {
 			ab, ok := r.(abortError)
@@ -574,7 +305,12 @@ func (en *engine) run() {
 		}
 	}()
 	next := 0 // lists before it are gone; only the first list ever goes
-	for {
+	for step := 0; ; step++ {
+		if step%256 == 0 && en.ctx != nil {
+			if en.err = en.ctx.Err(); en.err != nil {
+				return
+			}
+		}
 		for next < len(en.lists) && en.lists[next].gone {
 			next++
 		}
@@ -599,14 +335,22 @@ func (en *engine) run() {
 			if rec.allFound() && en.mismatch[g.guid] == 0 {
 				en.addCollective(g, true, true)
 				for _, r := range rec.found.ranks {
-					en.byRank[r].remove(int(rec.found.pos[r]))
+					en.byRank[r].remove(rec.found.at(r))
 				}
 			} else {
 				en.addCollective(g, len(rec.errors) == 0, false)
 				for _, r := range rec.candidate.ranks {
-					en.byRank[r].remove(int(rec.candidate.pos[r]))
+					en.byRank[r].remove(rec.candidate.at(r))
 				}
 			}
+		}
+		if !first.removed[pos] {
+			// Nothing popped the first rank's entry: its rank is not a member
+			// of the entry's group (a pg_config that leaves the rank out).
+			// fr_trace pops nothing then and loops forever; the replay drops
+			// the entry and goes on, so that every step makes progress.
+			first.remove(pos)
+			en.log(fmt.Sprintf("(replay: rank %d is not a member of group %s; its entry %d was dropped, where fr_trace would loop forever)", first.rank, g.pyGUID, cur.RecordID))
 		}
 		if en.mismatch[g.guid] > en.cap {
 			msg := fmt.Sprintf("Too many mismatches for process_group %s: %s aborting", g.pyGUID, g.desc)
@@ -734,7 +478,7 @@ func (en *engine) errorAnalysis(g *group, firstRank int, cur *Entry, rec *matchR
 		if rec.hasUndecided {
 			in, out := firstNumel(cur.InputSizes), firstNumel(cur.OutputSizes)
 			for _, r := range rec.found.ranks {
-				e := listOf(r).entries[rec.found.pos[r]]
+				e := listOf(r).entries[rec.found.at(r)]
 				in += firstNumel(e.InputSizes)
 				out += firstNumel(e.OutputSizes)
 			}
@@ -831,329 +575,30 @@ func (en *engine) logEntry(b Block, header string, g *group, cur *Entry, rec *ma
 	en.out.Lines = append(en.out.Lines, lines...)
 }
 
-// findCoalesced is find_coalesced_group[_with_non_p2p] on one rank's list:
-// positions of the entries sharing the head's sequence key.
-func (en *engine) findCoalesced(g *group, l *rankList) []int {
-	var found []int
-	var key int64
-	started := false
-	for p := l.nextLive(0); p < len(l.entries); p = l.nextLive(p + 1) {
-		e := l.entries[p]
-		if en.groupAt(l, p) != g {
-			continue
-		}
-		switch {
-		case !started:
-			key = e.CollectiveSeqID
-			if e.IsP2P {
-				key = e.P2PSeqID
-			}
-			started = true
-			found = append(found, p)
-			continue
-		case !e.IsP2P && e.CollectiveSeqID == key, e.IsP2P && e.P2PSeqID == key:
-			found = append(found, p)
-			continue
-		}
-		break
-	}
-	if len(found) <= 1 {
-		return nil
-	}
-	last := l.entries[found[len(found)-1]].ProfilingName
-	if en.major <= 2 && en.minor < 7 {
-		if last != "nccl:coalesced" && !en.corrected {
-			panic(abortError{"AssertionError"})
-		}
-	} else if strings.HasPrefix(last, "nccl:") && !strings.HasSuffix(last, "_coalesced") {
-		msg := fmt.Sprintf("Rank %d does not have a coalesced end.", l.rank)
-		en.addBlock(Block{Kind: BlockNoCoalescedEnd, Header: msg, GUID: g.guid, PGName: g.name, PGDesc: g.desc})
-		en.log(msg)
-	}
-	return found
-}
-
-// coalesced is the coalesced branch of build_collectives.
-func (en *engine) coalesced(g *group, first *rankList, rec *matchRecord, num int) {
-	// Gather every expected rank's group (set.pop order: ascending for the
-	// small rank numbers of a job; see the package tests).
-	type rankGroup struct {
-		rank int
-		pos  []int
-	}
-	var groups []rankGroup
-	for _, r := range rec.expected {
-		l := en.byRank[r]
-		var pos []int
-		if l != nil && !l.gone {
-			pos = en.findCoalesced(g, l)
-		}
-		for _, p := range pos {
-			e := l.entries[p]
-			en.checkOp(e)
-			switch e.Op.Type {
-			case "send":
-				if src := localToGlobal(g, e.Op.Src); src != r {
-					panic(abortError{fmt.Sprintf("AssertionError: Send src error: %d expected but %s is set", r, pyOptInt(src))})
-				}
-			case "recv":
-				if dst := localToGlobal(g, e.Op.Dst); dst != r {
-					panic(abortError{fmt.Sprintf("AssertionError: Recv dst error: %d expected but %s is set", r, pyOptInt(dst))})
-				}
-			}
-		}
-		groups = append(groups, rankGroup{r, pos})
-	}
-	var match bool
-	if en.major <= 2 && en.minor < 7 {
-		match = en.matchCoalescedP2POnly(g, groups2map(groups, func(x rankGroup) (int, []int) { return x.rank, x.pos }))
-	} else {
-		match = en.matchCoalescedWithNonP2P(g, rec, groups2map(groups, func(x rankGroup) (int, []int) { return x.rank, x.pos }))
-	}
-	if match && en.mismatch[g.guid] == 0 {
-		en.addCollective(g, true, true)
-	} else {
-		en.mismatch[g.guid]++
-		if match && en.out.Collectives == 0 && !en.corrected {
-			panic(abortError{"IndexError: list index out of range"})
-		}
-	}
-	for _, rg := range groups {
-		if len(rg.pos) == 0 {
-			continue
-		}
-		l := en.byRank[rg.rank]
-		if en.corrected { // each rank's own group
-			for _, p := range rg.pos {
-				l.remove(p)
-			}
-			continue
-		}
-		l.removeFrom(rg.pos[0], num) // fr_trace pops the first rank's group length on every rank
-	}
-}
-
-type orderedGroups struct {
-	ranks []int
-	pos   map[int][]int
-}
-
-func groups2map[T any](xs []T, kv func(T) (int, []int)) *orderedGroups {
-	og := &orderedGroups{pos: map[int][]int{}}
-	for _, x := range xs {
-		r, p := kv(x)
-		og.ranks = append(og.ranks, r)
-		og.pos[r] = p
-	}
-	return og
-}
-
-func localToGlobal(g *group, local int) int {
-	if local < 0 || local >= len(g.members) {
-		return -1
-	}
-	return g.members[local]
-}
-
-func pyOptInt(n int) string {
-	if n < 0 {
-		return "None"
-	}
-	return strconv.Itoa(n)
-}
-
-// p2pOps turns each rank's group into its remaining ops (positions).
-func (en *engine) opsOf(og *orderedGroups) map[int][]*Entry {
-	ops := map[int][]*Entry{}
-	for _, r := range og.ranks {
-		l := en.byRank[r]
-		for _, p := range og.pos[r] {
-			ops[r] = append(ops[r], l.entries[p])
-		}
-	}
-	return ops
-}
-
-// matchCoalescedP2POnly is match_coalesced_groups (versions before 2.7).
-func (en *engine) matchCoalescedP2POnly(g *group, og *orderedGroups) bool {
-	ops := en.opsOf(og)
-	for _, r := range og.ranks {
-		l := ops[r]
-		if len(l) == 0 {
-			return false
-		}
-		if l[len(l)-1].Op.Type != "coalesced" {
-			panic(abortError{"AssertionError"})
-		}
-		ops[r] = l[:len(l)-1]
-	}
-	return en.pairP2P(g, og.ranks, ops, true)
-}
-
-// pairP2P is the peer-matching loop shared by both coalesced matchers.
-func (en *engine) pairP2P(g *group, order []int, ops map[int][]*Entry, p2pOnly bool) bool {
-	present := map[int]bool{}
-	for _, r := range order {
-		present[r] = true
-	}
-	for {
-		first := -1
-		for _, r := range order {
-			if present[r] {
-				first = r
-				break
-			}
-		}
-		if first < 0 {
-			break
-		}
-		mine := ops[first]
-		if len(mine) == 0 {
-			present[first] = false
-			continue
-		}
-		op := mine[0]
-		if !op.Op.IsP2POp() {
-			if p2pOnly {
-				panic(abortError{"NotImplementedError: coalesced collective ops"})
-			}
-			panic(abortError{"AssertionError: can't get dst of non-p2p op"})
-		}
-		peer := localToGlobal(g, op.Op.Dst)
-		if peer < 0 {
-			panic(abortError{"IndexError: list index out of range"})
-		}
-		if !present[peer] {
-			panic(abortError{fmt.Sprintf("KeyError: %d", peer)})
-		}
-		idx := -1
-		for i, other := range ops[peer] {
-			if Match(op, other, len(g.members)).State == FullyMatched {
-				idx = i
-				break
-			}
-			if !other.Op.IsP2POp() {
-				panic(abortError{"AssertionError: can't get src of non-p2p op"})
-			}
-			if op.Op.Dst == other.Op.Src {
-				break
-			}
-		}
-		if idx < 0 {
-			en.addBlock(Block{Kind: BlockP2PMismatch, Header: "MISMATCH", GUID: g.guid, PGName: g.name, PGDesc: g.desc,
-				Seq: op.CollectiveSeqID, RecordID: op.RecordID, ProfilingName: op.ProfilingName, Frames: op.Frames})
-			en.log("MISMATCH ")
-			return false
-		}
-		ops[first] = mine[1:]
-		ops[peer] = slices.Delete(slices.Clone(ops[peer]), idx, idx+1)
-	}
-	en.addBlock(Block{Kind: BlockCoalescedP2POK, Header: "Match", GUID: g.guid, PGName: g.name, PGDesc: g.desc})
-	en.log("Match ")
-	return true
-}
-
-// matchCoalescedWithNonP2P is match_coalesced_groups_with_non_p2p (2.7+).
-func (en *engine) matchCoalescedWithNonP2P(g *group, rec *matchRecord, og *orderedGroups) bool {
-	ops := en.opsOf(og)
-	isP2P := false
-	for _, r := range og.ranks {
-		for _, e := range ops[r] {
-			if e.Op.IsP2POp() {
-				isP2P = true
-			}
-		}
-	}
-	for _, r := range og.ranks {
-		l := ops[r]
-		if len(l) == 0 {
-			msg := fmt.Sprintf("Rank %d has an empty op list.", r)
-			en.addBlock(Block{Kind: BlockEmptyOpList, Header: msg, GUID: g.guid, PGName: g.name, PGDesc: g.desc})
-			en.log(msg)
-			continue
-		}
-		if isP2P && l[len(l)-1].Op.Type == "coalesced" {
-			ops[r] = l[:len(l)-1]
-		}
-	}
-	if isP2P {
-		return en.pairP2P(g, og.ranks, ops, false)
-	}
-	// Non-P2P: match op by op through the ordinary record machinery, over
-	// private copies of the group lists (fr_trace deep-copies them).
-	lists := map[int]*rankList{}
-	for _, r := range og.ranks {
-		var es []*Entry
-		for _, p := range og.pos[r] {
-			es = append(es, en.byRank[r].entries[p])
-		}
-		lists[r] = newRankList(r, es, en.resolver(r))
-	}
-	present := map[int]bool{}
-	for _, r := range og.ranks {
-		present[r] = true
-	}
-	for {
-		first := -1
-		for _, r := range og.ranks {
-			if present[r] {
-				first = r
-				break
-			}
-		}
-		if first < 0 {
-			return true
-		}
-		if len(ops[first]) == 0 {
-			present[first] = false
-			continue
-		}
-		l := lists[first]
-		pos := l.head()
-		if pos >= len(l.entries) {
-			panic(abortError{"IndexError: list index out of range"})
-		}
-		cur := l.entries[pos]
-		ops[first] = ops[first][1:]
-		rec.entry, rec.errors = cur, nil
-		rec.candidate.reset()
-		rec.found.reset()
-		rec.candidate.set(first, pos)
-		listOf := func(r int) *rankList { return lists[r] }
-		en.checkCurrentEntryMatch(g, cur, rec, listOf)
-		en.errorAnalysis(g, first, cur, rec, listOf)
-		if rec.allFound() && en.mismatch[g.guid] == 0 {
-			for _, r := range rec.found.ranks {
-				lists[r].remove(int(rec.found.pos[r]))
-				if r != first && len(ops[r]) > 0 {
-					ops[r] = ops[r][1:]
-				}
-			}
-			continue
-		}
-		en.addCollective(g, len(rec.errors) == 0, false)
-		return false
-	}
-}
-
 // Parity runs fr_trace's analysis over dumps (ranks in ascending order, the
 // order fr_trace's own tests use).
 func Parity(dumps []*Dump, opt ParityOptions) *ParityResult {
+	out, _ := ParityContext(context.Background(), dumps, opt)
+	return out
+}
+
+// ParityContext is Parity that stops with ctx's error once ctx is done.
+func ParityContext(ctx context.Context, dumps []*Dump, opt ParityOptions) (*ParityResult, error) {
 	out := &ParityResult{}
 	if len(dumps) == 0 {
 		out.Aborted = "AssertionError: no files loaded"
-		return out
+		return out, nil
 	}
 	if opt.MismatchCap <= 0 {
 		opt.MismatchCap = defaultMismatchCap
 	}
 	version := dumps[0].Version
 	out.Version = version
-	abort := func(msg string) *ParityResult {
+	abort := func(msg string) (*ParityResult, error) {
 		out.Aborted = msg
 		out.Blocks = append(out.Blocks, Block{Kind: BlockAbort, Header: msg})
 		out.Lines = append(out.Lines, msg)
-		return out
+		return out, nil
 	}
 	for _, d := range dumps {
 		if d.Version != version {
@@ -1163,6 +608,13 @@ func Parity(dumps []*Dump, opt ParityOptions) *ParityResult {
 	major, minor, err := ParseVersion(version)
 	if err != nil {
 		return abort("AssertionError: " + err.Error())
+	}
+	// Entries without a process_group were not kept; fr_trace reads the key
+	// of every entry and raises on them.
+	for _, d := range dumps {
+		if d.noGroup > 0 {
+			return abort("KeyError: 'process_group'")
+		}
 	}
 	// align_trace_from_beginning: cut every rank at the largest first record id.
 	var cut int64
@@ -1196,7 +648,7 @@ func Parity(dumps []*Dump, opt ParityOptions) *ParityResult {
 		}
 	}
 	en := &engine{byRank: map[int]*rankList{}, groups: groups, dumps: dumped, major: major, minor: minor,
-		cap: opt.MismatchCap, mismatch: map[string]int{}, out: out, matched: map[string]int{}}
+		cap: opt.MismatchCap, mismatch: map[string]int{}, out: out, matched: map[string]int{}, ctx: ctx}
 	for _, d := range dumps {
 		var es []*Entry
 		for i := range d.Entries {
@@ -1209,5 +661,8 @@ func Parity(dumps []*Dump, opt ParityOptions) *ParityResult {
 		en.byRank[d.Rank] = l
 	}
 	en.run()
-	return out
+	if en.err != nil {
+		return nil, en.err
+	}
+	return out, nil
 }

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"slices"
 	"unicode/utf8"
 )
 
 // Limits bound the work and memory a hostile pickle can cost. Zero fields
 // take the defaults of DefaultLimits.
 type Limits struct {
-	MaxDepth     int // container nesting
+	MaxDepth     int // container nesting (at most 32768)
 	MaxValues    int // values created (each costs ~40 bytes)
 	MaxMarkDepth int // open MARKs
 	MaxBigIntLen int // bytes of one LONG1/LONG4 operand
@@ -21,10 +22,14 @@ type Limits struct {
 // about 10^5 values and 5 levels deep) and small enough to refuse bombs.
 var DefaultLimits = Limits{MaxDepth: 64, MaxValues: 1 << 25, MaxMarkDepth: 1024, MaxBigIntLen: 1024}
 
+// maxDepth keeps a container's depth in its 16 bits (see container).
+const maxDepth = 1 << 15
+
 func (l Limits) withDefaults() Limits {
 	if l.MaxDepth <= 0 {
 		l.MaxDepth = DefaultLimits.MaxDepth
 	}
+	l.MaxDepth = min(l.MaxDepth, maxDepth)
 	if l.MaxValues <= 0 {
 		l.MaxValues = DefaultLimits.MaxValues
 	}
@@ -87,7 +92,7 @@ func (dec *Decoder) Decode(data []byte) (*Doc, Stats, error) {
 		// and one-byte ints), so the arena rarely has to grow after this.
 		doc.arena = make([]Value, 0, need)
 	}
-	d.data, d.pos, d.op, d.opPos, d.nvals, d.stats = data, 0, 0, 0, 0, Stats{}
+	d.data, d.pos, d.op, d.opPos, d.nvals, d.copied, d.stats = data, 0, 0, 0, 0, 0, Stats{}
 	d.stack, d.marks, d.memo = d.stack[:0], d.marks[:0], d.memo[:0]
 	v, err := d.run()
 	if err != nil {
@@ -98,17 +103,18 @@ func (dec *Decoder) Decode(data []byte) (*Doc, Stats, error) {
 }
 
 type decoder struct {
-	doc   *Doc
-	data  []byte
-	pos   int
-	op    byte
-	opPos int
-	stack []Value
-	marks []int
-	memo  []Value
-	nvals int
-	lim   Limits
-	stats Stats
+	doc    *Doc
+	data   []byte
+	pos    int
+	op     byte
+	opPos  int
+	stack  []Value
+	marks  []int
+	memo   []Value
+	nvals  int
+	copied int // items reducers copied (see chargeCopies)
+	lim    Limits
+	stats  Stats
 }
 
 func (d *decoder) fail(format string, args ...any) error {
@@ -138,8 +144,18 @@ func (d *decoder) push(v Value) error {
 	if d.nvals > d.lim.MaxValues {
 		return d.fail("more than %d values", d.lim.MaxValues)
 	}
+	if len(d.stack) == cap(d.stack) {
+		d.growStack()
+	}
 	d.stack = append(d.stack, v)
 	return nil
+}
+
+// growStack doubles the stack. append grows a large slice by a quarter at
+// a time, which for a list of millions of items pushed before one APPENDS
+// allocates five times the final stack in all; doubling allocates two.
+func (d *decoder) growStack() {
+	d.stack = slices.Grow(d.stack, max(len(d.stack), 64))
 }
 
 func (d *decoder) pop() (Value, error) {
@@ -178,22 +194,40 @@ func (d *decoder) newValue(kind Kind) Value {
 	return Value{kind: kind, n: int64(len(doc.conts) - 1)}
 }
 
-// grow appends items to container ci. Items stay contiguous: a container
-// that is not the last one in the arena moves to its end first (pickles fill
-// a container once, right after building its children, so this is rare).
+// grow appends items to container ci. Items stay contiguous. A container
+// fills in its reserved room, or in place when it is the last one in the
+// arena; otherwise it moves to the end. Pickles usually fill a container
+// once, right after building its children: an empty container moves with
+// no spare room. One that already holds items and grows again (containers
+// appended to in turn) moves with room for as many again, so that its
+// moves cost O(its final size) in all, not O(n^2).
 func (d *decoder) grow(ci int64, items []Value) error {
 	doc := d.doc
 	c := &doc.conts[ci]
-	if int(c.off+c.n) != len(doc.arena) {
-		old := c.off
-		c.off = int32(len(doc.arena))
-		doc.arena = append(doc.arena, doc.arena[old:old+c.n]...)
+	need := int64(c.n) + int64(len(items))
+	if int64(len(doc.arena))+2*need > math.MaxInt32 {
+		return d.fail("more than 2^30 container items")
 	}
-	if len(doc.arena)+len(items) > math.MaxInt32 {
-		return d.fail("more than 2^31 container items")
+	end := int(c.off + c.n)
+	switch {
+	case need <= int64(c.cap):
+		copy(doc.arena[end:], items)
+	case int(c.off+c.cap) == len(doc.arena):
+		doc.arena = append(doc.arena[:end], items...)
+		c.cap = int32(need)
+	default:
+		room := need
+		if c.n > 0 {
+			room = 2 * need
+		}
+		off := len(doc.arena)
+		doc.arena = append(doc.arena, doc.arena[c.off:end]...)
+		doc.arena = append(doc.arena, items...)
+		doc.arena = slices.Grow(doc.arena, int(room-need))
+		doc.arena = doc.arena[:off+int(room)] // the spare slots are never read
+		c.off, c.cap = int32(off), int32(room)
 	}
-	doc.arena = append(doc.arena, items...)
-	c.n += int32(len(items))
+	c.n = int32(need)
 	return nil
 }
 
@@ -232,12 +266,10 @@ func (d *decoder) hashable(v Value) bool {
 	case None, Bool, Int, BigInt, Float, String, Bytes:
 		return true
 	case Tuple:
-		for _, it := range d.doc.Items(v) {
-			if !d.hashable(it) {
-				return false
-			}
-		}
-		return true
+		// Decided when the tuple was built, from its items' own flags: a
+		// walk here would follow memo-shared tuples down every path, 2^depth
+		// of them.
+		return !d.doc.conts[v.n].unhashable
 	case Set: // only frozensets reach a key position through FROZENSET
 		return true
 	}
@@ -417,6 +449,9 @@ func (d *decoder) run() (Value, error) {
 			err = d.push(Value{kind: Bool})
 		case opBinInt1:
 			if d.pos < len(data) && d.nvals < d.lim.MaxValues {
+				if len(d.stack) == cap(d.stack) {
+					d.growStack()
+				}
 				d.stack = append(d.stack, Value{kind: Int, n: int64(data[d.pos])})
 				d.pos++
 				d.nvals++
@@ -533,6 +568,9 @@ func (d *decoder) run() (Value, error) {
 				if i := int(data[d.pos]); i < len(d.memo) && d.memo[i].kind != memoHole && d.nvals < d.lim.MaxValues {
 					d.pos++
 					d.nvals++
+					if len(d.stack) == cap(d.stack) {
+						d.growStack()
+					}
 					d.stack = append(d.stack, d.memo[i])
 					continue
 				}
@@ -611,7 +649,16 @@ func (d *decoder) pushTuple(op byte, items []Value) error {
 	if err != nil {
 		return err
 	}
-	d.doc.conts[v.n].frozen = true
+	c := &d.doc.conts[v.n]
+	c.frozen = true
+	if kind == Tuple {
+		for _, it := range items {
+			if !d.hashable(it) {
+				c.unhashable = true
+				break
+			}
+		}
+	}
 	return d.push(v)
 }
 
@@ -655,17 +702,25 @@ var allowedGlobals = map[string]bool{
 func (d *decoder) lookupGlobal(mod, name string) error {
 	full := mod + "." + name
 	if !allowedGlobals[full] {
-		return d.fail("forbidden global %s: a dump may only use torch.jit._pickle list builders, set and OrderedDict; it is never executed", printable(full))
+		// The name is not quoted: errors never echo the input, which may be
+		// any file handed over by mistake.
+		return d.fail("forbidden global (a %d-byte module.name): a dump may only use torch.jit._pickle list builders, set and OrderedDict; it is never executed", len(full))
 	}
 	d.stats.Globals = true
 	return d.push(d.strValue(global, full))
 }
 
-func printable(s string) string {
-	if len(s) > 120 {
-		s = s[:120] + "..."
+// chargeCopies counts the items a reducer copies out of an existing
+// container. Every other value costs at least one input byte; copies cost
+// none, since one memoised list can be passed to set() again and again, so
+// they get a budget of their own: one item per two input bytes, what a
+// pickle that writes each item once (two bytes at least) can need.
+func (d *decoder) chargeCopies(fname string, n int) error {
+	d.copied += n
+	if limit := len(d.data)/2 + 16; d.copied > limit {
+		return d.fail("%s copied %d items in all, over the %d that a %d-byte pickle can hold: one shared container rebuilt again and again is not a dump", fname, d.copied, limit, len(d.data))
 	}
-	return fmt.Sprintf("%q", s)
+	return nil
 }
 
 func (d *decoder) reduce() error {
@@ -704,6 +759,9 @@ func (d *decoder) reduce() error {
 		if len(a) == 1 {
 			switch a[0].kind {
 			case List, Tuple, Set:
+				if err := d.chargeCopies(fname, d.doc.Len(a[0])); err != nil {
+					return err
+				}
 				items = append(items, d.doc.Items(a[0])...)
 			default:
 				return d.fail("%s of a %v, want an iterable", fname, a[0].kind)
@@ -730,6 +788,9 @@ func (d *decoder) reduce() error {
 		if len(a) == 1 {
 			if a[0].kind != List && a[0].kind != Tuple {
 				return d.fail("OrderedDict of a %v, want a list of pairs", a[0].kind)
+			}
+			if err := d.chargeCopies(fname, 2*d.doc.Len(a[0])); err != nil {
+				return err
 			}
 			for _, p := range append([]Value(nil), d.doc.Items(a[0])...) {
 				if (p.kind != Tuple && p.kind != List) || d.doc.Len(p) != 2 {

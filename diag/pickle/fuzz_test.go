@@ -31,6 +31,11 @@ func FuzzDecode(f *testing.F) {
 	w.TypedIntList([]int64{1, 2, 3})
 	w.EndDict()
 	f.Add(w.Finish())
+	// The attacks of bounds_test.go, small: alternating appends, a
+	// memo-shared nested tuple as a dict key, set() of one shared list.
+	f.Add(alternatingAppends(256))
+	f.Add([]byte("\x80\x02)q\x00h\x00h\x00\x86q\x010h\x01h\x01\x86q\x020}h\x02Ns."))
+	f.Add([]byte("\x80\x02](K\x01K\x02eq\x00h\x00\x85q\x01cbuiltins\nset\nq\x02]q\x03h\x03h\x02h\x01Ra0h\x03h\x02h\x01Ra0h\x03."))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		doc, _, err := Decode(data, Limits{MaxValues: 1 << 16})
 		if err != nil {

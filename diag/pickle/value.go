@@ -69,11 +69,14 @@ type Doc struct {
 }
 
 // container is a list, tuple, dict or set: items arena[off:off+n] (a dict
-// lays its pairs out flat as k0, v0, k1, v1, ...).
+// lays its pairs out flat as k0, v0, k1, v1, ...). arena[off:off+cap] is
+// reserved for it, so that a container that grows while others are built
+// moves only when its room doubles (see decoder.grow).
 type container struct {
-	off, n int32
-	depth  int32 // nesting depth below this container, for the depth limit
-	frozen bool  // a tuple or frozenset: no more items
+	off, n, cap int32
+	depth       uint16 // nesting depth below this container, for the depth limit
+	frozen      bool   // a tuple or frozenset: no more items
+	unhashable  bool   // a tuple holding an unhashable value, found when it was built
 }
 
 // Kind reports the type of v.
@@ -138,6 +141,9 @@ func (d *Doc) StrIndex(v Value) (int, bool) {
 
 // NumStrings is the number of strings decoded so far (StrIndex < it).
 func (d *Doc) NumStrings() int { return len(d.strs) }
+
+// NumContainers is the number of containers decoded (ID < it).
+func (d *Doc) NumContainers() int { return len(d.conts) }
 
 // Text returns the text of a String, Bytes or BigInt (decimal) value.
 func (d *Doc) Text(v Value) (string, bool) {
@@ -266,6 +272,10 @@ func (d *Doc) repr(b *strings.Builder, v Value, depth int) {
 			for i := 0; i < len(items); i++ {
 				if i > 0 {
 					b.WriteString(", ")
+				}
+				if b.Len() > reprMaxLen {
+					b.WriteString("...") // the rest of a wide container costs nothing
+					break
 				}
 				d.repr(b, items[i], depth+1)
 				if v.kind == Dict {

@@ -1,0 +1,155 @@
+package flightrecorder
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Limits bound what dumps may cost. A dump is an untrusted file: without
+// ceilings, a few hundred bytes that name rank 10^8, or a pg_config of a
+// million groups, would cost gigabytes. The structures of the analysis
+// follow the ranks and groups present, not the largest rank number; the
+// ceilings refuse the rest by name. Zero fields take the environment
+// variable named below, then the default.
+type Limits struct {
+	// MaxRanks is the world-size ceiling: every rank number (in a file
+	// name, a pg_config, a snapshot) must be below it.
+	// PROBING_FR_MAX_RANKS; default 1048576.
+	MaxRanks int
+	// MaxGroups caps the process groups one dump's pg_config or pg_status
+	// may list, and the groups an analysis infers from entries.
+	// PROBING_FR_MAX_GROUPS; default 65536.
+	MaxGroups int
+	// DecodeBudget is how many bytes of dump files Load decodes at once;
+	// decoding costs a small multiple of a file's size, so this bounds the
+	// memory of the parallel decode. A file larger than the budget still
+	// decodes, alone. PROBING_FR_DECODE_BUDGET (bytes, or with a unit:
+	// 256MiB); default 64 MiB.
+	DecodeBudget int64
+}
+
+// Defaults of Limits. 2^20 ranks is far beyond today's largest jobs (100k+
+// GPUs) and a rank index of that size costs 4 MiB; 2^16 groups allows
+// thousands of groups per rank.
+const (
+	DefaultMaxRanks     = 1 << 20
+	DefaultMaxGroups    = 1 << 16
+	DefaultDecodeBudget = 64 << 20
+)
+
+// The environment variables that set Limits.
+const (
+	EnvMaxRanks     = "PROBING_FR_MAX_RANKS"
+	EnvMaxGroups    = "PROBING_FR_MAX_GROUPS"
+	EnvDecodeBudget = "PROBING_FR_DECODE_BUDGET"
+)
+
+// resolve fills the zero fields from the environment, then the defaults.
+// A malformed variable is an error naming it.
+func (l Limits) resolve() (Limits, error) {
+	if l.MaxRanks <= 0 {
+		n, err := envInt(EnvMaxRanks, DefaultMaxRanks)
+		if err != nil {
+			return l, err
+		}
+		l.MaxRanks = int(min(n, math.MaxInt32)) // rank positions are int32
+	}
+	if l.MaxGroups <= 0 {
+		n, err := envInt(EnvMaxGroups, DefaultMaxGroups)
+		if err != nil {
+			return l, err
+		}
+		l.MaxGroups = int(min(n, math.MaxInt32))
+	}
+	if l.DecodeBudget <= 0 {
+		n, err := envBytes(EnvDecodeBudget, DefaultDecodeBudget)
+		if err != nil {
+			return l, err
+		}
+		l.DecodeBudget = n
+	}
+	return l, nil
+}
+
+// resolved is resolve for callers that cannot fail: a malformed variable
+// gives the default, and the error is returned for a data-quality note.
+func (l Limits) resolved() (Limits, error) {
+	r, err := l.resolve()
+	if err != nil {
+		r, _ = Limits{MaxRanks: max(l.MaxRanks, DefaultMaxRanks), MaxGroups: max(l.MaxGroups, DefaultMaxGroups),
+			DecodeBudget: max(l.DecodeBudget, DefaultDecodeBudget)}.resolve()
+	}
+	return r, err
+}
+
+func envInt(name string, def int64) (int64, error) {
+	v := strings.TrimSpace(os.Getenv(name))
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%s=%q is not a positive integer", name, v)
+	}
+	return n, nil
+}
+
+var byteUnits = map[string]int64{"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10,
+	"m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+
+func envBytes(name string, def int64) (int64, error) {
+	v := strings.TrimSpace(os.Getenv(name))
+	if v == "" {
+		return def, nil
+	}
+	digits := strings.IndexFunc(v, func(r rune) bool { return r < '0' || r > '9' })
+	if digits < 0 {
+		digits = len(v)
+	}
+	n, err := strconv.ParseInt(v[:digits], 10, 64)
+	mult, ok := byteUnits[strings.ToLower(strings.TrimSpace(v[digits:]))]
+	if err != nil || n <= 0 || !ok || n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%s=%q is not a positive size in bytes (e.g. 268435456 or 256MiB)", name, v)
+	}
+	return n * mult, nil
+}
+
+// rankCeilingError is the refusal of one rank number.
+func (l Limits) rankCeilingError(what string, rank int64) error {
+	return fmt.Errorf("%s %d is over the ceiling of %d ranks (set %s higher for a larger job)", what, rank, l.MaxRanks, EnvMaxRanks)
+}
+
+// checkRank refuses a rank number outside [0, MaxRanks).
+func (l Limits) checkRank(what string, rank int64) error {
+	if rank < 0 {
+		return fmt.Errorf("%s %d is negative", what, rank)
+	}
+	if rank >= int64(l.MaxRanks) {
+		return l.rankCeilingError(what, rank)
+	}
+	return nil
+}
+
+// checkGroups refuses a list of more than MaxGroups process groups.
+func (l Limits) checkGroups(n int) error {
+	if n > l.MaxGroups {
+		return fmt.Errorf("%d process groups, over the ceiling of %d (set %s higher if a job really has that many)", n, l.MaxGroups, EnvMaxGroups)
+	}
+	return nil
+}
+
+// checkMemberships bounds the group memberships (the total length of the
+// rank lists) one dump's pg_config names. Written out, a member costs at
+// least two bytes of the dump; a pickle can also share one rank list
+// between groups through the memo, which costs nothing to write but a walk
+// per group to analyse. Sharing gets an allowance of 16 times the longest
+// list, so that the total stays a small multiple of the dump's size.
+func checkMemberships(total, longest int64, dumpBytes int) error {
+	if limit := int64(dumpBytes) + 16*longest; total > limit {
+		return fmt.Errorf("its groups name %d members in all, over the %d that a %d-byte dump may (its size plus 16 times its longest rank list): rank lists shared by more groups than any job has", total, limit, dumpBytes)
+	}
+	return nil
+}

@@ -1,0 +1,131 @@
+package flightrecorder
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
+)
+
+// frTraceNote compares our verdict on a group with fr_trace's first block.
+func frTraceNote(par *ParityResult, pr *PGReport) *FRTraceNote {
+	n := &FRTraceNote{Verdict: VerdictOK}
+	b := par.FirstProblem(pr.guid)
+	switch {
+	case b != nil:
+		n.Header, n.Verdict = b.Header, blockVerdict(b)
+		n.MissingRanks, n.CulpritRanks = b.MissingRanks, b.Culprits()
+		if b.Kind == BlockMissingRanks {
+			n.CulpritRanks = b.MissingRanks
+		}
+	case par.Aborted != "":
+		n.Verdict, n.Header = "ABORTED", par.Aborted
+	}
+	if b != nil && b.Kind == BlockCannotDecide {
+		// fr_trace's "missing" ranks here are the ones without a dump.
+		n.Agrees = pr.Verdict == "UNDECIDED" && slices.Equal(n.MissingRanks, nonNil(pr.MissingDumps))
+	} else {
+		n.Agrees = n.Verdict == pr.Verdict && slices.Equal(n.MissingRanks, nonNil(pr.MissingRanks)) &&
+			(n.Verdict == VerdictOK || n.Verdict == "UNDECIDED" || slices.Equal(n.CulpritRanks, nonNil(pr.CulpritRanks)))
+	}
+	if !n.Agrees {
+		n.Why = whyDifferent(n, pr)
+	}
+	return n
+}
+
+func nonNil(s []int) []int {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+// blockVerdict maps an fr_trace block to a verdict name.
+func blockVerdict(b *Block) string {
+	switch b.Kind {
+	case BlockMissingRanks:
+		return VerdictMissingRanks
+	case BlockErrors:
+		errs := slices.Clone(b.Errors)
+		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Rank < errs[j].Rank })
+		return errs[0].State.String()
+	case BlockAllToAll, BlockP2PMismatch:
+		return SizeOrSyntaxMismatch.String()
+	case BlockCannotDecide:
+		return "UNDECIDED"
+	}
+	return VerdictOK
+}
+
+func whyDifferent(n *FRTraceNote, pr *PGReport) string {
+	switch {
+	case n.Verdict == "ABORTED":
+		return "fr_trace stopped before reaching this group: " + n.Header
+	case n.Verdict == VerdictMissingRanks && pr.Verdict == VerdictOK:
+		return "fr_trace's missing ranks are false alarms: it matches send/recv by collective sequence number against every group member (idle ranks look missing), or its record-id alignment was shifted by another group's ops; here P2P ops are paired per peer and ranks are aligned per group"
+	case n.Verdict == SizeOrSyntaxMismatch.String() && pr.Verdict == VerdictOK:
+		return "fr_trace pairs batched send/recv through the peer's first op and stops at the peer's own send, which fails valid bidirectional batches; here sends and receives are paired per direction"
+	case n.Verdict == pr.Verdict && !slices.Equal(n.CulpritRanks, nonNil(pr.CulpritRanks)):
+		return fmt.Sprintf("fr_trace blames every rank that differs from the first rank it reads (%s); here the minority against the majority signature is blamed (%s)",
+			rankset.Format(n.CulpritRanks), rankset.Format(pr.CulpritRanks))
+	case n.Verdict == "UNDECIDED" || pr.Verdict == "UNDECIDED":
+		return "missing dumps: fr_trace cannot decide any collective of a group with a missing member; here the members with dumps are compared"
+	}
+	return "fr_trace reaches this group in a different state (it aligns all groups by record id and stops every group at the first one to exceed the mismatch cap)"
+}
+
+// sortGroups puts the most severe verdicts first; among equals, the group
+// whose pending op is oldest, since the first hang starves the rest.
+func sortGroups(prs []PGReport) {
+	slices.SortStableFunc(prs, func(x, y PGReport) int {
+		if c := cmp.Compare(y.severity, x.severity); c != 0 {
+			return c
+		}
+		if x.oldestPending != y.oldestPending {
+			if x.oldestPending == 0 {
+				return 1
+			}
+			if y.oldestPending == 0 {
+				return -1
+			}
+			return cmp.Compare(x.oldestPending, y.oldestPending)
+		}
+		return 0
+	})
+}
+
+func summarize(rep *Report) string {
+	var b strings.Builder
+	var bad []PGReport
+	for _, pr := range rep.ProcessGroups {
+		if pr.Finding.Kind != KindHealthy {
+			bad = append(bad, pr)
+		}
+	}
+	fmt.Fprintf(&b, "%d rank dump(s) (%s), %d process group(s). ", len(rep.Ranks.Dumped), rep.Ranks.DumpedText, len(rep.ProcessGroups))
+	if len(bad) == 0 {
+		b.WriteString("Verdict OK: every process group matched")
+		if len(rep.Ranks.MissingDump) > 0 {
+			fmt.Fprintf(&b, " among the dumped ranks (no dump from %s)", rankset.Format(rep.Ranks.MissingDump))
+		}
+		b.WriteString(".")
+		return b.String()
+	}
+	top := bad[0]
+	fmt.Fprintf(&b, "Verdict %s. %s", top.Verdict, top.Finding.Line)
+	if len(top.CulpritRanks) > 0 {
+		fmt.Fprintf(&b, ". Culprit rank(s): %s", rankset.Format(top.CulpritRanks))
+	}
+	b.WriteString(".")
+	if len(bad) > 1 {
+		fmt.Fprintf(&b, " %d more group(s) affected.", len(bad)-1)
+	}
+	if top.FRTrace != nil && !top.FRTrace.Agrees {
+		fmt.Fprintf(&b, " fr_trace would say %s here; the group's fr_trace note says why.", top.FRTrace.Verdict)
+	}
+	return b.String()
+}
