@@ -309,7 +309,7 @@ func CollectFlightRecorder(ctx context.Context, agents []*Agent, onlyActive bool
 			}
 			s = ps
 		}
-		d, err := fr.Decode(s.Data)
+		d, err := fr.DecodeContext(ctx, s.Data, fr.Limits{})
 		if err != nil {
 			return fmt.Errorf("pid %d: its dump does not decode: %w", a.PID, err)
 		}

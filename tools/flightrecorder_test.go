@@ -17,7 +17,16 @@ func TestAnalyzeFlightRecorderFollowsTheRequest(t *testing.T) {
 	if err := frsynth.Write(dir, frsynth.Spec{Ranks: 4, Entries: 50, Fault: frsynth.Fault{Kind: "missing", Rank: 2, Seq: 40}}); err != nil {
 		t.Fatal(err)
 	}
-	env := &Env{Files: NewFilePolicy(dir, dir, dir), MaxFileBytes: 64 << 20}
+	files, err := NewFilePolicy(func(k string) string {
+		if k == "PROBING_ALLOWED_FILE_DIRS" {
+			return dir
+		}
+		return ""
+	}, dir, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &Env{Files: files, MaxFileBytes: 64 << 20}
 	p := AnalyzeFlightRecorderParams{Paths: []string{dir}}
 	res, err := runAnalyzeFlightRecorder(context.Background(), env, p)
 	if err != nil || res.Verdict != "MISSING_RANKS" {
