@@ -44,6 +44,11 @@ fuzz:
 	$(GO) test ./storage/memt -run '^$$' -fuzz FuzzOpenScan -fuzztime 60s
 	$(GO) test ./storage/sqlengine -run '^$$' -fuzz FuzzQueryCorruptRing -fuzztime 60s
 	$(GO) test ./storage/sqlengine -run '^$$' -fuzz FuzzSplitStatements -fuzztime 30s
+	$(GO) test ./storage/sqlengine -run '^$$' -fuzz FuzzQuerySQL -fuzztime 60s
+	$(GO) test ./storage/sqlengine -run '^$$' -fuzz FuzzBoundedFunctions -fuzztime 60s
+	$(GO) test ./procfacts -run '^$$' -fuzz FuzzParse -fuzztime 30s
+	$(GO) test ./mcp -run '^$$' -fuzz FuzzInvalidRequestID -fuzztime 30s
+	$(GO) test ./tools -run '^$$' -fuzz FuzzFilePolicyCheck -fuzztime 30s
 
 clean:
 	rm -rf bin $(VENV)
