@@ -2,8 +2,8 @@ package agent_test
 
 import (
 	"bufio"
-	"encoding/binary"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"net"
 	"net/http"
