@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/probing-mcp/probing-mcp/bytesize"
 )
 
 // Defaults mirror the Probing agent's.
@@ -81,7 +83,7 @@ func HTTPConfigFromEnv(addr string, getenv func(string) string) (HTTPConfig, err
 		return HTTPConfig{}, err
 	}
 	if v := getenv("PROBING_MAX_REQUEST_SIZE"); v != "" {
-		n, ok := httpByteSize(v)
+		n, ok := bytesize.Parse(v)
 		if !ok {
 			return HTTPConfig{}, httpEnvError("PROBING_MAX_REQUEST_SIZE", v,
 				"a positive number of bytes, optionally with a unit such as 512KB, 8MiB or 8M")
@@ -126,30 +128,6 @@ func httpEnvError(name, value, want string) error {
 func httpPositiveInt(s string) (int64, bool) {
 	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 	return n, err == nil && n > 0
-}
-
-// httpByteUnits follows the usual conventions: KB/MB/GB are decimal, KiB/MiB/GiB
-// binary, and bare K/M/G binary as in nginx or Docker.
-var httpByteUnits = map[string]int64{
-	"": 1, "b": 1,
-	"k": 1 << 10, "kib": 1 << 10, "kb": 1e3,
-	"m": 1 << 20, "mib": 1 << 20, "mb": 1e6,
-	"g": 1 << 30, "gib": 1 << 30, "gb": 1e9,
-}
-
-// httpByteSize accepts "4194304", "512KB", "8MiB", "8 M" and the like.
-func httpByteSize(s string) (int64, bool) {
-	s = strings.TrimSpace(s)
-	digits := strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' })
-	if digits < 0 {
-		digits = len(s)
-	}
-	n, err := strconv.ParseInt(s[:digits], 10, 64)
-	mult, known := httpByteUnits[strings.ToLower(strings.TrimSpace(s[digits:]))]
-	if err != nil || n <= 0 || !known || n > math.MaxInt64/mult {
-		return 0, false
-	}
-	return n * mult, true
 }
 
 // parseBasePath normalises PROBING_BASE_PATH to "" or "/a/b". Only URL path

@@ -17,6 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/bytesize"
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/prompts"
@@ -62,7 +63,7 @@ func ConfigFromEnv(getenv func(string) string, version string, level *slog.Level
 	}
 	maxFile := int64(fr.DefaultMaxFileBytes)
 	if v := strings.TrimSpace(getenv("PROBING_MAX_FILE_SIZE")); v != "" {
-		n, ok := httpByteSize(v)
+		n, ok := bytesize.Parse(v)
 		if !ok {
 			return cfg, fmt.Errorf("PROBING_MAX_FILE_SIZE=%q: want a positive size in bytes, e.g. 67108864 or 64MiB", v)
 		}
@@ -197,7 +198,7 @@ func logCalls(logger *slog.Logger) server.ToolHandlerMiddleware {
 
 // ParseByteSize reads a size such as 67108864, 64MiB or 512KB.
 func ParseByteSize(s string) (int64, error) {
-	n, ok := httpByteSize(s)
+	n, ok := bytesize.Parse(s)
 	if !ok {
 		return 0, fmt.Errorf("%q is not a positive size in bytes (e.g. 67108864, 64MiB, 512KB)", s)
 	}

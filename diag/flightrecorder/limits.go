@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/probing-mcp/probing-mcp/bytesize"
 )
 
 // Limits bound what dumps may cost. A dump is an untrusted file: without
@@ -97,24 +99,16 @@ func envInt(name string, def int64) (int64, error) {
 	return n, nil
 }
 
-var byteUnits = map[string]int64{"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10,
-	"m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
-
 func envBytes(name string, def int64) (int64, error) {
 	v := strings.TrimSpace(os.Getenv(name))
 	if v == "" {
 		return def, nil
 	}
-	digits := strings.IndexFunc(v, func(r rune) bool { return r < '0' || r > '9' })
-	if digits < 0 {
-		digits = len(v)
-	}
-	n, err := strconv.ParseInt(v[:digits], 10, 64)
-	mult, ok := byteUnits[strings.ToLower(strings.TrimSpace(v[digits:]))]
-	if err != nil || n <= 0 || !ok || n > math.MaxInt64/mult {
+	n, ok := bytesize.Parse(v)
+	if !ok {
 		return 0, fmt.Errorf("%s=%q is not a positive size in bytes (e.g. 268435456 or 256MiB)", name, v)
 	}
-	return n * mult, nil
+	return n, nil
 }
 
 // rankCeilingError is the refusal of one rank number.

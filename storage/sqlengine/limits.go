@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
+
+	"github.com/probing-mcp/probing-mcp/bytesize"
 )
 
 // Defaults of the per-query bounds (Options).
@@ -53,16 +55,16 @@ const (
 // is an error naming the variable and what it accepts.
 func (o *Options) FromEnv(getenv func(string) string) error {
 	if v := strings.TrimSpace(getenv(EnvMemory)); v != "" {
-		n, ok := parseSize(v)
+		n, ok := bytesize.Parse(v)
 		if !ok || n < minMemoryLimit || n > maxMemoryLimit {
-			return fmt.Errorf("%s=%q: want a size from %s to %s, e.g. 256MiB or 1GiB", EnvMemory, v, human(minMemoryLimit), human(maxMemoryLimit))
+			return fmt.Errorf("%s=%q: want a size from %s to %s, e.g. 256MiB or 1GiB", EnvMemory, v, bytesize.Format(minMemoryLimit), bytesize.Format(maxMemoryLimit))
 		}
 		o.MemoryLimit = n
 	}
 	if v := strings.TrimSpace(getenv(EnvMaxValue)); v != "" {
-		n, ok := parseSize(v)
+		n, ok := bytesize.Parse(v)
 		if !ok || n < minMaxValueBytes || n > maxMaxValueBytes {
-			return fmt.Errorf("%s=%q: want a size from %s to %d bytes, e.g. 16MiB", EnvMaxValue, v, human(minMaxValueBytes), maxMaxValueBytes)
+			return fmt.Errorf("%s=%q: want a size from %s to %d bytes, e.g. 16MiB", EnvMaxValue, v, bytesize.Format(minMaxValueBytes), maxMaxValueBytes)
 		}
 		o.MaxValueBytes = int(n)
 	}
@@ -97,40 +99,6 @@ func (o *Options) checkLimits() error {
 		return fmt.Errorf("sqlengine: MaxConcurrent %d: want 1 to %d", o.MaxConcurrent, maxConcurrent)
 	}
 	return nil
-}
-
-// parseSize reads 1048576, 512KiB, 256MiB, 1GiB (or KB/MB/GB, also
-// binary: memory is counted in pages).
-func parseSize(v string) (int64, bool) {
-	s := strings.ToUpper(strings.TrimSpace(v))
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		m      int64
-	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"TIB", 1 << 40}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"TB", 1 << 40}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.m
-			break
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 || n > (1<<62)/mult {
-		return 0, false
-	}
-	return n * mult, true
-}
-
-// human writes a byte count as people set it: 256 MiB, 64 KiB, 1000 bytes.
-func human(n int64) string {
-	for _, u := range []struct {
-		name string
-		m    int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if n >= u.m && n%u.m == 0 {
-			return fmt.Sprintf("%d %s", n/u.m, u.name)
-		}
-	}
-	return fmt.Sprintf("%d bytes", n)
 }
 
 // connLimits are set on every query connection. SQLite checks for an
@@ -204,16 +172,16 @@ func (e *Engine) acquire(ctx context.Context) (release func(), err error) {
 func (e *Engine) memoryError() *Error {
 	return &Error{Kind: "memory", Msg: fmt.Sprintf("query needs more than its %s memory cap (a guard that keeps one query from taking the server's memory): "+
 		"aggregate in SQL (count, GROUP BY) instead of returning or sorting every row, add a WHERE on the timestamp column, "+
-		"select fewer or narrower columns, or raise %s", human(e.opt.MemoryLimit), EnvMemory)}
+		"select fewer or narrower columns, or raise %s", bytesize.Format(e.opt.MemoryLimit), EnvMemory)}
 }
 
 func (e *Engine) valueTooBigError() *Error {
 	return &Error{Kind: "too_big", Msg: fmt.Sprintf("a string or blob in this query would be longer than %s, the engine's value-length guard: "+
-		"leave large columns out or take length(col), build smaller strings, or raise %s", human(int64(e.opt.MaxValueBytes)), EnvMaxValue)}
+		"leave large columns out or take length(col), build smaller strings, or raise %s", bytesize.Format(int64(e.opt.MaxValueBytes)), EnvMaxValue)}
 }
 
 func sqlTooLongError(n int) *Error {
-	return &Error{Kind: "too_big", Msg: fmt.Sprintf("the SQL text is %d bytes, over the %s limit; send a shorter query (long IN lists: filter with a range or a join)", n, human(MaxSQLBytes))}
+	return &Error{Kind: "too_big", Msg: fmt.Sprintf("the SQL text is %d bytes, over the %s limit; send a shorter query (long IN lists: filter with a range or a join)", n, bytesize.Format(MaxSQLBytes))}
 }
 
 // limitError maps the SQLite errors of the guards above; nil when err is
@@ -237,7 +205,7 @@ func (s *session) limitError(e *Engine, err error) *Error {
 		// SQLITE_LIMIT_VDBE_OP as out of memory, and the process-wide
 		// backstop fails the same way.
 		if used, limit := memoryUsedTotal(), hardHeapLimit(); limit > 0 && used+(64<<20) >= limit {
-			return &Error{Kind: "memory", Msg: fmt.Sprintf("SQLite's memory for the whole process is at its %s backstop (the concurrent queries hold it); retry in a moment", human(limit))}
+			return &Error{Kind: "memory", Msg: fmt.Sprintf("SQLite's memory for the whole process is at its %s backstop (the concurrent queries hold it); retry in a moment", bytesize.Format(limit))}
 		}
 		return &Error{Kind: "too_big", Msg: fmt.Sprintf("the statement compiles to more than %d SQLite VM instructions (a guard: SQLite cannot interrupt a long straight-line program); "+
 			"split it into several queries or use fewer expressions and columns", maxVDBEOps)}
