@@ -78,6 +78,7 @@ func Stacks(ctx context.Context, a *Agent, opt StackOptions) *stacks.Process {
 		}
 	}
 	p.Threads = dropAgentThreads(p.Threads)
+	dropAgentWrappers(p.Threads)
 	addProc(p)
 	if len(errs) > 0 {
 		p.Err = joinErrs(errs)
@@ -97,6 +98,29 @@ func dropAgentThreads(ts []stacks.Thread) []stacks.Thread {
 		out = append(out, t)
 	}
 	return out
+}
+
+// dropAgentWrappers removes the agent's collective wrapper from stacks
+// where it only passed the call on: every rank inside a collective would
+// otherwise show it between its own line and torch's. It stays where the
+// thread is inside the wrapper's own work (the next frame in is not torch),
+// since there the agent is what the thread waits on.
+func dropAgentWrappers(ts []stacks.Thread) {
+	for i := range ts {
+		fr := ts[i].Frames
+		out := fr[:0]
+		for j, f := range fr {
+			if j > 0 && isAgentWrapper(f) && strings.Contains(fr[j-1].File, "/torch/distributed/") {
+				continue
+			}
+			out = append(out, f)
+		}
+		ts[i].Frames = out
+	}
+}
+
+func isAgentWrapper(f stacks.Frame) bool {
+	return f.Function == "wrapper" && strings.HasSuffix(f.File, "/probing_mcp_agent/collectives.py")
 }
 
 // runsAgentCode: the thread was started by the agent (its outermost

@@ -26,6 +26,10 @@ const (
 // RoleMain is the role of every process's main thread.
 const RoleMain = "main thread"
 
+// Rankless ends the role of a thread of a process without a rank when
+// ranks are merged with it.
+const Rankless = ", process without a rank"
+
 // MergeOptions bound Merge's output; zero values take the defaults.
 type MergeOptions struct {
 	MaxGroups  int // groups listed; more are counted in OmittedGroups (default 10)
@@ -190,6 +194,14 @@ func Merge(procs []Process, opt MergeOptions) Merged {
 	}
 	multiHost := len(hosts) > 1
 
+	// A process without a rank (the torchrun launcher, a helper the job
+	// started) is not one of the ranks: compared with them it would always
+	// look like an odd one out. Its threads get roles of their own.
+	ranked := false
+	for i := range procs {
+		ranked = ranked || procs[i].Rank >= 0
+	}
+
 	m := Merged{Groups: []Group{}}
 	byKey := map[string]*group{}
 	var groups []*group
@@ -213,6 +225,9 @@ func Merge(procs []Process, opt MergeOptions) Merged {
 			t := &p.Threads[ti]
 			m.Threads++
 			role := roleOf(t)
+			if ranked && p.Rank < 0 {
+				role += Rankless
+			}
 			key := keyOf(role, t, opt.IgnoreLines)
 			g := byKey[key]
 			if g == nil {
@@ -582,6 +597,15 @@ func summarize(groups []*group, m *Merged, multiHost bool) string {
 			_, _, w := where(g.members, multiHost)
 			s += " | " + g.role + ": " + w + " " + place(g) + " ← odd one out"
 			others++
+		}
+	}
+	// Processes without a rank are not compared with the ranks, but a main
+	// thread of one is still said, so that nothing is hidden.
+	for _, g := range groups {
+		if g.main && g.role == RoleMain+Rankless {
+			_, _, w := where(g.members, multiHost)
+			s += " | without a rank: " + w + " " + place(g)
+			break
 		}
 	}
 	return s + failures(m)

@@ -208,14 +208,18 @@ func TestMergeEvenSplitLinesHostsFailures(t *testing.T) {
 	if len(m.Groups) != 1 || m.Groups[0].Frames[0].Line != 0 || m.Groups[0].Frames[1].Line != 1 {
 		t.Errorf("IgnoreLines: %+v", m.Groups)
 	}
-	// Unknown ranks on two hosts: host:pid; a failed capture is reported.
+	// Unknown ranks on two hosts: host:pid, kept apart from the ranks; a
+	// failed capture is reported.
 	ps = append(ps[:2:2], Process{PID: 55, Rank: -1, Host: "node-1", Threads: []Thread{{IsMain: true, Frames: a}}},
 		Process{PID: 56, Rank: 5, Host: "node-1", Source: SourceAgent, Err: "timeout: the agent did not answer"})
 	m = Merge(ps, MergeOptions{})
-	if g := m.Groups[0]; g.Where != "ranks 0-1, pid node-1:55" || g.Processes != 3 {
+	if g := m.Groups[0]; g.Where != "ranks 0-1" || g.Processes != 2 {
 		t.Errorf("where %q", g.Where)
 	}
-	if len(m.Failed) != 1 || !strings.HasSuffix(m.Summary, "; 1 capture(s) failed or partial (rank 5)") {
+	if g := m.Groups[1]; g.Where != "pid node-1:55" || g.Role != RoleMain+Rankless || g.Outlier {
+		t.Errorf("the process without a rank: %+v", g)
+	}
+	if len(m.Failed) != 1 || !strings.HasSuffix(m.Summary, " | without a rank: pid node-1:55 in step (train.py:10); 1 capture(s) failed or partial (rank 5)") {
 		t.Errorf("failures %+v, summary %s", m.Failed, m.Summary)
 	}
 }
@@ -282,5 +286,44 @@ func TestWriteText(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
 		}
+	}
+}
+
+// TestMergeLauncherIsNotARank: a process without a rank (torchrun's
+// launcher, activated with PROBING=2) is listed with roles of its own, so
+// it is never an odd one out among the ranks, and the summary is about the
+// ranks alone.
+func TestMergeLauncherIsNotARank(t *testing.T) {
+	ps := job()
+	launcherWait := fr("sleep@" + lib + "time.py:1 _poll@" + torch + "distributed/elastic/agent/server/api.py:900 run@" + torch + "distributed/run.py:800 <module>@/usr/bin/torchrun:8")
+	ps = append(ps, Process{PID: 999, Rank: -1, Host: "node-a", Source: SourceAgent, CapturedAt: time.Unix(1760000000, 0),
+		Threads: []Thread{{ID: 1, NativeID: 999, Name: "MainThread", IsMain: true, Frames: launcherWait}}})
+	m := Merge(ps, MergeOptions{})
+	const summary = "main thread: ranks 0-8,10-15 in all_reduce (distributed_c10d.py:2050); rank 9 in _get_data (dataloader.py:1133) ← odd one out" +
+		" | thread loop (heartbeat.py): rank 3 in send (heartbeat.py:30) ← odd one out | without a rank: pid 999 in _poll (api.py:900)"
+	if m.Summary != summary {
+		t.Errorf("summary:\n got %s\nwant %s", m.Summary, summary)
+	}
+	var found bool
+	for _, g := range m.Groups {
+		if g.Role == RoleMain+Rankless {
+			found = true
+			if g.Outlier || g.Where != "pid 999" {
+				t.Errorf("launcher group: %+v", g)
+			}
+		}
+		if g.Outlier && strings.Contains(g.Where, "pid 999") {
+			t.Errorf("the launcher is an odd one out: %+v", g)
+		}
+	}
+	if !found {
+		t.Errorf("launcher not listed: %+v", m.Groups)
+	}
+	// Without any rank at all, processes compare among themselves as before.
+	for i := range ps {
+		ps[i].Rank = -1
+	}
+	if m := Merge(ps, MergeOptions{}); !strings.HasPrefix(m.Summary, RoleMain+": ") {
+		t.Errorf("no ranks: %s", m.Summary)
 	}
 }
