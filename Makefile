@@ -49,6 +49,9 @@ fuzz:
 	$(GO) test ./procfacts -run '^$$' -fuzz FuzzParse -fuzztime 30s
 	$(GO) test ./mcp -run '^$$' -fuzz FuzzInvalidRequestID -fuzztime 30s
 	$(GO) test ./tools -run '^$$' -fuzz FuzzFilePolicyCheck -fuzztime 30s
+	$(GO) test ./diag/stacks -run '^$$' -fuzz FuzzParseFaulthandler -fuzztime 30s
+	$(GO) test ./skills -run '^$$' -fuzz FuzzParseSteps -fuzztime 30s
+	$(GO) test ./skills -run '^$$' -fuzz FuzzParseRule -fuzztime 30s
 
 clean:
 	rm -rf bin $(VENV)
