@@ -181,6 +181,14 @@ def _install_crash_handler(st):
     st.crash_file, st.crash_fh = path, fh
 
 
+def _install_exits():
+    from . import exits
+
+    path = exits.install()
+    runtime.update_identity(exceptions_file=path,
+                            signal_files=dict((k, v[0]) for k, v in sorted(exits.st.signal_files.items())))
+
+
 def _step(name, fn, *args):
     try:
         return fn(*args)
@@ -286,6 +294,9 @@ def _activate(st):
     _step("atexit", atexit.register, _at_exit)
     _optional("tables", "start")
     _optional("fr", "install_watchdog_hook")
+    # After the Flight Recorder hook, so that ours runs first: the record is
+    # on disk before a snapshot (or anything else) can hang or kill us.
+    _step("exit records", _install_exits)
 
     def _watch():
         try:

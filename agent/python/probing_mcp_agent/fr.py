@@ -21,8 +21,12 @@ process group. It sets, only where the variable is unset:
       its own thread, without the GIL (a rank wedged holding the GIL can
       still be dumped). NCCL only; gloo ignores it.
 
-The variables are inherited by child processes (their dumps would name the
-parent's pid dir); torch reads them when the first process group is
+The variables are inherited by child processes. So that each rank gets its
+own prefixes, configure_env() also exports PROBING_MCP_FR_DEFAULTS=
+"<pid>:<names of the path variables it set>"; an agent in a child (PROBING=2)
+that finds another pid there unsets those of the named variables that
+still hold that agent's default and sets its own (a value the user set is
+kept). torch reads the variables when the first process group is
 created, so configure_env() after init_process_group has no effect (a
 warning says so).
 
@@ -88,6 +92,7 @@ def configure_env(environ=None):
     env = os.environ if environ is None else environ
     out = {}
     try:
+        _drop_inherited(env)
         new, old = _names()
         if not env.get("TORCH_FR_BUFFER_SIZE") and not env.get("TORCH_NCCL_TRACE_BUFFER_SIZE"):
             if new:
@@ -112,12 +117,50 @@ def configure_env(environ=None):
         for k, v in out.items():
             env[k] = v
         ENV_SET.update(out)
+        mine = sorted(k for k in out if k in _PATH_VARS)
+        if mine:
+            env[DEFAULTS_VAR] = "%d:%s" % (os.getpid(), ",".join(mine))
+        elif DEFAULTS_VAR in env:
+            del env[DEFAULTS_VAR]  # what it named is gone or was the user's
         if out and _dist_initialized():
             log.warning("Flight Recorder variables set after init_process_group (%s): they take effect "
                         "only for process groups created later", ", ".join(sorted(out)))
     except Exception as e:
         log.warning("fr: configure_env failed: %s", e)
     return out
+
+
+DEFAULTS_VAR = "PROBING_MCP_FR_DEFAULTS"
+# variable -> the file name configure_env() gives it under its pid dir
+_PATH_VARS = {"TORCH_FR_DUMP_TEMP_FILE": "fr_dump_rank_", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "fr_dump_rank_",
+              "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": "fr_pipe_"}
+
+
+def _drop_inherited(env):
+    """Unsets the dump and pipe prefixes that another process's agent set
+    and this one inherited (PROBING=2: the launcher's agent exports them,
+    every rank would dump into the launcher's pid dir and race on one
+    pipe). DEFAULTS_VAR="<pid>:<names>" says which the agent set; a name
+    counts as that agent's only while its value is still the agent's
+    default for that pid (<...>/<pid>/fr_dump_rank_, .../fr_pipe_), so a
+    value the user set, or changed since, is kept. Returns the names it
+    unset."""
+    raw = (env.get(DEFAULTS_VAR) or "").strip()
+    if not raw:
+        return []
+    pid, _, names = raw.partition(":")
+    if pid.strip() == str(os.getpid()):
+        return []
+    dropped = []
+    for name in names.split(","):
+        name = name.strip()
+        base = _PATH_VARS.get(name)
+        v = env.get(name) or ""
+        if base and v and os.path.basename(v) == base and os.path.basename(os.path.dirname(v)) == pid.strip():
+            del env[name]
+            dropped.append(name)
+    del env[DEFAULTS_VAR]
+    return dropped
 
 
 def torch_version_on_disk():

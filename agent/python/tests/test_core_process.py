@@ -254,7 +254,7 @@ def test_core_fork_child_is_not_an_agent(tree):
 
 
 OWN = ["__init__.py", "_hook.py", "activation.py", "runtime.py", "config.py", "server.py", "stacks.py",
-       "evaluator.py", "identity.py", "envfilter.py", "tcphost.py"]
+       "evaluator.py", "identity.py", "envfilter.py", "tcphost.py", "exits.py"]
 
 
 def test_core_sources_are_python39(tree):

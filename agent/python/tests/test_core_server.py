@@ -118,7 +118,8 @@ def test_core_identity_file_and_endpoint(child):
     assert ident["host"]
     # Written atomically: no temp files left behind.
     assert sorted(f for f in os.listdir(os.path.join(child.env.data, str(child.pid))) if f.startswith(".")) == \
-        [".identity.json", ".stacks.txt"]
+        [".exceptions.jsonl", ".identity.json", ".signal.SIGINT.txt", ".signal.SIGTERM.txt", ".stacks.txt"]
+    assert ident["exceptions_file"] == os.path.join(child.env.data, str(child.pid), ".exceptions.jsonl")
 
 
 def test_core_overview(child):

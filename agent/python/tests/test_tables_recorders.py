@@ -680,14 +680,17 @@ def test_configure_env(env, monkeypatch):
     monkeypatch.setattr(fr, "torch_version_on_disk", lambda: (2, 15))
     e = {}
     got = fr.configure_env(e)
-    assert got == e == {"TORCH_FR_BUFFER_SIZE": "2000",
-                        "TORCH_FR_DUMP_TEMP_FILE": os.path.join(pid_dir, "fr_dump_rank_"),
-                        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": os.path.join(pid_dir, "fr_pipe_")}
+    assert got == {"TORCH_FR_BUFFER_SIZE": "2000",
+                   "TORCH_FR_DUMP_TEMP_FILE": os.path.join(pid_dir, "fr_dump_rank_"),
+                   "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": os.path.join(pid_dir, "fr_pipe_")}
+    # ... and names who set the path defaults, for the children (per-rank prefixes)
+    assert e == dict(got, PROBING_MCP_FR_DEFAULTS="%d:TORCH_FR_DUMP_TEMP_FILE,TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
+                     % os.getpid())
     monkeypatch.setattr(fr, "torch_version_on_disk", lambda: (2, 5))
     e = {}
     fr.configure_env(e)
     assert set(e) == {"TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
-                      "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"}
+                      "TORCH_NCCL_DEBUG_INFO_PIPE_FILE", "PROBING_MCP_FR_DEFAULTS"}
     monkeypatch.setattr(fr, "torch_version_on_disk", lambda: None)
     e = {}
     fr.configure_env(e)
