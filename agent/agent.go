@@ -68,6 +68,8 @@ type Agent struct {
 	// SocketRefused says why a control socket that was found is not used
 	// (not a socket, or not the process owner's).
 	SocketRefused string `json:"socket_refused,omitempty"`
+	// Ending is what the agent recorded about how the process ended.
+	Ending *procfacts.Ending `json:"ending,omitempty"`
 	// start is the start time the data dir recorded for the pid (0: none).
 	start uint64
 }
@@ -142,11 +144,11 @@ func Discover(opt Options) ([]*Agent, error) {
 	// anchored: pids with a directory in our data dir (rings or identity).
 	anchored := map[int]bool{}
 	for _, d := range inv.Dirs {
-		if d.Untrusted == "" && d.Rings == 0 && d.Identity == nil {
+		if d.Untrusted == "" && d.Rings == 0 && d.Identity == nil && d.Ending == nil {
 			continue // an empty directory says nothing
 		}
 		a := get(d.PID, KindRingOnly)
-		a.UID, a.Untrusted, a.Rings, a.start = d.Owner.UID, d.Untrusted, d.Rings, d.Start
+		a.UID, a.Untrusted, a.Rings, a.start, a.Ending = d.Owner.UID, d.Untrusted, d.Rings, d.Start, d.Ending
 		anchored[d.PID] = true
 		if d.Identity != nil && d.Identity.Agent == KindOurs {
 			a.Kind, a.Identity, a.Socket = KindOurs, d.Identity, d.Identity.Socket

@@ -16,6 +16,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("RANK=1\x00X=a=b\x00\x00=\x00"))
 	f.Add([]byte(`{"agent":"probing-mcp","pid":7,"start_time":1,"faulthandler_signal":9,"fr_pipe_prefix":"/etc/passwd"}`))
 	f.Add([]byte(`{"pid":-1,"rank":1e99,"argv":[` + "\"x\"," + `"y"]}`))
+	f.Add([]byte(`{"v":1,"kind":"main_thread_exit","exception":{"type":"E","message":"m"},"threads_alive":[{"name":"k"}]}` + "\n" + `{"v":1,"kind":"exit","code":-1,"signal":15}`))
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = ParseStat(string(b))
@@ -30,6 +31,12 @@ func FuzzParse(f *testing.F) {
 		}
 		if id, _, err := ReadIdentity(p); err == nil && id == nil {
 			t.Fatal("no identity and no error")
+		}
+		if err := os.WriteFile(filepath.Join(dir, ExitsFile), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if e, err := ReadEnding(dir, 0, Owner{UID: os.Geteuid(), GID: os.Getegid()}); err == nil && e != nil {
+			_ = e.Summary(false)
 		}
 	})
 }

@@ -63,6 +63,9 @@ type PidDir struct {
 	// Start is the process's start time as its identity file or its own
 	// rings recorded it (0: none), so that a reused pid is not taken for it.
 	Start uint64
+	// Ending is what the agent recorded about how the process ended (its
+	// uncaught exceptions, the main thread's end, the exit), when anything.
+	Ending *procfacts.Ending
 }
 
 // Identity places a process in the job. Unknown numbers are -1, as in
@@ -317,6 +320,11 @@ func (d *PidDir) scan(inv *Inventory) (*Process, error) {
 	inv.Problems = append(inv.Problems, problems...)
 	if idFI != nil {
 		d.Identity = id
+	}
+	if end, err := procfacts.ReadEnding(d.Dir, d.Start, d.Owner); err != nil {
+		inv.Problems = append(inv.Problems, Problem{filepath.Join(d.Dir, procfacts.ExitsFile), err.Error()})
+	} else {
+		d.Ending = end
 	}
 	d.Rings = len(rings)
 	if len(rings) == 0 {

@@ -126,6 +126,10 @@ type ProcessView struct {
 	Rings     int    `json:"rings"`
 	Torch     string `json:"torch,omitempty"`
 	Eval      bool   `json:"eval_allowed,omitempty"`
+	// Ended says how the process ended (or that its main thread did), from
+	// what the agent recorded: exit code or signal, the uncaught exception
+	// and where it was raised.
+	Ended string `json:"ended,omitempty"`
 }
 
 // ListProcessesResult lists them, ranks first.
@@ -163,7 +167,7 @@ func listProcesses(env *Env) Def {
 	tool := mcplib.NewTool("list_processes",
 		mcplib.WithDescription("List the training processes on this node that an in-process agent lives in (ours, or the original Probing agent): "+
 			"pid, global and local rank, world size, role, whether alive, the command, and how many ring tables each recorded. "+
-			"Dead processes with rings or stale sockets are counted, and listed with include_dead. "+
+			"Dead processes with rings or stale sockets are counted, and listed with include_dead, each with how it ended when its agent recorded it (exit code or signal, the uncaught exception and the line that raised it; a main thread that died while other threads keep the process alive). "+
 			"Agents writing to another data dir (another job) are listed apart and left out of every default fan-out."),
 		mcplib.WithInputSchema[ListProcessesParams](),
 		mcplib.WithOutputSchema[ListProcessesResult](),
@@ -248,6 +252,7 @@ func processView(a *agent.Agent) ProcessView {
 		cmd = cmd[:200] + "…"
 	}
 	v.Command = cmd
+	v.Ended = a.Ending.Summary(a.Alive)
 	return v
 }
 
