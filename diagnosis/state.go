@@ -1,0 +1,205 @@
+package diagnosis
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Job states, decided before any hang hypothesis: a job that progresses
+// never gets one.
+const (
+	StateHealthy     = "healthy"     // every rank steps at its usual pace
+	StateProgressing = "progressing" // moving, but its pace cannot be judged (too little step history)
+	StateSlow        = "slow"        // moving, one or more ranks far slower than the rest
+	StateStalled     = "stalled"     // no progress for longer than its own step history allows
+	StateDead        = "dead"        // the processes are gone, or a dead rank holds up the rest
+)
+
+// Progress is one rank's progress evidence. Times are that rank's own
+// clock (Unix ns): ages are taken on each rank's clock, so clocks that
+// differ between processes or nodes do not matter.
+type Progress struct {
+	Rank  int
+	Alive bool
+	// Steps are the completion times of its recent steps, oldest first.
+	Steps []int64
+	// LastActivity is the last thing it was seen doing: a step, a
+	// collective entered or left (0: nothing seen).
+	LastActivity int64
+	// Now is its clock when the evidence was read.
+	Now int64
+}
+
+// StateOptions tune Classify; zero values take the defaults.
+type StateOptions struct {
+	// StallFactor: no progress for this many of the job's typical step
+	// times is a stall (default 10).
+	StallFactor float64
+	// MinStall is the shortest stall, whatever the steps (default 30 s),
+	// and NoHistoryStall the stall threshold of a job with no step
+	// history (default 120 s).
+	MinStall, NoHistoryStall time.Duration
+	// SlowFactor: a rank whose recent step time is this many times the
+	// job's median is slow (default 2).
+	SlowFactor float64
+}
+
+func (o *StateOptions) defaults() {
+	if o.StallFactor <= 0 {
+		o.StallFactor = 10
+	}
+	if o.MinStall <= 0 {
+		o.MinStall = 30 * time.Second
+	}
+	if o.NoHistoryStall <= 0 {
+		o.NoHistoryStall = 120 * time.Second
+	}
+	if o.SlowFactor <= 0 {
+		o.SlowFactor = 2
+	}
+}
+
+// JobState is the verdict on whether the job moves.
+type JobState struct {
+	State string
+	Why   string
+	// Step is the job's typical step time (the median of the ranks'
+	// recent ones), 0 when unknown; Threshold the stall threshold used.
+	Step, Threshold time.Duration
+	// Idle is, per rank, how long since its last activity on its own
+	// clock; Slow the ranks far slower than the rest; Dead the dead ones.
+	Idle map[int]time.Duration
+	Slow []int
+	Dead []int
+}
+
+// Classify decides the job's state from its ranks' progress.
+func Classify(ps []Progress, opt StateOptions) JobState {
+	opt.defaults()
+	js := JobState{Idle: map[int]time.Duration{}}
+	if len(ps) == 0 {
+		js.State, js.Why = StateProgressing, "no progress evidence from any rank: nothing says the job is stuck"
+		return js
+	}
+	var steps []time.Duration
+	perRank := map[int]time.Duration{}
+	alive := 0
+	for _, p := range ps {
+		if !p.Alive {
+			js.Dead = append(js.Dead, p.Rank)
+			continue
+		}
+		alive++
+		if p.LastActivity > 0 && p.Now >= p.LastActivity {
+			js.Idle[p.Rank] = time.Duration(p.Now - p.LastActivity)
+		}
+		if st, ok := recentStep(p.Steps); ok {
+			perRank[p.Rank] = st
+			steps = append(steps, st)
+		}
+	}
+	sort.Ints(js.Dead)
+	if alive == 0 {
+		js.State, js.Why = StateDead, fmt.Sprintf("every rank's process is gone (%d)", len(ps))
+		return js
+	}
+	if len(steps) > 0 {
+		js.Step = median(steps)
+		js.Threshold = max(opt.MinStall, time.Duration(opt.StallFactor*float64(js.Step)))
+	} else {
+		js.Threshold = opt.NoHistoryStall
+	}
+	// The job moves while some live rank acted within the threshold; it is
+	// stalled once every live rank has been idle past it.
+	moving, known := 0, 0
+	var least time.Duration = -1
+	for _, p := range ps {
+		if !p.Alive {
+			continue
+		}
+		idle, ok := js.Idle[p.Rank]
+		if !ok {
+			continue
+		}
+		known++
+		if idle < js.Threshold {
+			moving++
+		}
+		if least < 0 || idle < least {
+			least = idle
+		}
+	}
+	switch {
+	case known == 0:
+		js.State, js.Why = StateProgressing, "no rank's activity could be timed: nothing says the job is stuck"
+		if len(js.Dead) > 0 {
+			js.State, js.Why = StateDead, fmt.Sprintf("rank(s) %v are dead and no live rank's activity could be timed", js.Dead)
+		}
+		return js
+	case moving == 0 && len(js.Dead) > 0:
+		js.State = StateDead
+		js.Why = fmt.Sprintf("rank(s) %v are dead and the others made no progress for %s (threshold %s)", js.Dead, least.Round(time.Millisecond), js.Threshold)
+		return js
+	case moving == 0:
+		js.State = StateStalled
+		js.Why = fmt.Sprintf("no rank made progress for %s, over the %s threshold%s", least.Round(time.Millisecond), js.Threshold, stepWords(js.Step, opt.StallFactor))
+		return js
+	}
+	for r, st := range perRank {
+		if js.Step > 0 && float64(st) >= opt.SlowFactor*float64(js.Step) {
+			js.Slow = append(js.Slow, r)
+		}
+	}
+	sort.Ints(js.Slow)
+	switch {
+	case len(js.Dead) > 0:
+		js.State = StateProgressing
+		js.Why = fmt.Sprintf("rank(s) %v are dead, yet the others still progress (last activity %s ago)", js.Dead, least.Round(time.Millisecond))
+	case len(js.Slow) > 0 && len(js.Slow) < len(perRank):
+		js.State = StateSlow
+		js.Why = fmt.Sprintf("the job progresses (last activity %s ago), but rank(s) %v step at ≥%.0f× the median step of %s", least.Round(time.Millisecond), js.Slow, opt.SlowFactor, js.Step.Round(time.Millisecond))
+	case len(steps) == 0:
+		js.State = StateProgressing
+		js.Why = fmt.Sprintf("the job is active (last activity %s ago); no step history to judge its pace", least.Round(time.Millisecond))
+	default:
+		js.State = StateHealthy
+		js.Why = fmt.Sprintf("every rank is active (last activity %s ago), stepping every %s", least.Round(time.Millisecond), js.Step.Round(time.Millisecond))
+	}
+	return js
+}
+
+func stepWords(step time.Duration, factor float64) string {
+	if step == 0 {
+		return " (no step history)"
+	}
+	return fmt.Sprintf(" (%.0f× its typical step of %s)", factor, step.Round(time.Millisecond))
+}
+
+// recentStep is a rank's typical recent step time: the median gap between
+// its last completed steps.
+func recentStep(ts []int64) (time.Duration, bool) {
+	if len(ts) < 2 {
+		return 0, false
+	}
+	if len(ts) > 9 {
+		ts = ts[len(ts)-9:]
+	}
+	var gaps []time.Duration
+	for i := 1; i < len(ts); i++ {
+		if d := ts[i] - ts[i-1]; d > 0 {
+			gaps = append(gaps, time.Duration(d))
+		}
+	}
+	if len(gaps) == 0 {
+		return 0, false
+	}
+	return median(gaps), true
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
