@@ -129,7 +129,7 @@ func WaitFor(m Model) Graph {
 			out[r.Rank] = nil // in a collective nobody is missing from: a node too
 		}
 	}
-	// Terminal strongly connected components are the sinks.
+	// Terminal strongly connected components, and cycles, are the sinks.
 	comps := tarjan(m, out)
 	compOf := map[int]int{}
 	for i, c := range comps {
@@ -160,7 +160,9 @@ func WaitFor(m Model) Graph {
 				}
 			}
 		}
-		if !terminal {
+		// A cycle never resolves, whoever else its members also wait for:
+		// it is a sink even when not terminal.
+		if !terminal && len(c) == 1 {
 			continue
 		}
 		s, ok := sinkOf(m, c, out, reach)

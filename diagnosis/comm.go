@@ -1,0 +1,104 @@
+package diagnosis
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
+)
+
+// CommRow is one row of python.comm_collective, the agent's record of
+// each collective a rank entered (agent/python/.../collectives.py).
+type CommRow struct {
+	Rank        int
+	TimestampUS int64
+	Op          string
+	// Ranks is participate_ranks: the group's global ranks as a JSON list,
+	// "" when unknown.
+	Ranks    string
+	GroupSeq int64
+	// DurationMS is -1 while the call has not returned.
+	DurationMS float64
+}
+
+// FromComm builds the collective side of a Model from comm rows: each
+// rank's history (oldest first), what it issued per group, and the
+// collective it is in (its last row, still running). A group is named by
+// its members (the agent sees no process-group ids), so two groups over
+// the same ranks read as one. world, when known (> 0), adds every rank of
+// the job, with NoEvidence for those without rows, so that membership
+// comes from the job and not from who left evidence. Problems name rows
+// that could not be used.
+func FromComm(rows []CommRow, world int) (Model, []string) {
+	m := Model{Groups: map[string][]int{}, Ranks: map[int]*Rank{}}
+	var problems []string
+	sorted := append([]CommRow(nil), rows...)
+	sort.SliceStable(sorted, func(i, j int) bool {
+		if sorted[i].Rank != sorted[j].Rank {
+			return sorted[i].Rank < sorted[j].Rank
+		}
+		return sorted[i].TimestampUS < sorted[j].TimestampUS
+	})
+	last := map[int]CommRow{}
+	bad := 0
+	for _, row := range sorted {
+		if row.Rank < 0 || row.GroupSeq <= 0 {
+			bad++
+			continue
+		}
+		g, members, err := groupOf(row.Ranks, world)
+		if err != nil {
+			bad++
+			continue
+		}
+		m.Groups[g] = members
+		rk := m.Ranks[row.Rank]
+		if rk == nil {
+			rk = &Rank{Rank: row.Rank, Issued: map[string]int64{}}
+			m.Ranks[row.Rank] = rk
+		}
+		op := Op{Group: g, Seq: row.GroupSeq, Name: row.Op}
+		rk.History = append(rk.History, op)
+		rk.Issued[g] = max(rk.Issued[g], row.GroupSeq)
+		last[row.Rank] = row
+	}
+	if bad > 0 {
+		problems = append(problems, fmt.Sprintf("%d comm_collective row(s) without a rank, a group_seq or a readable participate_ranks were left out", bad))
+	}
+	for r, row := range last {
+		rk := m.Ranks[r]
+		if row.DurationMS < 0 {
+			op := rk.History[len(rk.History)-1]
+			rk.Status, rk.In = InCollective, &op
+		} else {
+			rk.Status = Running
+		}
+	}
+	for r := 0; r < world; r++ {
+		if m.Ranks[r] == nil {
+			m.Ranks[r] = &Rank{Rank: r, Status: NoEvidence, Issued: map[string]int64{}}
+		}
+	}
+	return m, problems
+}
+
+// groupOf names a group by its members.
+func groupOf(ranks string, world int) (string, []int, error) {
+	if ranks == "" {
+		if world <= 0 {
+			return "", nil, fmt.Errorf("no participate_ranks and no world size")
+		}
+		all := make([]int, world)
+		for i := range all {
+			all[i] = i
+		}
+		return rankset.Format(all), all, nil
+	}
+	var rs []int
+	if err := json.Unmarshal([]byte(ranks), &rs); err != nil || len(rs) == 0 {
+		return "", nil, fmt.Errorf("participate_ranks %q is not a list of ranks", ranks)
+	}
+	sort.Ints(rs)
+	return rankset.Format(rs), rs, nil
+}
