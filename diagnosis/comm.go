@@ -6,21 +6,8 @@ import (
 	"sort"
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/evidence"
 )
-
-// CommRow is one row of python.comm_collective, the agent's record of
-// each collective a rank entered (agent/python/.../collectives.py).
-type CommRow struct {
-	Rank        int
-	TimestampUS int64
-	Op          string
-	// Ranks is participate_ranks: the group's global ranks as a JSON list,
-	// "" when unknown.
-	Ranks    string
-	GroupSeq int64
-	// DurationMS is -1 while the call has not returned.
-	DurationMS float64
-}
 
 // FromComm builds the collective side of a Model from comm rows: each
 // rank's history (oldest first), what it issued per group, and the
@@ -30,17 +17,17 @@ type CommRow struct {
 // the job, with NoEvidence for those without rows, so that membership
 // comes from the job and not from who left evidence. Problems name rows
 // that could not be used.
-func FromComm(rows []CommRow, world int) (Model, []string) {
+func FromComm(rows []evidence.CommRow, world int) (Model, []string) {
 	m := Model{Groups: map[string][]int{}, Ranks: map[int]*Rank{}}
 	var problems []string
-	sorted := append([]CommRow(nil), rows...)
+	sorted := append([]evidence.CommRow(nil), rows...)
 	sort.SliceStable(sorted, func(i, j int) bool {
 		if sorted[i].Rank != sorted[j].Rank {
 			return sorted[i].Rank < sorted[j].Rank
 		}
 		return sorted[i].TimestampUS < sorted[j].TimestampUS
 	})
-	last := map[int]CommRow{}
+	last := map[int]evidence.CommRow{}
 	bad := 0
 	for _, row := range sorted {
 		if row.Rank < 0 || row.GroupSeq <= 0 {

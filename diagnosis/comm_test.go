@@ -3,6 +3,8 @@ package diagnosis
 import (
 	"fmt"
 	"testing"
+
+	"github.com/probing-mcp/probing-mcp/evidence"
 )
 
 // TestFromCommBlamesTheDivergedRank: the skipped sub-group collective of
@@ -12,12 +14,12 @@ import (
 func TestFromCommBlamesTheDivergedRank(t *testing.T) {
 	pair := func(r int) string { return fmt.Sprintf("[%d, %d]", r/2*2, r/2*2+1) }
 	const all = "[0, 1, 2, 3, 4, 5, 6, 7]"
-	var rows []CommRow
+	var rows []evidence.CommRow
 	for r := 0; r < 7; r++ {
 		ts := int64(0)
 		add := func(grp string, seq int64, dur float64) {
 			ts += 1000
-			rows = append(rows, CommRow{Rank: r, TimestampUS: ts, Op: "all_reduce", Ranks: grp, GroupSeq: seq, DurationMS: dur})
+			rows = append(rows, evidence.CommRow{Rank: r, TimestampUS: ts, Op: "all_reduce", Ranks: grp, GroupSeq: seq, DurationMS: dur})
 		}
 		for s := int64(1); s <= 5; s++ {
 			add(pair(r), s, 1)
@@ -33,7 +35,7 @@ func TestFromCommBlamesTheDivergedRank(t *testing.T) {
 			add(all, 6, -1)
 		}
 	}
-	rows = append(rows, CommRow{Rank: -1, GroupSeq: 1}, CommRow{Rank: 1, GroupSeq: 2, Ranks: "garbage"})
+	rows = append(rows, evidence.CommRow{Rank: -1, GroupSeq: 1}, evidence.CommRow{Rank: 1, GroupSeq: 2, Ranks: "garbage"})
 	m, problems := FromComm(rows, 8)
 	if len(problems) != 1 || m.Ranks[7].Status != NoEvidence || m.Ranks[2].In.Group != "2-3" {
 		t.Fatalf("problems %v, rank 7 %+v, rank 2 %+v", problems, m.Ranks[7], m.Ranks[2])

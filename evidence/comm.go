@@ -1,0 +1,95 @@
+// Package evidence gathers what a diagnosis weighs, from the sources that
+// hold it (the ring tables, the agents, the dumps), each source's failure
+// recorded rather than fatal. It has no MCP imports: the CLI, the tools,
+// the skills and the evals read through it alike.
+package evidence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
+)
+
+// CommRow is one row of python.comm_collective, the agent's record of
+// each collective a rank entered (agent/python/.../collectives.py).
+type CommRow struct {
+	Rank        int
+	TimestampUS int64
+	Op          string
+	// Ranks is participate_ranks: the group's global ranks as a JSON list,
+	// "" when unknown.
+	Ranks    string
+	GroupSeq int64
+	// DurationMS is -1 while the call has not returned.
+	DurationMS float64
+}
+
+// MaxCommRows bounds what ReadComm returns, whatever the job's size.
+const MaxCommRows = 200000
+
+// ReadComm reads each rank's last perRank collectives from the rings, in
+// pages of the engine's row limit. A data dir without the table has no
+// rows and no error: a job without torch records none.
+func ReadComm(ctx context.Context, e *sqlengine.Engine, perRank int) ([]CommRow, error) {
+	if perRank <= 0 {
+		perRank = 64
+	}
+	var out []CommRow
+	for offset := 0; offset < MaxCommRows; offset += sqlengine.MaxLimit {
+		q := fmt.Sprintf(`SELECT _rank, timestamp, op, participate_ranks, group_seq, duration_ms FROM (
+  SELECT _rank, timestamp, op, participate_ranks, group_seq, duration_ms,
+         row_number() OVER (PARTITION BY _rank ORDER BY timestamp DESC) AS rn
+  FROM python.comm_collective WHERE _rank >= 0)
+WHERE rn <= %d ORDER BY _rank, timestamp LIMIT %d OFFSET %d`, perRank, sqlengine.MaxLimit, offset)
+		res, err := e.Query(ctx, q, sqlengine.MaxLimit)
+		if err != nil {
+			var se *sqlengine.Error
+			if errors.As(err, &se) && strings.Contains(se.Msg, "no such table") {
+				return nil, nil
+			}
+			return out, fmt.Errorf("reading python.comm_collective: %w", err)
+		}
+		for _, row := range res.Rows {
+			v := row.Values()
+			out = append(out, CommRow{Rank: int(asInt(v[0])), TimestampUS: asInt(v[1]), Op: asString(v[2]),
+				Ranks: asString(v[3]), GroupSeq: asInt(v[4]), DurationMS: asFloat(v[5])})
+		}
+		if len(res.Rows) < sqlengine.MaxLimit {
+			return out, nil
+		}
+	}
+	return out, fmt.Errorf("python.comm_collective: more than %d rows asked for; the rest left out", MaxCommRows)
+}
+
+func asInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case float64:
+		return int64(x)
+	}
+	return 0
+}
+
+func asFloat(v any) float64 {
+	switch x := v.(type) {
+	case float64:
+		return x
+	case int64:
+		return float64(x)
+	}
+	return 0
+}
+
+func asString(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	}
+	return ""
+}

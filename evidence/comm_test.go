@@ -1,0 +1,65 @@
+package evidence
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/probing-mcp/probing-mcp/storage/memt"
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
+)
+
+// comm writes rank r's python.comm_collective ring into a pid directory
+// of its own (a dead pid: the post-mortem shape), with an identity file
+// naming its rank.
+func comm(t *testing.T, base string, pid, r, rows int) {
+	t.Helper()
+	dir := filepath.Join(base, fmt.Sprint(pid))
+	cols := []memt.Column{{Name: "timestamp", Type: memt.I64}, {Name: "op", Type: memt.Str}, {Name: "participate_ranks", Type: memt.Str},
+		{Name: "group_seq", Type: memt.I64}, {Name: "duration_ms", Type: memt.F64}}
+	w, err := memt.Create(filepath.Join(dir, "python.comm_collective"), cols, memt.Options{ChunkSize: 65536, NumChunks: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i := 1; i <= rows; i++ {
+		dur := 1.5
+		if i == rows {
+			dur = -1
+		}
+		if err := w.Row().I64(int64(i*1000)).Str("all_reduce").Str("[0, 1]").I64(int64(i)).F64(dur).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".identity.json"), []byte(fmt.Sprintf(`{"agent":"probing-mcp","pid":%d,"rank":%d,"world_size":2}`, pid, r)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReadComm: each rank's last rows, oldest first, in pages, from the
+// rings as the engine serves them; no table is no rows.
+func TestReadComm(t *testing.T) {
+	base := t.TempDir()
+	e, err := sqlengine.New(sqlengine.Options{DataDir: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := ReadComm(context.Background(), e, 8); err != nil || rows != nil {
+		t.Fatalf("no table: %v %v", rows, err)
+	}
+	comm(t, base, 999991, 0, 30)
+	comm(t, base, 999992, 1, 1500)
+	rows, err := ReadComm(context.Background(), e, 1200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 30+1200 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	last := rows[len(rows)-1]
+	if rows[0].Rank != 0 || rows[0].GroupSeq != 1 || last.Rank != 1 || last.GroupSeq != 1500 || last.DurationMS != -1 || last.Ranks != "[0, 1]" || rows[30].GroupSeq != 301 {
+		t.Errorf("first %+v, rank 1's first %+v, last %+v", rows[0], rows[30], last)
+	}
+}
