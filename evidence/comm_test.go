@@ -29,7 +29,7 @@ func comm(t *testing.T, base string, pid, r, rows int) {
 		if i == rows {
 			dur = -1
 		}
-		if err := w.Row().I64(int64(i*1000)).Str("all_reduce").Str("[0, 1]").I64(int64(i)).F64(dur).Commit(); err != nil {
+		if err := w.Row().I64(int64(i * 1000)).Str("all_reduce").Str("[0, 1]").I64(int64(i)).F64(dur).Commit(); err != nil {
 			t.Fatal(err)
 		}
 	}
