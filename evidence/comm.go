@@ -6,9 +6,7 @@ package evidence
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -38,30 +36,19 @@ func ReadComm(ctx context.Context, e *sqlengine.Engine, perRank int) ([]CommRow,
 		perRank = 64
 	}
 	var out []CommRow
-	for offset := 0; offset < MaxCommRows; offset += sqlengine.MaxLimit {
-		q := fmt.Sprintf(`SELECT _rank, timestamp, op, participate_ranks, group_seq, duration_ms FROM (
+	q := fmt.Sprintf(`SELECT _rank, timestamp, op, participate_ranks, group_seq, duration_ms FROM (
   SELECT _rank, timestamp, op, participate_ranks, group_seq, duration_ms,
          row_number() OVER (PARTITION BY _rank ORDER BY timestamp DESC) AS rn
   FROM python.comm_collective WHERE _rank >= 0)
-WHERE rn <= %d ORDER BY _rank, timestamp LIMIT %d OFFSET %d`, perRank, sqlengine.MaxLimit, offset)
-		res, err := e.Query(ctx, q, sqlengine.MaxLimit)
-		if err != nil {
-			var se *sqlengine.Error
-			if errors.As(err, &se) && strings.Contains(se.Msg, "no such table") {
-				return nil, nil
-			}
-			return out, fmt.Errorf("reading python.comm_collective: %w", err)
-		}
-		for _, row := range res.Rows {
-			v := row.Values()
-			out = append(out, CommRow{Rank: int(asInt(v[0])), TimestampUS: asInt(v[1]), Op: asString(v[2]),
-				Ranks: asString(v[3]), GroupSeq: asInt(v[4]), DurationMS: asFloat(v[5])})
-		}
-		if len(res.Rows) < sqlengine.MaxLimit {
-			return out, nil
-		}
+WHERE rn <= %d ORDER BY _rank, timestamp`, perRank)
+	err := pages(ctx, e, q, func(v []any) {
+		out = append(out, CommRow{Rank: int(asInt(v[0])), TimestampUS: asInt(v[1]), Op: asString(v[2]),
+			Ranks: asString(v[3]), GroupSeq: asInt(v[4]), DurationMS: asFloat(v[5])})
+	})
+	if err != nil {
+		return out, fmt.Errorf("reading python.comm_collective: %w", err)
 	}
-	return out, fmt.Errorf("python.comm_collective: more than %d rows asked for; the rest left out", MaxCommRows)
+	return out, nil
 }
 
 func asInt(v any) int64 {

@@ -63,3 +63,25 @@ func TestReadComm(t *testing.T) {
 		t.Errorf("first %+v, rank 1's first %+v, last %+v", rows[0], rows[30], last)
 	}
 }
+
+// TestReadActivity: the last collective entered and the last one that
+// returned, per rank; no step table, no steps.
+func TestReadActivity(t *testing.T) {
+	base := t.TempDir()
+	e, err := sqlengine.New(sqlengine.Options{DataDir: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acts, err := ReadActivity(context.Background(), e, 5); err != nil || len(acts) != 0 {
+		t.Fatalf("empty data dir: %v %v", acts, err)
+	}
+	comm(t, base, 999991, 0, 30)
+	acts, err := ReadActivity(context.Background(), e, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := acts[0]
+	if len(acts) != 1 || a.LastComm != 30000 || a.LastCommDone != 29000+1500 || a.Steps != nil {
+		t.Errorf("%+v", a)
+	}
+}

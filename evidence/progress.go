@@ -1,0 +1,78 @@
+package evidence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
+)
+
+// RankActivity is what the rings say about one rank's progress, in its
+// own clock's microseconds.
+type RankActivity struct {
+	Rank int
+	// Steps are its last step completions (python.torch_step_timing),
+	// oldest first.
+	Steps []int64
+	// LastComm is when it last entered a collective, and LastCommDone when
+	// one it entered last returned (0: none).
+	LastComm, LastCommDone int64
+}
+
+// ReadActivity reads every rank's recent steps and its last collective
+// activity. Missing tables give no activity, not an error.
+func ReadActivity(ctx context.Context, e *sqlengine.Engine, steps int) (map[int]*RankActivity, error) {
+	if steps <= 0 {
+		steps = 10
+	}
+	out := map[int]*RankActivity{}
+	get := func(r int) *RankActivity {
+		a := out[r]
+		if a == nil {
+			a = &RankActivity{Rank: r}
+			out[r] = a
+		}
+		return a
+	}
+	var errs []error
+	q := fmt.Sprintf(`SELECT _rank, timestamp FROM (
+  SELECT _rank, timestamp, row_number() OVER (PARTITION BY _rank ORDER BY timestamp DESC) AS rn
+  FROM python.torch_step_timing WHERE _rank >= 0)
+WHERE rn <= %d ORDER BY _rank, timestamp`, steps)
+	if err := pages(ctx, e, q, func(v []any) { a := get(int(asInt(v[0]))); a.Steps = append(a.Steps, asInt(v[1])) }); err != nil {
+		errs = append(errs, fmt.Errorf("reading python.torch_step_timing: %w", err))
+	}
+	q = `SELECT _rank, max(timestamp), max(CASE WHEN duration_ms >= 0 THEN timestamp + CAST(duration_ms * 1000 AS INTEGER) END)
+FROM python.comm_collective WHERE _rank >= 0 GROUP BY _rank ORDER BY _rank`
+	if err := pages(ctx, e, q, func(v []any) {
+		a := get(int(asInt(v[0])))
+		a.LastComm, a.LastCommDone = asInt(v[1]), asInt(v[2])
+	}); err != nil {
+		errs = append(errs, fmt.Errorf("reading python.comm_collective: %w", err))
+	}
+	return out, errors.Join(errs...)
+}
+
+// pages runs q (which must not end in LIMIT) page by page, up to
+// MaxCommRows rows; a table that does not exist gives no rows.
+func pages(ctx context.Context, e *sqlengine.Engine, q string, row func([]any)) error {
+	for offset := 0; offset < MaxCommRows; offset += sqlengine.MaxLimit {
+		res, err := e.Query(ctx, fmt.Sprintf("%s LIMIT %d OFFSET %d", q, sqlengine.MaxLimit, offset), sqlengine.MaxLimit)
+		if err != nil {
+			var se *sqlengine.Error
+			if errors.As(err, &se) && strings.Contains(se.Msg, "no such table") {
+				return nil
+			}
+			return err
+		}
+		for _, r := range res.Rows {
+			row(r.Values())
+		}
+		if len(res.Rows) < sqlengine.MaxLimit {
+			return nil
+		}
+	}
+	return fmt.Errorf("more than %d rows; the rest left out", MaxCommRows)
+}
