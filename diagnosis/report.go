@@ -1,0 +1,318 @@
+package diagnosis
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/evidence"
+)
+
+// Categories of a hypothesis (issue 10's exact names).
+const (
+	CatCPUStall       = "cpu_stall"
+	CatMissing        = "missing_from_collective"
+	CatMismatch       = "collective_mismatch"
+	CatDeadRank       = "dead_rank"
+	CatMainThreadDead = "main_thread_dead"
+	CatDeadlock       = "deadlock"
+	CatGILHeld        = "gil_held"
+	CatAllIn          = "all_in_collective"
+	CatStraggler      = "straggler"
+	CatUnreachable    = "unreachable_rank"
+	CatHealthy        = "healthy"
+)
+
+// Confidence levels.
+const (
+	High   = "high"
+	Medium = "medium"
+	Low    = "low"
+)
+
+// RankFacts is what is known of one rank besides its collectives.
+type RankFacts struct {
+	Rank  int
+	PID   int
+	Alive bool
+	// Ending says how it ended, from its agent's records ("" unknown).
+	Ending string
+	// Main is its main thread's stack, when one was captured.
+	Main     *stacks.Thread
+	Activity *evidence.RankActivity
+	// NowNS is the rank's clock (Unix ns) when its evidence was read.
+	NowNS int64
+}
+
+// Input is everything Diagnose weighs; the evidence service builds it.
+type Input struct {
+	// World is the job's size from the agents' identities, 0 when no
+	// agent said.
+	World int
+	Ranks map[int]*RankFacts
+	Comm  []evidence.CommRow
+	// Problems are the sources that failed or were partial.
+	Problems []string
+	State    StateOptions
+}
+
+// Evidence is one line of proof and where it came from.
+type Evidence struct {
+	Source string `json:"source"` // comm_rings, stacks, agent, membership
+	Text   string `json:"text"`
+}
+
+// Where is the innermost frame of the culprit's own code.
+type Where struct {
+	File     string `json:"file"`
+	Line     int    `json:"line"`
+	Function string `json:"function"`
+}
+
+func (w *Where) String() string { return fmt.Sprintf("%s:%d (%s)", path.Base(w.File), w.Line, w.Function) }
+
+// Hypothesis is one explanation, with its proof and how to test it.
+type Hypothesis struct {
+	Category   string     `json:"category"`
+	Culprits   string     `json:"culprit_ranks"`
+	Collateral string     `json:"collateral_ranks,omitempty"`
+	Confidence string     `json:"confidence"`
+	Evidence   []Evidence `json:"evidence"`
+	Where      *Where     `json:"where,omitempty"`
+	Confirm    string     `json:"confirm"`
+	Refute     string     `json:"refute"`
+
+	culprits []int
+}
+
+// Report is the verdict.
+type Report struct {
+	State       string       `json:"state"`
+	StateWhy    string       `json:"state_why"`
+	Summary     string       `json:"summary"`
+	Hypotheses  []Hypothesis `json:"hypotheses"`
+	DataQuality []string     `json:"data_quality,omitempty"`
+}
+
+// Diagnose decides first whether the job moves, and only for a stalled or
+// dead job follows the wait-for graph to its sinks.
+func Diagnose(in Input) Report {
+	var ps []Progress
+	for _, r := range sortedFacts(in.Ranks) {
+		p := Progress{Rank: r.Rank, Alive: r.Alive, Now: r.NowNS}
+		if a := r.Activity; a != nil {
+			for _, s := range a.Steps {
+				p.Steps = append(p.Steps, s*1000)
+			}
+			last := max(a.LastComm, a.LastCommDone)
+			if n := len(a.Steps); n > 0 {
+				last = max(last, a.Steps[n-1])
+			}
+			p.LastActivity = last * 1000
+		}
+		ps = append(ps, p)
+	}
+	js := Classify(ps, in.State)
+	rep := Report{State: js.State, StateWhy: js.Why, DataQuality: in.Problems}
+	switch js.State {
+	case StateHealthy, StateProgressing:
+		rep.Hypotheses = []Hypothesis{{Category: CatHealthy, Confidence: High, Evidence: []Evidence{{"progress", js.Why}},
+			Confirm: "call again in a while: the steps keep coming", Refute: "a rank whose last activity stops advancing"}}
+		rep.Summary = "No hang: " + js.Why + "."
+		return rep
+	case StateSlow:
+		h := Hypothesis{Category: CatStraggler, culprits: js.Slow, Confidence: Medium,
+			Evidence: []Evidence{{"progress", js.Why}},
+			Confirm:  "run the slow_rank or persistent_straggler skill over a longer window",
+			Refute:   "the same ranks are not slow in the next window"}
+		rep.Hypotheses = []Hypothesis{finish(h, in)}
+		rep.Summary = fmt.Sprintf("No hang, but a straggler: %s; %s.", rankWords(js.Slow), js.Why)
+		return rep
+	}
+	m, problems := FromComm(in.Comm, in.World)
+	rep.DataQuality = append(rep.DataQuality, problems...)
+	for r, f := range in.Ranks {
+		rk := m.Ranks[r]
+		if rk == nil {
+			rk = &Rank{Rank: r, Status: NoEvidence, Issued: map[string]int64{}}
+			m.Ranks[r] = rk
+		}
+		switch {
+		case !f.Alive:
+			rk.Status, rk.In = Dead, nil
+		case rk.Status == NoEvidence && f.Main != nil && len(f.Main.Frames) > 0:
+			rk.Status = Running // its stack shows where it is, outside any recorded collective
+		}
+	}
+	g := WaitFor(m)
+	for _, s := range g.Sinks {
+		rep.Hypotheses = append(rep.Hypotheses, finish(hypothesisOf(s, in, g), in))
+	}
+	if len(rep.Hypotheses) == 0 {
+		h := Hypothesis{Category: CatUnreachable, Confidence: Low,
+			Evidence: []Evidence{{"comm_rings", "no rank is recorded inside a collective, and nothing shows who waits for whom"}},
+			Confirm:  "get_stacks on every rank, and snapshot_flight_recorder",
+			Refute:   "a rank recorded inside a collective"}
+		rep.Hypotheses = []Hypothesis{finish(h, in)}
+	}
+	sort.SliceStable(rep.Hypotheses, func(i, j int) bool {
+		return confRank(rep.Hypotheses[i].Confidence) < confRank(rep.Hypotheses[j].Confidence)
+	})
+	rep.Summary = summary(rep.Hypotheses[0], js)
+	if len(rep.Hypotheses) > 1 {
+		rep.Summary += fmt.Sprintf(" %d other hypothes(es) below.", len(rep.Hypotheses)-1)
+	}
+	return rep
+}
+
+func hypothesisOf(s Sink, in Input, g Graph) Hypothesis {
+	h := Hypothesis{culprits: s.Ranks, Collateral: rankset.Format(g.Collateral)}
+	waiters := fmt.Sprintf("%d rank(s) wait for it in collectives (%s)", len(g.Collateral), rankset.Format(g.Collateral))
+	switch s.Kind {
+	case SinkDiverged:
+		h.Category, h.Confidence = CatMissing, High
+		h.Evidence = []Evidence{{"comm_rings", s.Why}, {"comm_rings", waiters}}
+		h.Confirm = fmt.Sprintf("snapshot_flight_recorder: rank %d's ring has %s and no %s", s.Ranks[0], s.At, s.Skipped)
+		h.Refute = fmt.Sprintf("rank %d entered %s after all", s.Ranks[0], s.Skipped)
+	case SinkCPU:
+		h.Category, h.Confidence = CatCPUStall, Medium
+		h.Evidence = []Evidence{{"comm_rings", s.Why + "; the collectives it is waited for in were never entered by it"}, {"comm_rings", waiters}}
+		if f := in.Ranks[s.Ranks[0]]; f != nil && f.Main != nil {
+			h.Confidence = High
+			h.Evidence = append(h.Evidence, Evidence{"stacks", "its main thread is in " + frameWords(f.Main)})
+		}
+		h.Confirm = fmt.Sprintf("get_stacks {\"ranks\":\"%d\"} twice, a few seconds apart: the same frame", s.Ranks[0])
+		h.Refute = fmt.Sprintf("rank %d's main thread moves, or is inside a collective", s.Ranks[0])
+	case SinkDead:
+		h.Category, h.Confidence = CatDeadRank, Medium
+		h.Evidence = []Evidence{{"agent", s.Why}, {"comm_rings", waiters}}
+		if f := in.Ranks[s.Ranks[0]]; f != nil && f.Ending != "" {
+			h.Confidence = High
+			h.Evidence = append(h.Evidence, Evidence{"agent", fmt.Sprintf("rank %d %s", s.Ranks[0], f.Ending)})
+		}
+		h.Confirm = "list_processes {\"include_dead\":true}: how it ended"
+		h.Refute = "the process is alive after all"
+	case SinkNoData:
+		h.Category, h.Confidence = CatUnreachable, Medium
+		h.Evidence = []Evidence{{"membership", s.Why}, {"comm_rings", waiters}}
+		h.Confirm = fmt.Sprintf("list_processes; get_stacks {\"ranks\":\"%d\"}", s.Ranks[0])
+		h.Refute = "the rank answers and is inside the collective its peers wait in"
+	case SinkAllIn:
+		h.Category, h.Confidence = CatAllIn, Medium
+		h.Collateral = ""
+		h.Evidence = []Evidence{{"comm_rings", s.Why + ": none is missing, so the wait is below the ranks (network, NCCL, a GPU)"}}
+		h.Confirm = "snapshot_flight_recorder (every member shows it started, none completed); the GPUs' state"
+		h.Refute = "a member that has not entered it"
+	default: // an undecided cycle
+		h.Category, h.Confidence = CatMissing, Low
+		h.Evidence = []Evidence{{"comm_rings", s.Why}, {"comm_rings", waiters}}
+		h.Confirm = "compare these ranks' recent collectives in python.comm_collective: the one whose order differs is the culprit"
+		h.Refute = "their orders agree"
+	}
+	return h
+}
+
+// finish names the culprits, adds where the first one is, and lowers the
+// confidence when a source contradicts the hypothesis.
+func finish(h Hypothesis, in Input) Hypothesis {
+	sort.Ints(h.culprits)
+	h.Culprits = rankset.Format(h.culprits)
+	if len(h.culprits) == 0 {
+		return h
+	}
+	f := in.Ranks[h.culprits[0]]
+	if f == nil || f.Main == nil {
+		return h
+	}
+	h.Where = userFrame(f.Main)
+	if h.Category == CatCPUStall && inCollective(f.Main) {
+		h.Confidence = Low
+		h.Evidence = append(h.Evidence, Evidence{"stacks", "but its main thread's stack is inside torch.distributed: the rings and the stack disagree"})
+	}
+	return h
+}
+
+// userFrame is the innermost frame outside the standard library, site
+// packages and torch: the line of the job's own code.
+func userFrame(t *stacks.Thread) *Where {
+	for _, f := range t.Frames {
+		if f.File == "" || strings.Contains(f.File, "/site-packages/") || strings.Contains(f.File, "/dist-packages/") ||
+			strings.Contains(f.File, "/lib/python3") || strings.HasPrefix(f.File, "<") {
+			continue
+		}
+		return &Where{File: f.File, Line: f.Line, Function: f.Function}
+	}
+	return nil
+}
+
+func inCollective(t *stacks.Thread) bool {
+	for _, f := range t.Frames {
+		if strings.Contains(f.File, "/torch/distributed/") {
+			return true
+		}
+	}
+	return false
+}
+
+func frameWords(t *stacks.Thread) string {
+	if w := userFrame(t); w != nil {
+		return w.String()
+	}
+	if len(t.Frames) > 0 {
+		return t.Frames[0].String()
+	}
+	return "no Python frame (state " + t.State + ")"
+}
+
+func summary(h Hypothesis, js JobState) string {
+	where := ""
+	if h.Where != nil {
+		where = " at " + h.Where.String()
+	}
+	who := "rank " + h.Culprits
+	if len(h.culprits) > 1 {
+		who = "ranks " + h.Culprits
+	}
+	var s string
+	switch h.Category {
+	case CatMissing:
+		s = fmt.Sprintf("%s is the culprit (%s, %s confidence)%s: %s", who, h.Category, h.Confidence, where, h.Evidence[0].Text)
+	case CatAllIn:
+		s = fmt.Sprintf("Every rank is inside the same collective (%s, %s confidence): the hang is below the ranks", h.Category, h.Confidence)
+	default:
+		s = fmt.Sprintf("%s is the culprit (%s, %s confidence)%s", who, h.Category, h.Confidence, where)
+	}
+	if h.Collateral != "" {
+		s += "; ranks " + h.Collateral + " wait for it"
+	}
+	return s + ". The job is " + js.State + ": " + js.Why + "."
+}
+
+func confRank(c string) int {
+	switch c {
+	case High:
+		return 0
+	case Medium:
+		return 1
+	}
+	return 2
+}
+
+func rankWords(rs []int) string {
+	if len(rs) == 1 {
+		return "rank " + rankset.Format(rs)
+	}
+	return "ranks " + rankset.Format(rs)
+}
+
+func sortedFacts(m map[int]*RankFacts) []*RankFacts {
+	out := make([]*RankFacts, 0, len(m))
+	for _, f := range m {
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Rank < out[j].Rank })
+	return out
+}
