@@ -72,7 +72,9 @@ type Where struct {
 	Function string `json:"function"`
 }
 
-func (w *Where) String() string { return fmt.Sprintf("%s:%d (%s)", path.Base(w.File), w.Line, w.Function) }
+func (w *Where) String() string {
+	return fmt.Sprintf("%s:%d (%s)", path.Base(w.File), w.Line, w.Function)
+}
 
 // Hypothesis is one explanation, with its proof and how to test it.
 type Hypothesis struct {
