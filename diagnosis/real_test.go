@@ -1,0 +1,69 @@
+package diagnosis
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
+)
+
+// TestRealGlooJobs reads the rings real 8-rank torch gloo jobs left
+// (testdata/diag/real, README there says how they were made) and checks
+// each verdict against its truth.
+func TestRealGlooJobs(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		state    string
+		category string
+		culprits string
+	}{
+		{"skip_tp", StateStalled, CatMissing, "3"},
+		{"cpu_stall_tp", StateStalled, CatCPUStall, "3"},
+		{"straggler", "", CatStraggler, "5"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join("..", "testdata", "diag", "real", c.name)
+			if _, err := os.Stat(dir); err != nil {
+				t.Skipf("no fixture %s", dir)
+			}
+			e, err := sqlengine.New(sqlengine.Options{DataDir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			rows, err := evidence.ReadComm(ctx, e, 64)
+			if err != nil || len(rows) == 0 {
+				t.Fatalf("comm rows: %d, %v", len(rows), err)
+			}
+			acts, err := evidence.ReadActivity(ctx, e, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Read as if live: the job's processes are gone (the fixture is
+			// what they left), so the clock is set just after the last row,
+			// plus the idle time each case needs.
+			var last int64
+			for _, a := range acts {
+				last = max(last, a.LastComm, a.LastCommDone)
+			}
+			idle := 2 * time.Minute
+			if c.state == "" {
+				idle = 50 * time.Millisecond
+			}
+			in := Input{World: 8, Ranks: map[int]*RankFacts{}, Comm: rows}
+			for r := 0; r < 8; r++ {
+				in.Ranks[r] = &RankFacts{Rank: r, Alive: true, Activity: acts[r], NowNS: last*1000 + int64(idle)}
+			}
+			rep := Diagnose(in)
+			h := rep.Hypotheses[0]
+			if (c.state != "" && rep.State != c.state) || h.Category != c.category || h.Culprits != c.culprits {
+				t.Errorf("state %s, first hypothesis %s on %s (%s)\n%s", rep.State, h.Category, h.Culprits, h.Confidence, rep.Summary)
+			}
+			t.Log(rep.Summary)
+		})
+	}
+}
