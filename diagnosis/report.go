@@ -118,6 +118,11 @@ func Diagnose(in Input) Report {
 		ps = append(ps, p)
 	}
 	js := Classify(ps, in.State)
+	if js.State == StateHealthy || js.State == StateProgressing {
+		if slow, why := waitStragglers(in.Comm); len(slow) > 0 {
+			js.State, js.Slow, js.Why = StateSlow, slow, js.Why+"; but "+why
+		}
+	}
 	rep := Report{State: js.State, StateWhy: js.Why, DataQuality: in.Problems}
 	switch js.State {
 	case StateHealthy, StateProgressing:

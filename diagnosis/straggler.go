@@ -1,0 +1,83 @@
+package diagnosis
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/probing-mcp/probing-mcp/evidence"
+)
+
+// In a synchronous job every rank steps at the slowest one's pace, so step
+// times cannot tell who is slow. The waits can: the others wait for the
+// straggler inside each collective, while it, arriving last, hardly waits.
+const (
+	waitWindow   = 32  // recent completed collectives per rank
+	waitSamples  = 8   // fewest a rank needs to count
+	waitRatio    = 3.0 // a straggler waits this many times less than the median
+	minMedianMS  = 5.0 // below this nobody waits enough to tell
+	minWaitRanks = 4
+)
+
+// waitStragglers names the ranks whose recent collectives return far
+// sooner than everyone else's, with the evidence line.
+func waitStragglers(rows []evidence.CommRow) ([]int, string) {
+	byRank := map[int][]float64{}
+	for i := len(rows) - 1; i >= 0; i-- { // newest first: rows are by rank, then time
+		r := rows[i]
+		if r.DurationMS >= 0 && len(byRank[r.Rank]) < waitWindow {
+			byRank[r.Rank] = append(byRank[r.Rank], r.DurationMS)
+		}
+	}
+	mean := map[int]float64{}
+	var means []float64
+	for r, ds := range byRank {
+		if len(ds) < waitSamples {
+			continue
+		}
+		s := 0.0
+		for _, d := range ds {
+			s += d
+		}
+		mean[r] = s / float64(len(ds))
+		means = append(means, mean[r])
+	}
+	if len(means) < minWaitRanks {
+		return nil, ""
+	}
+	sort.Float64s(means)
+	med := means[len(means)/2]
+	if med < minMedianMS {
+		return nil, ""
+	}
+	var slow []int
+	for r, m := range mean {
+		if m*waitRatio < med {
+			slow = append(slow, r)
+		}
+	}
+	sort.Ints(slow)
+	if len(slow) == 0 || 2*len(slow) >= len(mean) { // a straggler is a minority
+		return nil, ""
+	}
+	var ms []string
+	for _, r := range slow {
+		ms = append(ms, fmt.Sprintf("%.0f ms", mean[r]))
+	}
+	return slow, fmt.Sprintf("%s wait%s %s per collective on average over %s last %d, the others a median of %.0f ms: the others wait for %s in every collective",
+		rankWords(slow), plural(len(slow), "s", ""), strings.Join(ms, ", "), plural(len(slow), "its", "their"), waitWindow, med, them(len(slow)))
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func them(n int) string {
+	if n == 1 {
+		return "it"
+	}
+	return "them"
+}

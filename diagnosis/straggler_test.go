@@ -1,0 +1,41 @@
+package diagnosis
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/probing-mcp/probing-mcp/evidence"
+)
+
+func TestWaitStragglers(t *testing.T) {
+	var rows []evidence.CommRow
+	for r := 0; r < 8; r++ {
+		for i := 0; i < 40; i++ {
+			d := 200.0
+			if r == 5 {
+				d = 30
+			}
+			rows = append(rows, evidence.CommRow{Rank: r, GroupSeq: int64(i + 1), DurationMS: d})
+		}
+	}
+	slow, why := waitStragglers(rows)
+	if len(slow) != 1 || slow[0] != 5 || !strings.HasPrefix(why, "rank 5 waits 30 ms per collective on average over its last 32, the others a median of 200 ms") {
+		t.Fatalf("%v %q", slow, why)
+	}
+	// Everyone quick (no real waiting), or half the job "slow": no claim.
+	for i := range rows {
+		rows[i].DurationMS /= 100
+	}
+	if slow, _ := waitStragglers(rows); slow != nil {
+		t.Errorf("tiny waits: %v", slow)
+	}
+	for i := range rows {
+		rows[i].DurationMS = 200
+		if rows[i].Rank < 4 {
+			rows[i].DurationMS = 10
+		}
+	}
+	if slow, _ := waitStragglers(rows); slow != nil {
+		t.Errorf("half the job: %v", slow)
+	}
+}
