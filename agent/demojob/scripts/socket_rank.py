@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+import probing_mcp_agent
 import probing_mcp_agent._hook  # noqa: F401  (activation, as the .pth does)
 
 RANK = int(os.environ["RANK"])
@@ -46,13 +47,16 @@ def connect():
 
 
 def all_reduce(sock, value):
-    sock.sendall(struct.pack("<d", value))
-    b = b""
-    while len(b) < 8:
-        chunk = sock.recv(8 - len(b))
-        if not chunk:
-            raise SystemExit("reducer gone")
-        b += chunk
+    # Recorded like a torch collective (python.comm_collective), so the
+    # rings show who waits in which all-reduce, torch or not.
+    with probing_mcp_agent.record_collective("all_reduce", range(WORLD), rank=RANK, nbytes=8):
+        sock.sendall(struct.pack("<d", value))
+        b = b""
+        while len(b) < 8:
+            chunk = sock.recv(8 - len(b))
+            if not chunk:
+                raise SystemExit("reducer gone")
+            b += chunk
     return struct.unpack("<d", b)[0]
 
 

@@ -23,6 +23,21 @@ def activate():
     return activation.activate(mode="manual")
 
 
+def record_collective(op, ranks, rank=None, nbytes=0):
+    """Records one collective call of a job that does not use
+    torch.distributed (its own sockets, MPI, a custom library) into
+    python.comm_collective, as a with-block around the call::
+
+        with probing_mcp_agent.record_collective("all_reduce", [0, 1, 2, 3]):
+            my_all_reduce(buf)
+
+    The server's diagnosis then sees who waits for whom. It does nothing
+    when the agent is not active, and never raises."""
+    from . import collectives
+
+    return collectives.record(op, ranks, rank=rank, nbytes=nbytes)
+
+
 def is_active():
     """True when the agent is active in this process."""
     from . import runtime

@@ -499,3 +499,72 @@ def unpatch():
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# -- collectives that are not torch.distributed's ---------------------------------
+# A job that synchronises its ranks by other means (its own sockets, MPI, a
+# custom communication library) records each call with record(), and the
+# row goes into python.comm_collective exactly as a wrapped torch call's
+# would: its group is named by its members, group_seq counts the calls on
+# it, and duration_ms is -1 until the call returns. The server's diagnosis
+# then sees who waits for whom without torch.
+
+_custom_groups = {}  # tuple(ranks) -> group entry
+
+
+class _Record(object):
+    __slots__ = ("e",)
+
+    def __init__(self, e):
+        self.e = e
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        e = self.e
+        if e is not None:
+            dt = (time.perf_counter() - e[0]) * 1000.0
+            e[14] = dt
+            if e[15] is not None:
+                _patch(e, dt)
+        return False
+
+
+def record(op, ranks, rank=None, nbytes=0):
+    """Context manager recording one collective call of this rank on the
+    group of global ``ranks`` (a list), e.g.::
+
+        with probing_mcp_agent.record_collective("all_reduce", [0, 1, 2, 3]):
+            my_all_reduce(buf)
+
+    ``rank`` is this process's global rank (default: the identity's).
+    Recording never raises and costs a list append; when the agent is off
+    it does nothing."""
+    e = None
+    try:
+        if _on and tables._enabled:
+            key = tuple(sorted(int(r) for r in ranks))
+            ge = _custom_groups.get(key)
+            if ge is None:
+                r0 = tables.identity_fields()[0] if rank is None else int(rank)
+                gr = key.index(r0) if r0 in key else 0
+                ge = [None, gr, len(key), str(list(key)), 0]
+                _custom_groups[key] = ge
+            ge[4] += 1
+            me, ws = (tables.identity_fields()[:2] if rank is None else (int(rank), -1))
+            STEP = steptiming.STEP
+            e = [time.perf_counter(), STEP[0], STEP[1], STEP[2], STEP[3], me, ws, str(op), ge,
+                 "", ("", int(nbytes)), 0, 0, ge[4], -1.0, None]
+            q = tables._queue
+            if len(q) < tables.QUEUE_MAX:
+                q.append((_write_row, e))
+                if len(q) == tables.KICK:
+                    tables._flush_ev.set()
+            else:
+                tables._qdropped[0] += 1
+                e = None
+    except Exception as err:
+        e = None
+        tables.warn_once(("collective", "record"), "recording %s failed: %s", op, err)
+    return _Record(e)

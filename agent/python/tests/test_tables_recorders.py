@@ -744,3 +744,29 @@ def test_config_keys(env, monkeypatch):
                      ("probing.span.backends", "memtable"), ("probing.step_timing", "on"),
                      ("probing.fr.on_watchdog", "auto"), ("probing.tables.flush_interval", "0.5")):
             config.set(k, v)
+
+
+def test_record_collective_without_torch(env):
+    """A job that synchronises by its own means records its collectives
+    like torch's: one row per call, the group named by its members,
+    group_seq counting the calls, -1 while the call runs."""
+    import probing_mcp_agent
+
+    tables._ident[:] = [2, 4, "", time.monotonic() + 60]
+    for _ in range(3):
+        with probing_mcp_agent.record_collective("all_reduce", [3, 2, 1, 0]):
+            pass
+    rec = probing_mcp_agent.record_collective("all_reduce", [2, 3])
+    rec.__enter__()
+    _, rows = ring_rows("comm_collective")
+    assert [r["group_seq"] for r in rows] == [1, 2, 3, 1]
+    assert rows[0]["participate_ranks"] == "[0, 1, 2, 3]" and rows[0]["group_rank"] == 2 and rows[0]["rank"] == 2
+    assert rows[0]["duration_ms"] >= 0 and rows[3]["duration_ms"] == -1.0  # still inside it
+    assert rows[3]["participate_ranks"] == "[2, 3]" and rows[3]["group_rank"] == 0
+    rec.__exit__(None, None, None)
+    _, rows = ring_rows("comm_collective")
+    assert rows[3]["duration_ms"] != -1.0  # patched in place when it returned
+    collectives.set_enabled("off")
+    with probing_mcp_agent.record_collective("all_reduce", [0, 1]):
+        pass
+    assert len(ring_rows("comm_collective")[1]) == 4
