@@ -103,11 +103,17 @@ type Report struct {
 // dead job follows the wait-for graph to its sinks.
 func Diagnose(in Input) Report {
 	var ps []Progress
+	cadence := collectiveCadence(in.Comm)
 	for _, r := range sortedFacts(in.Ranks) {
 		p := Progress{Rank: r.Rank, Alive: r.Alive, Now: r.NowNS}
 		if a := r.Activity; a != nil {
 			for _, s := range a.Steps {
 				p.Steps = append(p.Steps, s*1000)
+			}
+			if len(p.Steps) == 0 {
+				// No optimizer steps recorded (a job without torch's
+				// optimizer hooks): its collective rhythm is its step.
+				p.Steps = cadence[r.Rank]
 			}
 			last := max(a.LastComm, a.LastCommDone)
 			if n := len(a.Steps); n > 0 {
@@ -173,6 +179,34 @@ func Diagnose(in Input) Report {
 		rep.Summary += fmt.Sprintf(" %d other hypothes(es) below.", len(rep.Hypotheses)-1)
 	}
 	return rep
+}
+
+// collectiveCadence is, per rank, the times (ns) it entered its most
+// frequent group's collectives, oldest first: one entry per round of a
+// program that repeats.
+func collectiveCadence(rows []evidence.CommRow) map[int][]int64 {
+	count := map[int]map[string]int{}
+	for _, r := range rows {
+		if count[r.Rank] == nil {
+			count[r.Rank] = map[string]int{}
+		}
+		count[r.Rank][r.Ranks]++
+	}
+	out := map[int][]int64{}
+	for rank, c := range count {
+		best, n := "", -1
+		for g, k := range c {
+			if k > n || (k == n && g < best) {
+				best, n = g, k
+			}
+		}
+		for _, r := range rows {
+			if r.Rank == rank && r.Ranks == best {
+				out[rank] = append(out[rank], r.TimestampUS*1000)
+			}
+		}
+	}
+	return out
 }
 
 func hypothesisOf(s Sink, in Input, g Graph) Hypothesis {
