@@ -38,36 +38,14 @@ func TestDiagnoseLiveDemoJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt := agent.Options{DataDir: job.DataDir, CtrlRoot: job.CtrlRoot}
+	opt := evidence.Options{Agents: agent.Options{DataDir: job.DataDir, CtrlRoot: job.CtrlRoot}, SQL: e}
 	var rep diagnosis.Report
 	for {
-		in := diagnosis.Input{World: 4, Ranks: map[int]*diagnosis.RankFacts{}, State: diagnosis.StateOptions{MinStall: time.Second}}
-		if in.Comm, err = evidence.ReadComm(ctx, e, 64); err != nil {
-			t.Fatal(err)
+		b := evidence.Gather(ctx, opt)
+		if b.World != 4 || len(b.Ranks) != 4 || len(b.Problems) > 0 {
+			t.Fatalf("evidence: world %d, %d ranks, problems %v", b.World, len(b.Ranks), b.Problems)
 		}
-		acts, err := evidence.ReadActivity(ctx, e, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		found, err := agent.Discover(opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		picked, err := agent.Select(found, agent.Selection{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		now := time.Now().UnixNano()
-		for _, p := range agent.CollectStacks(ctx, picked, agent.StackOptions{}) {
-			f := &diagnosis.RankFacts{Rank: p.Rank, PID: p.PID, Alive: true, Activity: acts[p.Rank], NowNS: now}
-			for i := range p.Threads {
-				if p.Threads[i].IsMain {
-					f.Main = &p.Threads[i]
-				}
-			}
-			in.Ranks[p.Rank] = f
-		}
-		rep = diagnosis.Diagnose(in)
+		rep = diagnosis.Diagnose(diagnosis.FromBundle(b, diagnosis.StateOptions{MinStall: time.Second}))
 		if rep.State == diagnosis.StateStalled || ctx.Err() != nil {
 			break
 		}

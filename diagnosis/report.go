@@ -357,3 +357,12 @@ func sortedFacts(m map[int]*RankFacts) []*RankFacts {
 	sort.Slice(out, func(i, j int) bool { return out[i].Rank < out[j].Rank })
 	return out
 }
+
+// FromBundle is the Input of the evidence the service gathered.
+func FromBundle(b *evidence.Bundle, st StateOptions) Input {
+	in := Input{World: b.World, Ranks: map[int]*RankFacts{}, Comm: b.Comm, Problems: b.Problems, State: st}
+	for r, e := range b.Ranks {
+		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS}
+	}
+	return in
+}
