@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/evidence"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -64,6 +65,16 @@ func TestRealGlooJobs(t *testing.T) {
 				t.Errorf("state %s, first hypothesis %s on %s (%s)\n%s", rep.State, h.Category, h.Culprits, h.Confidence, rep.Summary)
 			}
 			t.Log(rep.Summary)
+			if c.state == "" {
+				return
+			}
+			// Post-mortem, as the evidence service finds the fixture: every
+			// process gone. The rings still name the culprit.
+			b := evidence.Gather(ctx, evidence.Options{Agents: agent.Options{DataDir: dir, CtrlRoot: t.TempDir()}, SQL: e})
+			pm := Diagnose(FromBundle(b, StateOptions{}))
+			if h := pm.Hypotheses[0]; pm.State != StateDead || h.Category != c.category || h.Culprits != c.culprits || b.World != 8 {
+				t.Errorf("post-mortem: state %s, world %d, %s on %s\n%s\n%v", pm.State, b.World, h.Category, h.Culprits, pm.Summary, pm.DataQuality)
+			}
 		})
 	}
 }

@@ -147,6 +147,13 @@ func Diagnose(in Input) Report {
 	}
 	m, problems := FromComm(in.Comm, in.World)
 	rep.DataQuality = append(rep.DataQuality, problems...)
+	// Post-mortem: when every rank is gone, the rings hold the picture as
+	// it stood when they died (who was in which collective); marking them
+	// all dead would leave no chain to follow.
+	postMortem := len(js.Dead) > 0 && len(js.Dead) == len(in.Ranks)
+	if postMortem {
+		rep.DataQuality = append(rep.DataQuality, "post-mortem: every rank's process is gone; the collectives are as the rings left them")
+	}
 	for r, f := range in.Ranks {
 		rk := m.Ranks[r]
 		if rk == nil {
@@ -154,7 +161,7 @@ func Diagnose(in Input) Report {
 			m.Ranks[r] = rk
 		}
 		switch {
-		case !f.Alive:
+		case !f.Alive && !postMortem:
 			rk.Status, rk.In = Dead, nil
 		case rk.Status == NoEvidence && f.Main != nil && len(f.Main.Frames) > 0:
 			rk.Status = Running // its stack shows where it is, outside any recorded collective
