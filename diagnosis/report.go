@@ -38,8 +38,10 @@ type RankFacts struct {
 	Rank  int
 	PID   int
 	Alive bool
-	// Ending says how it ended, from its agent's records ("" unknown).
+	// Ending says how it ended, from its agent's records ("" unknown);
+	// Raised: it recorded an uncaught exception.
 	Ending string
+	Raised bool
 	// Main is its main thread's stack, when one was captured.
 	Main     *stacks.Thread
 	Activity *evidence.RankActivity
@@ -161,7 +163,9 @@ func Diagnose(in Input) Report {
 			m.Ranks[r] = rk
 		}
 		switch {
-		case !f.Alive && !postMortem:
+		case !f.Alive && (!postMortem || f.Raised):
+			// Post-mortem too, a rank that died of its own exception is
+			// dead, not stuck where its rings stopped.
 			rk.Status, rk.In = Dead, nil
 		case rk.Status == NoEvidence && f.Main != nil && len(f.Main.Frames) > 0:
 			rk.Status = Running // its stack shows where it is, outside any recorded collective
@@ -369,7 +373,7 @@ func sortedFacts(m map[int]*RankFacts) []*RankFacts {
 func FromBundle(b *evidence.Bundle, st StateOptions) Input {
 	in := Input{World: b.World, Ranks: map[int]*RankFacts{}, Comm: b.Comm, Problems: b.Problems, State: st}
 	for r, e := range b.Ranks {
-		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS}
+		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS}
 	}
 	return in
 }

@@ -119,3 +119,20 @@ func TestDiagnoseDeadRank(t *testing.T) {
 		t.Fatalf("%+v\n%+v", rep, h)
 	}
 }
+
+// TestPostMortemFirstDeath: every rank is gone, but rank 5 died of its own
+// exception (the others were killed later, hung): rank 5 is the dead
+// rank; the others' rings show them waiting for it.
+func TestPostMortemFirstDeath(t *testing.T) {
+	in := scenario(everyoneBut(5, 4, "none", "pair"), 200)
+	for _, f := range in.Ranks {
+		f.Alive = false
+	}
+	in.Ranks[5].Raised = true
+	in.Ranks[5].Ending = "exited with code 1 after RuntimeError: CUDA error at train.py:42 (step)"
+	rep := Diagnose(in)
+	h := rep.Hypotheses[0]
+	if rep.State != StateDead || h.Category != CatDeadRank || h.Culprits != "5" || h.Collateral != "0-4,6-7" {
+		t.Fatalf("%s\n%+v", rep.Summary, h)
+	}
+}

@@ -27,8 +27,11 @@ type Options struct {
 type RankEvidence struct {
 	Rank, PID int
 	Alive     bool
-	// Ending says how the process ended, from its agent's records.
+	// Ending says how the process ended, from its agent's records;
+	// Raised: it recorded an uncaught exception (the process died of its
+	// own cause, not of a signal sent to a hung job).
 	Ending string
+	Raised bool
 	// Main is its main thread's stack, when one was captured.
 	Main     *stacks.Thread
 	Activity *RankActivity
@@ -101,7 +104,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 		}
 		e := &RankEvidence{Rank: a.Rank(), PID: a.PID, Alive: a.Alive}
 		if a.Ending != nil {
-			e.Ending = a.Ending.Summary(a.Alive)
+			e.Ending, e.Raised = a.Ending.Summary(a.Alive), a.Ending.Exception != nil
 		}
 		if prev := b.Ranks[e.Rank]; prev != nil && prev.Alive && !e.Alive {
 			continue // a dead earlier process of the rank does not hide the live one
