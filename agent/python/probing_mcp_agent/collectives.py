@@ -556,14 +556,9 @@ def record(op, ranks, rank=None, nbytes=0):
             STEP = steptiming.STEP
             e = [time.perf_counter(), STEP[0], STEP[1], STEP[2], STEP[3], me, ws, str(op), ge,
                  "", ("", int(nbytes)), 0, 0, ge[4], -1.0, None]
-            q = tables._queue
-            if len(q) < tables.QUEUE_MAX:
-                q.append((_write_row, e))
-                if len(q) == tables.KICK:
-                    tables._flush_ev.set()
-            else:
-                tables._qdropped[0] += 1
-                e = None
+            # The shared queue (it starts the flusher if none runs yet); a
+            # dropped row leaves e unwritten, so __exit__ patches nothing.
+            tables.defer_call(_write_row, e)
     except Exception as err:
         e = None
         tables.warn_once(("collective", "record"), "recording %s failed: %s", op, err)
