@@ -278,13 +278,6 @@ func sameDir(a, b string) bool {
 	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
-// ReadIdentity reads an identity file (bounded, no symlink, regular
-// files only).
-func ReadIdentity(path string) (*Identity, error) {
-	id, _, err := procfacts.ReadIdentity(path)
-	return id, err
-}
-
 // alive: the pid runs and, when the data dir recorded a start time (the
 // identity file's, or the rings' own), is that process and not one that
 // reused the pid.
