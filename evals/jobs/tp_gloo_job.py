@@ -296,14 +296,12 @@ def rank_main():
     if job.faulty and job.fault == "all_in_collective":
         # The default group's threads (gloo's IO loop, torch's gloo work
         # threads): made by init_process_group, before any other group's.
-        new = sorted(tids() - before)
-        with open(os.path.join(job.work, "default_group_tids"), "w") as f:
-            for t in new:
-                try:
-                    with open("/proc/self/task/%d/comm" % t) as c:
-                        f.write("%d %s\n" % (t, c.read().strip()))
-                except OSError:
-                    pass
+        # (Their names are read later, by the launcher: a thread names
+        # itself once it runs, maybe after init_process_group returned.)
+        path = os.path.join(job.work, "default_group_tids")
+        with open(path + ".tmp", "w") as f:
+            f.write(" ".join(str(t) for t in sorted(tids() - before)))
+        os.rename(path + ".tmp", path)
     world, rank = job.world, dist.get_rank()
     # Every rank creates every group, in the same order (new_group's rule).
     pairs = [dist.new_group([2 * i, 2 * i + 1]) for i in range(world // 2)]
@@ -542,11 +540,15 @@ def maybe_freeze(ranks, culprit):
     pid = ranks.procs[culprit].pid
     tids = []
     with open(os.path.join(ranks.work, "default_group_tids")) as f:
-        for line in f:
-            t, name = line.split(None, 1)
+        for t in f.read().split():
+            try:
+                with open("/proc/%d/task/%s/comm" % (pid, t)) as c:
+                    name = c.read().strip()
+            except OSError:
+                continue
             # torch's gloo work threads of the default group: they run its
             # collectives; the IO loop and the store are left running.
-            if name.strip() == "pt_gloo_runloop":
+            if name == "pt_gloo_runloop":
                 tids.append(int(t))
     if not tids:
         ranks.fail("rank %d made no pt_gloo_runloop thread in init_process_group" % culprit)
