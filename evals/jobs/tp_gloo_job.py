@@ -58,6 +58,9 @@ Faults (at step FAULT_STEP, on the culprit):
                              take two locks in opposite order
   gil_held                   native_prefetch calls libc sleep through
                              ctypes.PyDLL (keeps the GIL)
+  unreachable_rank           a rank started without the agent (PROBING=0)
+                             stalls in fake_data_loader: nothing of it can be
+                             read, its peers wait for it
   all_in_collective          the launcher freezes (ptrace) the culprit's
                              default-group gloo worker threads: every rank
                              enters world_sync's all_reduce, none returns
@@ -72,9 +75,10 @@ Truth: the state, the category, the culprit ranks, and the culprit's frame
 (the job's own function where the culprit's main thread is stuck, or that
 raised / crashed). No frame where none can be found: healthy, straggler
 (a moving rank's stack is a sample), all_in_collective (every rank in the
-same library call), dead_rank_sigkill (nothing survives a SIGKILL), and
-post-mortem hangs (killed with SIGKILL: only the rings survive). For
-all_in_collective the culprits are every rank inside the collective.
+same library call), unreachable_rank (no agent), dead_rank_sigkill
+(nothing survives a SIGKILL), and post-mortem hangs (killed with SIGKILL:
+only the rings survive). For all_in_collective the culprits are every rank
+inside the collective.
 
 Fixture mode (testdata/diag/real, the previous job: pairs and the default
 group only, no DP group, 8 ranks, fault at step 6):
@@ -118,6 +122,7 @@ SCENARIOS = {
     "deadlock": ("deadlock", "stalled", {4: 3, 8: 3}, "update_metrics", True),
     "gil_held": ("gil_held", "stalled", {4: 2, 8: 4}, "native_prefetch", True),
     "all_in_collective": ("all_in_collective", "stalled", {4: 1, 8: 2}, "", True),
+    "unreachable_rank": ("unreachable_rank", "stalled", {4: 3, 8: 6}, "", True),
     "healthy": ("healthy", "healthy", {4: -1, 8: -1}, "", False),
     "straggler": ("straggler", "slow", {4: 2, 8: 5}, "", False),
 }
@@ -182,7 +187,7 @@ def native_prefetch(job, step):
 
 
 def fake_data_loader(job, step, torch):
-    if job.at("cpu_stall", step):
+    if job.at("cpu_stall", step) or job.at("unreachable_rank", step):
         job.note("fault")
         # The bug: the loader blocks forever in Python (a CPU-side stall).
         while True:
@@ -397,6 +402,8 @@ class Ranks(object):
                 "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "JOB_WORK": self.work,
             })
             env.update(env_extra)
+            if env_extra.get("JOB_FAULT") == "unreachable_rank" and env_extra.get("JOB_CULPRIT") == str(r):
+                env["PROBING"] = "0"  # this rank runs without the agent
             log = open(os.path.join(self.logdir, "rank%d.log" % r), "w")
             self.procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank"],
                                                env=env, stdout=log, stderr=subprocess.STDOUT,
