@@ -379,6 +379,15 @@ def log_tail(logdir, rank, n=15):
         return "(no log)\n"
 
 
+def die_with_parent():
+    """In the forked rank: SIGKILL it when the launcher dies, even of a
+    SIGKILL that leaves it no finally (Linux; elsewhere a no-op)."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (AttributeError, OSError):
+        pass
+
+
 class Ranks(object):
     """The rank processes, their dirs, and how to end them."""
 
@@ -407,7 +416,7 @@ class Ranks(object):
             log = open(os.path.join(self.logdir, "rank%d.log" % r), "w")
             self.procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank"],
                                                env=env, stdout=log, stderr=subprocess.STDOUT,
-                                               start_new_session=True))
+                                               start_new_session=True, preexec_fn=die_with_parent))
             log.close()
 
     def alive(self, r):
