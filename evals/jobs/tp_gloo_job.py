@@ -49,6 +49,12 @@ Faults (at step FAULT_STEP, on the culprit):
                              (the byte counts differ). A same-size dtype
                              change (float32 vs int32, float16 of twice the
                              count) is silent in gloo: garbage, no hang
+  collective_mismatch_detail _size with TORCH_DISTRIBUTED_DEBUG=DETAIL: torch
+                             compares the members' collectives first, and
+                             every DP member raises "Detected mismatch between
+                             collectives on ranks. Rank i is running
+                             collective: CollectiveFingerPrint(...)" (i: the
+                             group's rank), then the job dies as above
   dead_rank                  fake_data_loader raises an uncaught exception
   dead_rank_segv             decode_sample reads address 0 (SIGSEGV)
   dead_rank_sigkill          the culprit SIGKILLs itself (an OOM kill)
@@ -115,6 +121,7 @@ SCENARIOS = {
     "collective_mismatch_op": ("collective_mismatch", "stalled", {4: 3, 8: 6}, "dp_sync", True),
     "collective_mismatch_size": ("collective_mismatch", "dead", {4: 1, 8: 5}, "dp_sync", True),
     "collective_mismatch_dtype": ("collective_mismatch", "dead", {4: 3, 8: 7}, "dp_sync", True),
+    "collective_mismatch_detail": ("collective_mismatch", "dead", {4: 1, 8: 3}, "dp_sync", True),
     "dead_rank": ("dead_rank", "dead", {4: 2, 8: 4}, "fake_data_loader", True),
     "dead_rank_segv": ("dead_rank", "dead", {4: 3, 8: 7}, "decode_sample", True),
     "dead_rank_sigkill": ("dead_rank", "dead", {4: 1, 8: 1}, "", True),
@@ -127,14 +134,14 @@ SCENARIOS = {
     "straggler": ("straggler", "slow", {4: 2, 8: 5}, "", False),
 }
 # How each scenario's ready picture looks (see ready_state).
-DEAD_KINDS = ("collective_mismatch_size", "collective_mismatch_dtype", "dead_rank", "dead_rank_segv",
-              "dead_rank_sigkill")
+DEAD_KINDS = ("collective_mismatch_size", "collective_mismatch_dtype", "collective_mismatch_detail", "dead_rank",
+              "dead_rank_segv", "dead_rank_sigkill")
 CULPRIT_IN_COLLECTIVE = ("missing_from_collective_tp", "missing_from_collective_wrong_group",
                          "collective_mismatch_op", "all_in_collective")
 # A frame survives the SIGKILL of a post-mortem only where the agent wrote
 # it down as the culprit died (exception records, the crash file).
-FRAME_SURVIVES_KILL = ("collective_mismatch_size", "collective_mismatch_dtype", "dead_rank", "dead_rank_segv",
-                       "main_thread_dead")
+FRAME_SURVIVES_KILL = ("collective_mismatch_size", "collective_mismatch_dtype", "collective_mismatch_detail", "dead_rank",
+                       "dead_rank_segv", "main_thread_dead")
 
 # Fixture mode (the previous job), name: (fault, culprit)
 FIXTURES = {"skip_tp": ("missing_from_collective_tp", 3), "cpu_stall_tp": ("cpu_stall", 3),
@@ -260,7 +267,7 @@ def dp_sync(job, step, grads, dist, dp, torch):
         out = [torch.empty_like(grads) for _ in range(dist.get_world_size(dp))]
         dist.all_gather(out, grads, group=dp)  # the bug: peers all_reduce
         return
-    if job.at("collective_mismatch_size", step):
+    if job.at("collective_mismatch_size", step) or job.at("collective_mismatch_detail", step):
         dist.all_reduce(torch.cat([grads, torch.zeros(7)]), group=dp)  # the bug: 7 more elements
         return
     if job.at("collective_mismatch_dtype", step):
@@ -411,6 +418,8 @@ class Ranks(object):
                 "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "JOB_WORK": self.work,
             })
             env.update(env_extra)
+            if env_extra.get("JOB_FAULT") == "collective_mismatch_detail":
+                env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # torch checks every collective's shape first
             if env_extra.get("JOB_FAULT") == "unreachable_rank" and env_extra.get("JOB_CULPRIT") == str(r):
                 env["PROBING"] = "0"  # this rank runs without the agent
             log = open(os.path.join(self.logdir, "rank%d.log" % r), "w")
