@@ -58,6 +58,9 @@ Faults (at step FAULT_STEP, on the culprit):
   dead_rank                  fake_data_loader raises an uncaught exception
   dead_rank_segv             decode_sample reads address 0 (SIGSEGV)
   dead_rank_sigkill          the culprit SIGKILLs itself (an OOM kill)
+  dead_rank_forked_child     dead_rank, but a helper the culprit forked at
+                             start holds its gloo sockets open: the peers
+                             wait for the dead rank instead of dying too
   main_thread_dead           fake_data_loader raises; a non-daemon thread
                              (a checkpoint uploader) keeps the process alive
   deadlock                   update_metrics and the culprit's reporter thread
@@ -125,6 +128,7 @@ SCENARIOS = {
     "dead_rank": ("dead_rank", "dead", {4: 2, 8: 4}, "fake_data_loader", True),
     "dead_rank_segv": ("dead_rank", "dead", {4: 3, 8: 7}, "decode_sample", True),
     "dead_rank_sigkill": ("dead_rank", "dead", {4: 1, 8: 1}, "", True),
+    "dead_rank_forked_child": ("dead_rank", "dead", {4: 2, 8: 6}, "fake_data_loader", True),
     "main_thread_dead": ("main_thread_dead", "stalled", {4: 1, 8: 2}, "fake_data_loader", True),
     "deadlock": ("deadlock", "stalled", {4: 3, 8: 3}, "update_metrics", True),
     "gil_held": ("gil_held", "stalled", {4: 2, 8: 4}, "native_prefetch", True),
@@ -135,13 +139,13 @@ SCENARIOS = {
 }
 # How each scenario's ready picture looks (see ready_state).
 DEAD_KINDS = ("collective_mismatch_size", "collective_mismatch_dtype", "collective_mismatch_detail", "dead_rank",
-              "dead_rank_segv", "dead_rank_sigkill")
+              "dead_rank_segv", "dead_rank_sigkill", "dead_rank_forked_child")
 CULPRIT_IN_COLLECTIVE = ("missing_from_collective_tp", "missing_from_collective_wrong_group",
                          "collective_mismatch_op", "all_in_collective")
 # A frame survives the SIGKILL of a post-mortem only where the agent wrote
 # it down as the culprit died (exception records, the crash file).
 FRAME_SURVIVES_KILL = ("collective_mismatch_size", "collective_mismatch_dtype", "collective_mismatch_detail", "dead_rank",
-                       "dead_rank_segv", "main_thread_dead")
+                       "dead_rank_segv", "dead_rank_forked_child", "main_thread_dead")
 
 # Fixture mode (the previous job), name: (fault, culprit)
 FIXTURES = {"skip_tp": ("missing_from_collective_tp", 3), "cpu_stall_tp": ("cpu_stall", 3),
@@ -199,7 +203,7 @@ def fake_data_loader(job, step, torch):
         # The bug: the loader blocks forever in Python (a CPU-side stall).
         while True:
             time.sleep(1)
-    if job.at("dead_rank", step):
+    if job.at("dead_rank", step) or job.at("dead_rank_forked_child", step):
         job.note("fault")
         raise RuntimeError("rank %d: corrupt shard at step %d" % (job.rank, step))
     if job.at("main_thread_dead", step):
@@ -290,6 +294,20 @@ def checkpoint_uploader(job):
         time.sleep(1)
 
 
+def fork_log_shipper(job):
+    """dead_rank_forked_child: a forked helper process (no exec), which
+    inherits every descriptor, the gloo sockets too: once the rank dies
+    they stay open, so its peers wait instead of getting "Connection
+    closed by peer". It ends with the launcher."""
+    launcher = os.getppid()
+    if os.fork() == 0:
+        try:
+            while os.path.exists("/proc/%d" % launcher):
+                time.sleep(1)
+        finally:
+            os._exit(0)
+
+
 def tids():
     try:
         return set(int(t) for t in os.listdir("/proc/self/task"))
@@ -322,6 +340,8 @@ def rank_main():
     if job.use_dp:
         dps = [dist.new_group(list(range(s, world, 2))) for s in range(2)]
         dp = dps[rank % 2]
+    if job.faulty and job.fault == "dead_rank_forked_child":
+        fork_log_shipper(job)
     if job.faulty and job.fault == "main_thread_dead":
         threading.Thread(target=checkpoint_uploader, args=(job,), name="checkpoint-uploader").start()
     torch.manual_seed(rank)
@@ -453,11 +473,12 @@ class Ranks(object):
 
     def kill(self):
         for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            # The whole group, even when the rank itself is gone: what it
+            # forked is in its session.
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
         # Traced threads are reaped by their tracer (this process) before
         # their thread group can be.
         for t in self.traced:
