@@ -507,10 +507,10 @@ class Ranks(object):
         PTRACE_SEIZE, PTRACE_INTERRUPT = 0x4206, 0x4207
         for t in tids:
             if libc.ptrace(PTRACE_SEIZE, t, None, None) != 0:
-                raise RuntimeError("ptrace(SEIZE, %d) of pid %d: %s" % (t, pid, os.strerror(ctypes.get_errno())))
+                self.fail("ptrace(SEIZE, %d) of pid %d: %s" % (t, pid, os.strerror(ctypes.get_errno())))
             self.traced.append(t)
             if libc.ptrace(PTRACE_INTERRUPT, t, None, None) != 0:
-                raise RuntimeError("ptrace(INTERRUPT, %d): %s" % (t, os.strerror(ctypes.get_errno())))
+                self.fail("ptrace(INTERRUPT, %d) of pid %d: %s" % (t, pid, os.strerror(ctypes.get_errno())))
             os.waitpid(t, 0x40000000)  # __WALL: until it is stopped
 
     def fail(self, why):
