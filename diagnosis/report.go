@@ -56,9 +56,11 @@ type Input struct {
 	World int
 	Ranks map[int]*RankFacts
 	Comm  []evidence.CommRow
-	// Problems are the sources that failed or were partial.
-	Problems []string
-	State    StateOptions
+	// Problems are the sources that failed or were partial; Conflicts
+	// the sources that disagree (no verdict above medium then).
+	Problems  []string
+	Conflicts []string
+	State     StateOptions
 }
 
 // Evidence is one line of proof and where it came from.
@@ -118,8 +120,25 @@ type RankGroup struct {
 }
 
 // Diagnose decides first whether the job moves, and only for a stalled or
-// dead job follows the wait-for graph to its sinks.
+// dead job follows the wait-for graph to its sinks. Sources that disagree
+// hold every verdict at medium confidence at most, and are said.
 func Diagnose(in Input) Report {
+	rep := diagnose(in)
+	if len(in.Conflicts) > 0 {
+		for i := range rep.Hypotheses {
+			if rep.Hypotheses[i].Confidence == High {
+				rep.Hypotheses[i].Confidence = Medium
+			}
+		}
+		for _, c := range in.Conflicts {
+			rep.DataQuality = append(rep.DataQuality, "sources disagree: "+c)
+		}
+		rep.Summary = strings.Replace(rep.Summary, "high confidence", "medium confidence", 1)
+	}
+	return rep
+}
+
+func diagnose(in Input) Report {
 	var ps []Progress
 	cadence := collectiveCadence(in.Comm)
 	for _, r := range sortedFacts(in.Ranks) {
@@ -419,7 +438,7 @@ func sortedFacts(m map[int]*RankFacts) []*RankFacts {
 
 // FromBundle is the Input of the evidence the service gathered.
 func FromBundle(b *evidence.Bundle, st StateOptions) Input {
-	in := Input{World: b.World, Ranks: map[int]*RankFacts{}, Comm: b.Comm, Problems: b.Problems, State: st}
+	in := Input{World: b.World, Ranks: map[int]*RankFacts{}, Comm: b.Comm, Problems: b.Problems, Conflicts: b.Conflicts, State: st}
 	for r, e := range b.Ranks {
 		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS}
 	}

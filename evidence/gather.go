@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +52,30 @@ type Bundle struct {
 	Comm  []CommRow
 	// Problems name the sources that failed or were partial, and why.
 	Problems []string
+	// Conflicts name sources that disagree (world sizes, two processes
+	// for one rank): a verdict built on them cannot be fully trusted.
+	Conflicts []string
+}
+
+// worldOf is the world size most live ranks report; a disagreement is a
+// conflict naming who said what.
+func worldOf(sizes map[int][]int, conflict func(string, ...any)) int {
+	best, n := 0, 0
+	for ws, rs := range sizes {
+		if len(rs) > n || (len(rs) == n && ws > best) {
+			best, n = ws, len(rs)
+		}
+	}
+	if len(sizes) > 1 {
+		var parts []string
+		for ws, rs := range sizes {
+			sort.Ints(rs)
+			parts = append(parts, fmt.Sprintf("%d (%s)", ws, rankWords(rs)))
+		}
+		sort.Strings(parts)
+		conflict("the ranks report different world sizes: %s; the size most report, %d, is used", strings.Join(parts, ", "), best)
+	}
+	return best
 }
 
 // Gather reads every source for the ranks of this node in parallel,
@@ -99,23 +124,41 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 		problem("agents: %v", err)
 	}
 	var live []*agent.Agent
+	sizes := map[int][]int{} // world size → the ranks that report it
+	conflict := func(format string, args ...any) {
+		b.Conflicts = append(b.Conflicts, fmt.Sprintf(format, args...))
+	}
 	for _, a := range found {
 		if a.Untrusted != "" || a.OtherDataDir != "" || a.Rank() < 0 {
 			continue
 		}
-		if id := a.Identity; id != nil && id.WorldSize > b.World {
-			b.World = id.WorldSize
+		if id := a.Identity; id != nil && id.WorldSize > 0 && a.Alive {
+			sizes[id.WorldSize] = append(sizes[id.WorldSize], a.Rank())
 		}
 		e := &RankEvidence{Rank: a.Rank(), PID: a.PID, UID: a.UID, Alive: a.Alive}
 		if a.Ending != nil {
 			e.Ending, e.Raised = a.Ending.Summary(a.Alive), a.Ending.Exception != nil
 		}
-		if prev := b.Ranks[e.Rank]; prev != nil && prev.Alive && !e.Alive {
+		if prev := b.Ranks[e.Rank]; prev != nil && prev.Alive {
+			if e.Alive {
+				// Two live processes say they are one rank: two jobs share
+				// this data dir, and their evidence would mix.
+				conflict("rank %d is claimed by two live processes (pids %d and %d): two jobs share this data dir? pid %d is used", e.Rank, prev.PID, e.PID, prev.PID)
+			}
 			continue // a dead earlier process of the rank does not hide the live one
 		}
 		b.Ranks[e.Rank] = e
 		if a.Alive && a.Kind != agent.KindRingOnly {
 			live = append(live, a)
+		}
+	}
+	b.World = worldOf(sizes, conflict)
+	if b.World == 0 {
+		// Only dead processes said (post-mortem): the largest they said.
+		for _, a := range found {
+			if id := a.Identity; id != nil && a.Untrusted == "" && a.OtherDataDir == "" && id.WorldSize > b.World {
+				b.World = id.WorldSize
+			}
 		}
 	}
 	procs := agent.CollectStacks(ctx, live, agent.StackOptions{})
