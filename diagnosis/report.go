@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
@@ -60,7 +61,10 @@ type Input struct {
 	// the sources that disagree (no verdict above medium then).
 	Problems  []string
 	Conflicts []string
-	State     StateOptions
+	// FR is the Flight Recorder analysis of the ranks in FRRanks, if any.
+	FR      *fr.Report
+	FRRanks []int
+	State   StateOptions
 }
 
 // Evidence is one line of proof and where it came from.
@@ -93,7 +97,8 @@ type Hypothesis struct {
 	Confirm    string     `json:"confirm"`
 	Refute     string     `json:"refute"`
 
-	culprits []int
+	culprits, collateral []int
+	group                string // the group of an all-in-collective sink
 }
 
 // Report is the verdict.
@@ -233,6 +238,10 @@ func diagnose(in Input) Report {
 		}
 		rep.Hypotheses = append(rep.Hypotheses, h)
 	}
+	rep.Hypotheses = withFlightRecorder(rep.Hypotheses, in)
+	if c := frCoverage(in); c != "" {
+		rep.DataQuality = append(rep.DataQuality, c)
+	}
 	if len(rep.Hypotheses) == 0 {
 		h := Hypothesis{Category: CatUnreachable, Confidence: Low,
 			Evidence: []Evidence{{"comm_rings", "no rank is recorded inside a collective, and nothing shows who waits for whom"}},
@@ -288,7 +297,7 @@ func collectiveCadence(rows []evidence.CommRow) map[int][]int64 {
 }
 
 func hypothesisOf(s Sink, in Input, g Graph) Hypothesis {
-	h := Hypothesis{culprits: s.Ranks, Collateral: rankset.Format(g.Collateral)}
+	h := Hypothesis{culprits: s.Ranks, collateral: g.Collateral, Collateral: rankset.Format(g.Collateral)}
 	waiters := fmt.Sprintf("%d rank(s) wait for it in collectives (%s)", len(g.Collateral), rankset.Format(g.Collateral))
 	switch s.Kind {
 	case SinkDiverged:
@@ -321,7 +330,10 @@ func hypothesisOf(s Sink, in Input, g Graph) Hypothesis {
 		h.Refute = "the rank answers and is inside the collective its peers wait in"
 	case SinkAllIn:
 		h.Category, h.Confidence = CatAllIn, Medium
-		h.Collateral = ""
+		h.Collateral, h.collateral = "", nil
+		if s.At != nil {
+			h.group = s.At.Group
+		}
 		h.Evidence = []Evidence{{"comm_rings", s.Why + ": none is missing, so the wait is below the ranks (network, NCCL, a GPU)"}}
 		h.Confirm = "snapshot_flight_recorder (every member shows it started, none completed); the GPUs' state"
 		h.Refute = "a member that has not entered it"
@@ -438,7 +450,8 @@ func sortedFacts(m map[int]*RankFacts) []*RankFacts {
 
 // FromBundle is the Input of the evidence the service gathered.
 func FromBundle(b *evidence.Bundle, st StateOptions) Input {
-	in := Input{World: b.World, Ranks: map[int]*RankFacts{}, Comm: b.Comm, Problems: b.Problems, Conflicts: b.Conflicts, State: st}
+	in := Input{World: b.World, Ranks: map[int]*RankFacts{}, Comm: b.Comm, Problems: b.Problems, Conflicts: b.Conflicts,
+		FR: b.FR, FRRanks: b.FRRanks, State: st}
 	for r, e := range b.Ranks {
 		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
+	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
@@ -55,6 +56,17 @@ type Bundle struct {
 	// Conflicts name sources that disagree (world sizes, two processes
 	// for one rank): a verdict built on them cannot be fully trusted.
 	Conflicts []string
+	// FR is the analysis of the live ranks' Flight Recorder snapshots
+	// (torch ranks only), FRRanks the ranks it covers; nil when none.
+	FR      *fr.Report
+	FRRanks []int
+	// GPU is the slot for the node's GPU state (a later issue fills it).
+	GPU *GPUState
+}
+
+// GPUState is what the node's GPUs say; not gathered yet.
+type GPUState struct {
+	Notes []string
 }
 
 // worldOf is the world size most live ranks report; a disagreement is a
@@ -161,6 +173,14 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 			}
 		}
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rep, ranks := gatherFR(ctx, live, problem)
+		mu.Lock()
+		b.FR, b.FRRanks = rep, ranks
+		mu.Unlock()
+	}()
 	procs := agent.CollectStacks(ctx, live, agent.StackOptions{})
 	wg.Wait()
 	now := time.Now().UnixNano()
