@@ -61,7 +61,31 @@ func withFlightRecorder(hs []Hypothesis, in Input) []Hypothesis {
 			})
 			hs = append([]Hypothesis{h}, hs...)
 		case fr.KindMissingRank:
-			if len(hs) == 0 || len(culprits) == 0 {
+			if len(culprits) == 0 {
+				continue
+			}
+			if len(hs) == 0 {
+				// The rings show no wait (none recorded): the recorder's
+				// group view is all there is, and it cannot see across
+				// groups.
+				h := Hypothesis{Category: CatMissing, culprits: culprits, Confidence: Medium,
+					Evidence: []Evidence{{"flight_recorder", fmt.Sprintf("group %s (pg %s): %s", pg.MembersText, pg.PGName, f.Line)},
+						{"flight_recorder", "from the Flight Recorder alone (the rings show no collective waiting): a rank waiting in another group can look missing from this one"}},
+					Confirm: fmt.Sprintf("get_stacks {\"ranks\":\"%s\"}: where the missing rank is", rankset.Format(culprits)),
+					Refute:  "its stack is inside a collective of another group that others have not entered"}
+				if c := in.Ranks[culprits[0]]; c != nil && !c.Alive {
+					h.Category = CatDeadRank
+				} else if c != nil && c.Main != nil && !inCollective(c.Main) {
+					h.Category = CatCPUStall
+				}
+				var rest []int
+				for _, m := range pg.Members {
+					if !slices.Contains(culprits, m) {
+						rest = append(rest, m)
+					}
+				}
+				h.collateral, h.Collateral = rest, rankset.Format(rest)
+				hs = append(hs, finish(h, in))
 				continue
 			}
 			top := &hs[0]

@@ -79,3 +79,22 @@ func TestFlightRecorderVictimIsSaid(t *testing.T) {
 		t.Errorf("agreeing: %+v", h)
 	}
 }
+
+// TestFlightRecorderAlone: no rings show a wait, the recorder shows rank
+// 5 missing from #60: that is the hypothesis, at medium confidence, with
+// the caveat that it cannot see across groups.
+func TestFlightRecorderAlone(t *testing.T) {
+	in := allInside()
+	in.Comm = nil
+	for _, f := range in.Ranks {
+		f.Activity.LastComm = 0
+		f.Activity.Steps = []int64{f.NowNS/1000 - 300e6, f.NowNS/1000 - 299e6, f.NowNS/1000 - 298e6}
+	}
+	in.FR = synthFR(t, frsynth.Fault{Kind: "missing", Rank: 5, Seq: 60})
+	rep := Diagnose(in)
+	h := rep.Hypotheses[0]
+	if rep.State != StateStalled || h.Category != CatMissing || h.Culprits != "5" || h.Confidence != Medium || h.Collateral != "0-4,6-7" ||
+		!strings.Contains(h.Evidence[1].Text, "can look missing") {
+		t.Fatalf("%s\n%+v", rep.Summary, h)
+	}
+}

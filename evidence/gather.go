@@ -135,7 +135,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 	if err != nil {
 		problem("agents: %v", err)
 	}
-	var live []*agent.Agent
+	var live, dead []*agent.Agent
 	sizes := map[int][]int{} // world size → the ranks that report it
 	conflict := func(format string, args ...any) {
 		b.Conflicts = append(b.Conflicts, fmt.Sprintf(format, args...))
@@ -163,6 +163,9 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 		if a.Alive && a.Kind != agent.KindRingOnly {
 			live = append(live, a)
 		}
+		if !a.Alive {
+			dead = append(dead, a)
+		}
 	}
 	b.World = worldOf(sizes, conflict)
 	if b.World == 0 {
@@ -176,7 +179,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		rep, ranks := gatherFR(ctx, live, problem)
+		rep, ranks := gatherFR(ctx, live, dead, problem)
 		mu.Lock()
 		b.FR, b.FRRanks = rep, ranks
 		mu.Unlock()
