@@ -177,7 +177,11 @@ func diagnose(in Input) Report {
 			js.State, js.Slow, js.Why = StateSlow, slow, js.Why+"; but "+why
 		}
 	}
-	rep := Report{State: js.State, StateWhy: js.Why, DataQuality: in.Problems}
+	rep := Report{State: js.State, StateWhy: js.Why, DataQuality: append([]string(nil), in.Problems...)}
+	if missing := absentRanks(in); len(missing) > 0 {
+		rep.DataQuality = append(rep.DataQuality, fmt.Sprintf("%s of the job's %d: no agent and no ring here (on another node, not started, or not probed): not judged",
+			rankWords(missing), in.World))
+	}
 	switch js.State {
 	case StateHealthy, StateProgressing, StateSlow:
 		rep.doing = movingDoing(in, js)
@@ -456,4 +460,16 @@ func FromBundle(b *evidence.Bundle, st StateOptions) Input {
 		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS}
 	}
 	return in
+}
+
+// absentRanks are the job's ranks (from its world size) of which nothing
+// was found.
+func absentRanks(in Input) []int {
+	var out []int
+	for r := 0; r < min(in.World, evidence.MaxWorld); r++ {
+		if in.Ranks[r] == nil {
+			out = append(out, r)
+		}
+	}
+	return out
 }

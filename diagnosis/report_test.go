@@ -154,3 +154,20 @@ func TestConflictsHoldTheVerdictAtMedium(t *testing.T) {
 		t.Errorf("%s\n%+v\n%v", rep.Summary, h, rep.DataQuality)
 	}
 }
+
+// TestAbsentRanksAreSaid: a rank of the job (world size 8) of which
+// nothing was found is named, not silently left out; a world size past
+// the believable bound does not make a place for every "rank".
+func TestAbsentRanksAreSaid(t *testing.T) {
+	in := scenario(everyoneBut(3, 2, "default", "pair"), 200)
+	delete(in.Ranks, 7)
+	rep := Diagnose(in)
+	if !slices.ContainsFunc(rep.DataQuality, func(s string) bool { return strings.HasPrefix(s, "rank 7 of the job's 8: no agent and no ring here") }) {
+		t.Errorf("%v", rep.DataQuality)
+	}
+	in.World = 1 << 30
+	rep = Diagnose(in)
+	if rep.Hypotheses[0].Culprits != "3" || len(rep.doing) > 16 {
+		t.Errorf("huge world: %s, %d ranks listed", rep.Summary, len(rep.doing))
+	}
+}

@@ -69,6 +69,10 @@ type GPUState struct {
 	Notes []string
 }
 
+// MaxWorld is the largest world size believed: every rank of the job
+// gets a place in the diagnosis, so an identity's number is bounded.
+const MaxWorld = 1 << 17
+
 // worldOf is the world size most live ranks report; a disagreement is a
 // conflict naming who said what.
 func worldOf(sizes map[int][]int, conflict func(string, ...any)) int {
@@ -144,7 +148,9 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 		if a.Untrusted != "" || a.OtherDataDir != "" || a.Rank() < 0 {
 			continue
 		}
-		if id := a.Identity; id != nil && id.WorldSize > 0 && a.Alive {
+		if id := a.Identity; id != nil && id.WorldSize > MaxWorld {
+			problem("rank %d reports world size %d, more than the %d this server believes: ignored", a.Rank(), id.WorldSize, MaxWorld)
+		} else if id != nil && id.WorldSize > 0 && a.Alive {
 			sizes[id.WorldSize] = append(sizes[id.WorldSize], a.Rank())
 		}
 		e := &RankEvidence{Rank: a.Rank(), PID: a.PID, UID: a.UID, Alive: a.Alive}
@@ -171,7 +177,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 	if b.World == 0 {
 		// Only dead processes said (post-mortem): the largest they said.
 		for _, a := range found {
-			if id := a.Identity; id != nil && a.Untrusted == "" && a.OtherDataDir == "" && id.WorldSize > b.World {
+			if id := a.Identity; id != nil && a.Untrusted == "" && a.OtherDataDir == "" && id.WorldSize > b.World && id.WorldSize <= MaxWorld {
 				b.World = id.WorldSize
 			}
 		}
