@@ -87,7 +87,10 @@ raised / crashed). No frame where none can be found: healthy, straggler
 same library call), unreachable_rank (no agent), dead_rank_sigkill
 (nothing survives a SIGKILL), and post-mortem hangs (killed with SIGKILL:
 only the rings survive). For all_in_collective the culprits are every rank
-inside the collective.
+inside the collective. --post-mortem is offered where the category survives
+the SIGKILL (not for deadlock and gil_held: only the rings survive, which
+show a rank outside every collective; nor for healthy and straggler); its
+state is dead.
 
 Fixture mode (testdata/diag/real, the previous job: pairs and the default
 group only, no DP group, 8 ranks, fault at step 6):
@@ -130,8 +133,10 @@ SCENARIOS = {
     "dead_rank_sigkill": ("dead_rank", "dead", {4: 1, 8: 1}, "", True),
     "dead_rank_forked_child": ("dead_rank", "dead", {4: 2, 8: 6}, "fake_data_loader", True),
     "main_thread_dead": ("main_thread_dead", "stalled", {4: 1, 8: 2}, "fake_data_loader", True),
-    "deadlock": ("deadlock", "stalled", {4: 3, 8: 3}, "update_metrics", True),
-    "gil_held": ("gil_held", "stalled", {4: 2, 8: 4}, "native_prefetch", True),
+    # No post-mortem form: after a SIGKILL nothing shows the locks or the
+    # GIL (only the rings, which show a rank out of every collective).
+    "deadlock": ("deadlock", "stalled", {4: 3, 8: 3}, "update_metrics", False),
+    "gil_held": ("gil_held", "stalled", {4: 2, 8: 4}, "native_prefetch", False),
     "all_in_collective": ("all_in_collective", "stalled", {4: 1, 8: 2}, "", True),
     "unreachable_rank": ("unreachable_rank", "stalled", {4: 3, 8: 6}, "", True),
     "healthy": ("healthy", "healthy", {4: -1, 8: -1}, "", False),
@@ -646,9 +651,12 @@ def launch(args):
     sc, world = args.scenario, args.world
     category, state, culprits, function, pm_ok = SCENARIOS[sc]
     if world not in culprits:
-        raise SystemExit("%s: --world %d: scenario %s supports worlds %s" % (JOB, world, sc, sorted(culprits)))
+        sys.stderr.write("%s: --world %d: scenario %s supports worlds %s\n" % (JOB, world, sc, sorted(culprits)))
+        return 2
     if args.post_mortem and not pm_ok:
-        raise SystemExit("%s: scenario %s has no post-mortem form (a killed moving job has no culprit)" % (JOB, sc))
+        sys.stderr.write("%s: scenario %s has no post-mortem form (--list shows which have): a killed moving job "
+                         "has no culprit; a killed deadlock or GIL holder leaves nothing that shows it\n" % (JOB, sc))
+        return 2
     culprit = culprits[world]
     for d in (args.data_dir, args.ctrl_root):
         os.makedirs(d, exist_ok=True)
