@@ -72,6 +72,8 @@ type Where struct {
 	File     string `json:"file"`
 	Line     int    `json:"line"`
 	Function string `json:"function"`
+	// Source is the line itself, when the job's user could read the file.
+	Source string `json:"source,omitempty"`
 }
 
 func (w *Where) String() string {
@@ -94,11 +96,25 @@ type Hypothesis struct {
 
 // Report is the verdict.
 type Report struct {
-	State       string       `json:"state"`
-	StateWhy    string       `json:"state_why"`
-	Summary     string       `json:"summary"`
-	Hypotheses  []Hypothesis `json:"hypotheses"`
-	DataQuality []string     `json:"data_quality,omitempty"`
+	State      string       `json:"state"`
+	StateWhy   string       `json:"state_why"`
+	Summary    string       `json:"summary"`
+	Hypotheses []Hypothesis `json:"hypotheses"`
+	// Ranks groups the ranks by what each is doing, odd ones out first.
+	Ranks       []RankGroup `json:"ranks"`
+	DataQuality []string    `json:"data_quality,omitempty"`
+	// Omitted says what Bound cut from the lists above.
+	Omitted []string `json:"omitted,omitempty"`
+
+	// doing is each rank's line, for the paged per-rank listing.
+	doing map[int]string
+}
+
+// RankGroup is the ranks that do the same thing.
+type RankGroup struct {
+	Ranks string `json:"ranks"`
+	Count int    `json:"count"`
+	Doing string `json:"doing"`
 }
 
 // Diagnose decides first whether the job moves, and only for a stalled or
@@ -125,6 +141,12 @@ func Diagnose(in Input) Report {
 		}
 		ps = append(ps, p)
 	}
+	if len(in.Ranks) == 0 {
+		return Report{State: StateUnknown, StateWhy: "no rank of a job was found: no agent identity, no ring",
+			Summary:     "No training job found on this node: nothing to diagnose (is the job running with PROBING=1, and are PROBING_DATA_DIR and PROBING_CTRL_ROOT the job's?).",
+			Hypotheses:  []Hypothesis{},
+			DataQuality: in.Problems}
+	}
 	js := Classify(ps, in.State)
 	if js.State == StateHealthy || js.State == StateProgressing {
 		if slow, why := waitStragglers(in.Comm); len(slow) > 0 {
@@ -133,8 +155,17 @@ func Diagnose(in Input) Report {
 	}
 	rep := Report{State: js.State, StateWhy: js.Why, DataQuality: in.Problems}
 	switch js.State {
+	case StateHealthy, StateProgressing, StateSlow:
+		rep.doing = movingDoing(in, js)
+		rep.Ranks = groupDoing(rep.doing)
+	}
+	switch js.State {
 	case StateHealthy, StateProgressing:
-		rep.Hypotheses = []Hypothesis{{Category: CatHealthy, Confidence: High, Evidence: []Evidence{{"progress", js.Why}},
+		conf := High
+		if js.State == StateProgressing {
+			conf = Medium // moving, but its pace could not be judged
+		}
+		rep.Hypotheses = []Hypothesis{{Category: CatHealthy, Confidence: conf, Evidence: []Evidence{{"progress", js.Why}},
 			Confirm: "call again in a while: the steps keep coming", Refute: "a rank whose last activity stops advancing"}}
 		rep.Summary = "No hang: " + js.Why + "."
 		return rep
@@ -172,8 +203,16 @@ func Diagnose(in Input) Report {
 		}
 	}
 	g := WaitFor(m)
+	rep.doing = hangDoing(m, g, in)
+	rep.Ranks = groupDoing(rep.doing)
 	for _, s := range g.Sinks {
-		rep.Hypotheses = append(rep.Hypotheses, finish(hypothesisOf(s, in, g), in))
+		h := finish(hypothesisOf(s, in, g), in)
+		if postMortem && h.Category == CatCPUStall {
+			// No process to ask: what it left says where it was.
+			h.Confirm = fmt.Sprintf("rank %d's last rows in python.comm_collective (query), and its stack if one was dumped on the way out (.stacks.txt, .signal.*.txt in its data dir entry, or the job's log)", s.Ranks[0])
+			h.Refute = fmt.Sprintf("rank %d's rings show it entered the collectives its peers wait in", s.Ranks[0])
+		}
+		rep.Hypotheses = append(rep.Hypotheses, h)
 	}
 	if len(rep.Hypotheses) == 0 {
 		h := Hypothesis{Category: CatUnreachable, Confidence: Low,
@@ -181,6 +220,15 @@ func Diagnose(in Input) Report {
 			Confirm:  "get_stacks on every rank, and snapshot_flight_recorder",
 			Refute:   "a rank recorded inside a collective"}
 		rep.Hypotheses = []Hypothesis{finish(h, in)}
+	}
+	if js.Young {
+		// A young stall may still be a pause: no verdict above medium.
+		for i := range rep.Hypotheses {
+			if rep.Hypotheses[i].Confidence == High {
+				rep.Hypotheses[i].Confidence = Medium
+			}
+		}
+		rep.DataQuality = append(rep.DataQuality, "the stall is young (under the stall_seconds of a confident verdict): call again later to confirm it lasts")
 	}
 	sort.SliceStable(rep.Hypotheses, func(i, j int) bool {
 		return confRank(rep.Hypotheses[i].Confidence) < confRank(rep.Hypotheses[j].Confidence)

@@ -3,10 +3,12 @@ package evidence
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -26,7 +28,9 @@ type Options struct {
 // RankEvidence is what is known of one rank.
 type RankEvidence struct {
 	Rank, PID int
-	Alive     bool
+	// UID owns the process (or, once it is gone, its data dir entry).
+	UID   int
+	Alive bool
 	// Ending says how the process ended, from its agent's records;
 	// Raised: it recorded an uncaught exception (the process died of its
 	// own cause, not of a signal sent to a hung job).
@@ -102,7 +106,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 		if id := a.Identity; id != nil && id.WorldSize > b.World {
 			b.World = id.WorldSize
 		}
-		e := &RankEvidence{Rank: a.Rank(), PID: a.PID, Alive: a.Alive}
+		e := &RankEvidence{Rank: a.Rank(), PID: a.PID, UID: a.UID, Alive: a.Alive}
 		if a.Ending != nil {
 			e.Ending, e.Raised = a.Ending.Summary(a.Alive), a.Ending.Exception != nil
 		}
@@ -135,13 +139,25 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 	for r, e := range b.Ranks {
 		e.Activity, e.NowNS = acts[r], now
 	}
+	var ringOnly []int
 	for r, a := range acts {
 		if b.Ranks[r] == nil {
 			// Rings whose rank no agent vouches for: counted as alive, so
-			// that an unknown is never called a death, and said.
-			b.Ranks[r] = &RankEvidence{Rank: r, Alive: true, Activity: a, NowNS: now}
-			problem("rank %d: rings only, no agent identity: its liveness is not known", r)
+			// that an unknown is never called a death, and said (once).
+			b.Ranks[r] = &RankEvidence{Rank: r, UID: -1, Alive: true, Activity: a, NowNS: now}
+			ringOnly = append(ringOnly, r)
 		}
 	}
+	if len(ringOnly) > 0 {
+		sort.Ints(ringOnly)
+		problem("%s: rings only, no agent identity: liveness not known", rankWords(ringOnly))
+	}
 	return b
+}
+
+func rankWords(rs []int) string {
+	if len(rs) == 1 {
+		return "rank " + rankset.Format(rs)
+	}
+	return "ranks " + rankset.Format(rs)
 }

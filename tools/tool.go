@@ -53,7 +53,7 @@ type Def struct {
 
 // All returns every tool, in the order they are listed and documented.
 func All(env *Env) []Def {
-	defs := []Def{analyzeFlightRecorder(env), listProcesses(env), getStacks(env), snapshotFlightRecorder(env), getConfig(env)}
+	defs := []Def{diagnoseHang(env), analyzeFlightRecorder(env), listProcesses(env), getStacks(env), snapshotFlightRecorder(env), getConfig(env)}
 	if env.SQL != nil {
 		defs = append(defs, queryTool(env), describeTables(env))
 	}
@@ -86,7 +86,8 @@ func userErrorf(format string, args ...any) error {
 
 // typed adapts fn to an MCP handler: arguments are bound into P, a
 // UserError becomes an isError result the model reads and acts on, and a
-// result becomes structured content (with its JSON as the text).
+// result becomes structured content (with its JSON as the text, or its
+// ModelText when it has one).
 func typed[P, R any](fn func(ctx context.Context, p P) (R, error)) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcplib.CallToolRequest) (*mcplib.CallToolResult, error) {
 		var p P
@@ -101,6 +102,13 @@ func typed[P, R any](fn func(ctx context.Context, p P) (R, error)) server.ToolHa
 			}
 			return nil, err
 		}
+		if t, ok := any(r).(modelTexter); ok {
+			return mcplib.NewToolResultStructured(r, t.ModelText()), nil
+		}
 		return mcplib.NewToolResultStructuredOnly(r), nil
 	}
 }
+
+// modelTexter is a result whose text content is a rendering written for
+// a model rather than its JSON.
+type modelTexter interface{ ModelText() string }
