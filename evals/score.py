@@ -92,6 +92,7 @@ def parse_rankset(text):
 
 _live = set()          # launchers not yet stopped (for Ctrl-C)
 _live_lock = threading.Lock()
+_stopping = threading.Event()  # Ctrl-C: start no more launchers
 
 
 def _alive(pid):
@@ -223,9 +224,12 @@ def run_case(case, opt):
     pids = []
     t_start = time.monotonic()
     try:
-        with open(lout, "wb") as fo, open(lerr, "wb") as fe:
-            p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, cwd=REPO)
         with _live_lock:
+            if _stopping.is_set():
+                r["error"] = "interrupted"
+                return r
+            with open(lout, "wb") as fo, open(lerr, "wb") as fe:
+                p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, cwd=REPO)
             _live.add(p)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not os.path.exists(ready):
@@ -506,6 +510,8 @@ def main(argv=None):
             if opt.keep and r.get("tmp"):
                 print("    kept %s" % r["tmp"], file=sys.stderr)
     except KeyboardInterrupt:
+        _stopping.set()
+        pool.shutdown(wait=False, cancel_futures=True)
         with _live_lock:
             live = list(_live)
         for p in live:
