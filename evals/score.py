@@ -298,18 +298,28 @@ def wrong(r):
 
 # ------------------------------------------------------------------ cases
 
-def torch_cases(python):
+# The torch job's cases are chosen from its own --list (its scenario names
+# are its own): every scenario at world 4, the ones whose picture changes
+# with the world's size at 8 too, and the dead-job form of the stalls and
+# deaths; --all-torch takes every world and post-mortem form it lists.
+TORCH_AT_8 = ("cpu_stall", "missing_from_collective", "dead_rank", "all_in_collective", "straggler")
+TORCH_POST_MORTEM = ("cpu_stall", "missing_from_collective", "dead_rank")
+
+
+def torch_cases(python, everything=False):
     """The torch job's cases, from its own --list, or (None, why)."""
     job = os.path.join(JOBS, TORCH_JOB)
     if not os.path.exists(job):
         return None, "%s does not exist" % os.path.relpath(job, REPO)
     try:
-        subprocess.run([python, "-c", "import torch, torch.distributed"], check=True, timeout=120,
+        subprocess.run([python, "-c", "import torch, torch.distributed"], check=True, timeout=300,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    except subprocess.CalledProcessError as e:
+        return None, "%s cannot import torch: %s" % (python, (e.stderr or b"").decode("utf-8", "replace").strip()[-300:])
     except (OSError, subprocess.SubprocessError) as e:
-        return None, "%s cannot import torch: %s" % (python, getattr(e, "stderr", b"") or e)
+        return None, "%s cannot import torch: %s" % (python, e)
     try:
-        res = subprocess.run([python, job, "--list"], capture_output=True, text=True, timeout=120)
+        res = subprocess.run([python, job, "--list"], capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.SubprocessError) as e:
         return None, "%s --list failed: %s" % (TORCH_JOB, e)
     if res.returncode != 0:
@@ -320,12 +330,14 @@ def torch_cases(python):
         toks = line.replace(",", " ").split()
         if not toks:
             continue
-        worlds = [int(t) for t in toks[1:] if t.isdigit()] or [8]
-        pm = any(t.lower() in ("post-mortem", "post_mortem", "pm") for t in toks[1:])
+        name = toks[0]
+        worlds = sorted(int(t) for t in toks[1:] if t.isdigit()) or [8]
+        pm = any(t.lower() in ("post-mortem", "post_mortem") for t in toks[1:])
         for w in worlds:
-            cases.append((TORCH_JOB, toks[0], w, False))
-            if pm:
-                cases.append((TORCH_JOB, toks[0], w, True))
+            if everything or w == worlds[0] or name.startswith(TORCH_AT_8):
+                cases.append((TORCH_JOB, name, w, False))
+            if pm and (everything or (w == worlds[0] and name.startswith(TORCH_POST_MORTEM))):
+                cases.append((TORCH_JOB, name, w, True))
     if not cases:
         return None, "%s --list printed no scenarios" % TORCH_JOB
     return cases, ""
@@ -447,6 +459,7 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--torch-free", action="store_true", help="only the torch-free job (socket_job.py)")
     ap.add_argument("--python-torch", metavar="PATH", help="interpreter with torch for %s's cases" % TORCH_JOB)
+    ap.add_argument("--all-torch", action="store_true", help="every world and post-mortem form the torch job lists")
     ap.add_argument("--bin", default=os.path.join(REPO, "bin", "probing-mcp"), help="the probing-mcp binary (default bin/probing-mcp)")
     ap.add_argument("--json", metavar="OUT", help="write every case's result (the reports too) as JSON")
     ap.add_argument("--markdown", metavar="OUT", help="write the table (with date, machine, commit) as Markdown")
@@ -477,7 +490,7 @@ def main(argv=None):
         if not opt.python_torch:
             skipped.append(("%s:*" % TORCH_JOB.replace("_job.py", ""), "no --python-torch interpreter given"))
         else:
-            tc, why = torch_cases(opt.python_torch)
+            tc, why = torch_cases(opt.python_torch, opt.all_torch)
             if tc is None:
                 skipped.append(("%s:*" % TORCH_JOB.replace("_job.py", ""), why))
             else:
