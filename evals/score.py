@@ -58,7 +58,7 @@ SOCKET_CASES = (
         "cpu_stall", "missing_from_collective", "collective_mismatch", "collective_mismatch_op", "dead_rank",
         "main_thread_dead", "deadlock", "gil_held", "all_in_collective", "healthy", "straggler")]
     + [("socket_job.py", s, 8, False) for s in (
-        "cpu_stall", "missing_from_collective", "dead_rank", "all_in_collective", "straggler")]
+        "cpu_stall", "missing_from_collective", "dead_rank", "all_in_collective", "healthy", "straggler")]
     + [("socket_job.py", s, 4, True) for s in ("cpu_stall", "missing_from_collective", "dead_rank")]
     + [("socket_job.py", "dead_rank", 8, True)]
 )
@@ -115,7 +115,8 @@ def stop_launcher(p, pids):
     """SIGTERM the launcher, wait for it, then make sure none of its ranks
     is left (SIGKILL and report any). Returns the problems, [] if clean."""
     problems = []
-    if p.poll() is None:
+    signalled = p.poll() is None
+    if signalled:
         try:
             p.send_signal(signal.SIGTERM)
         except OSError:
@@ -126,7 +127,7 @@ def stop_launcher(p, pids):
             problems.append("the launcher did not exit within %d s of SIGTERM (killed)" % STOP_TIMEOUT_S)
             p.kill()
             p.wait()
-    if p.returncode not in (0, None) and not problems:
+    if signalled and p.returncode not in (0, None) and not problems:
         problems.append("the launcher exited %s after SIGTERM, not 0" % p.returncode)
     with _live_lock:
         _live.discard(p)
@@ -147,13 +148,17 @@ def stop_launcher(p, pids):
     return problems
 
 
-def _tail(path, n=20):
+def _tail(path, n=20, head=0):
+    """The last n lines of a log (and its first head lines: a launcher says
+    why it failed first, then the ranks' logs)."""
     try:
         with open(path, "rb") as f:
             lines = f.read().decode("utf-8", "replace").splitlines()
-        return "\n".join(lines[-n:])
     except OSError:
         return ""
+    if head and len(lines) > head + n:
+        return "\n".join(lines[:head] + ["..."] + lines[-n:])
+    return "\n".join(lines[-n:])
 
 
 # ------------------------------------------------------------ the MCP call
@@ -234,10 +239,10 @@ def run_case(case, opt):
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not os.path.exists(ready):
             if p.poll() is not None:
-                r["error"] = "the launcher exited %s before its ready file:\n%s" % (p.returncode, _tail(lerr, 40))
+                r["error"] = "the launcher exited %s before its ready file:\n%s" % (p.returncode, _tail(lerr, 30, head=3))
                 return r
             if time.monotonic() > deadline:
-                r["error"] = "no ready file within %d s:\n%s" % (READY_TIMEOUT_S, _tail(lerr, 40))
+                r["error"] = "no ready file within %d s:\n%s" % (READY_TIMEOUT_S, _tail(lerr, 30, head=3))
                 return r
             time.sleep(0.1)
         with open(ready) as f:

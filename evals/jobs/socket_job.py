@@ -57,6 +57,8 @@ culprits are every rank inside the collective: no rank waits for another.
 import argparse
 import json
 import os
+import random
+import selectors
 import signal
 import socket
 import subprocess
@@ -253,28 +255,53 @@ class Fabric(object):
         self.ls.bind(("127.0.0.1", 0))
         self.ls.listen(world * 2)
         self.port = self.ls.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True, name="fabric-accept").start()
+        self.closed = False
+        # One thread serves every connection: with a thread per rank, the
+        # order in which those threads got the GIL would order the ranks'
+        # collectives, the same ranks last every time (a straggler made by
+        # the fabric). Ready connections are served in a shuffled order.
+        threading.Thread(target=self._loop, daemon=True, name="fabric").start()
 
-    def _accept(self):
-        while True:
+    def _loop(self):
+        sel = selectors.DefaultSelector()
+        sel.register(self.ls, selectors.EVENT_READ)
+        bufs = {}
+        while not self.closed:
             try:
-                c, _ = self.ls.accept()
+                events = sel.select(timeout=0.5)
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(c,), daemon=True, name="fabric-conn").start()
-
-    def _serve(self, c):
-        f = c.makefile("rb")
-        try:
-            for line in f:
-                m = json.loads(line)
-                if m["kind"] == "note":
-                    with self.lock:
-                        self.notes.setdefault(m["rank"], []).append(m["text"])
-                elif m["kind"] == "coll":
-                    self._contribute(m, c)
-        except (OSError, ValueError):
-            pass
+            random.shuffle(events)
+            for key, _ in events:
+                if key.fileobj is self.ls:
+                    try:
+                        c, _ = self.ls.accept()
+                    except OSError:
+                        continue
+                    bufs[c] = b""
+                    sel.register(c, selectors.EVENT_READ)
+                    continue
+                c = key.fileobj
+                try:
+                    chunk = c.recv(65536)
+                except OSError:
+                    chunk = b""
+                if not chunk:  # the rank is gone: its pending collectives stay pending
+                    sel.unregister(c)
+                    bufs.pop(c, None)
+                    continue
+                bufs[c] += chunk
+                while b"\n" in bufs[c]:
+                    line, bufs[c] = bufs[c].split(b"\n", 1)
+                    try:
+                        m = json.loads(line)
+                    except ValueError:
+                        continue
+                    if m.get("kind") == "note":
+                        with self.lock:
+                            self.notes.setdefault(m["rank"], []).append(m["text"])
+                    elif m.get("kind") == "coll":
+                        self._contribute(m, c)
 
     def _contribute(self, m, c):
         group, seq, rank = tuple(m["group"]), m["seq"], m["rank"]
@@ -299,6 +326,10 @@ class Fabric(object):
                 if len(group) == self.world:
                     self.done[rk] = self.done.get(rk, 0) + 1
             conns = [v[3] for v in r.values()]
+        # In arrival order, the last to arrive would always be answered last,
+        # start its next step last and arrive last again: a straggler made
+        # by the fabric. A shuffled order favours nobody.
+        random.shuffle(conns)
         for conn in conns:
             try:
                 conn.sendall(reply)
@@ -310,6 +341,7 @@ class Fabric(object):
             return dict(self.inside), dict(self.done), {k: list(v) for k, v in self.notes.items()}
 
     def close(self):
+        self.closed = True
         try:
             self.ls.close()
         except OSError:
