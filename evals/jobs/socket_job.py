@@ -73,7 +73,11 @@ AGENT_PATH = os.path.join(REPO, "agent", "python")
 LIB_PATH = os.path.join(HERE, "site-packages")
 
 FAULT_STEP = 10      # steps before the fault: a step history for the diagnosis
-HEALTHY_STEPS = 12   # steps every rank completes before a moving job is ready
+# A moving job is ready once every rank has done this many steps: the
+# diagnosis weighs the last 16 (32 collectives), and these must be steady
+# ones, past the first second's start-up (the agent's own threads starting,
+# modules imported lazily), which can slow one rank for a few steps.
+HEALTHY_STEPS = 40
 COMPUTE_S = 0.05     # one step's compute (a sleep: many ranks share small machines)
 SETTLE_S = 2.0       # after the hang's picture is reached: the agents' flushers (0.5 s) write it
 READY_TIMEOUT_S = 180.0
