@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
@@ -56,9 +57,14 @@ type Input struct {
 	World int
 	Ranks map[int]*RankFacts
 	Comm  []evidence.CommRow
-	// Problems are the sources that failed or were partial.
-	Problems []string
-	State    StateOptions
+	// Problems are the sources that failed or were partial; Conflicts
+	// the sources that disagree (no verdict above medium then).
+	Problems  []string
+	Conflicts []string
+	// FR is the Flight Recorder analysis of the ranks in FRRanks, if any.
+	FR      *fr.Report
+	FRRanks []int
+	State   StateOptions
 }
 
 // Evidence is one line of proof and where it came from.
@@ -91,7 +97,8 @@ type Hypothesis struct {
 	Confirm    string     `json:"confirm"`
 	Refute     string     `json:"refute"`
 
-	culprits []int
+	culprits, collateral []int
+	group                string // the group of an all-in-collective sink
 }
 
 // Report is the verdict.
@@ -118,8 +125,21 @@ type RankGroup struct {
 }
 
 // Diagnose decides first whether the job moves, and only for a stalled or
-// dead job follows the wait-for graph to its sinks.
+// dead job follows the wait-for graph to its sinks. Sources that disagree
+// hold every verdict at medium confidence at most, and are said.
 func Diagnose(in Input) Report {
+	rep := diagnose(in)
+	if len(in.Conflicts) > 0 {
+		atMostMedium(rep.Hypotheses)
+		for _, c := range in.Conflicts {
+			rep.DataQuality = append(rep.DataQuality, "sources disagree: "+c)
+		}
+		rep.Summary = strings.Replace(rep.Summary, "high confidence", "medium confidence", 1)
+	}
+	return rep
+}
+
+func diagnose(in Input) Report {
 	var ps []Progress
 	cadence := collectiveCadence(in.Comm)
 	for _, r := range sortedFacts(in.Ranks) {
@@ -153,7 +173,11 @@ func Diagnose(in Input) Report {
 			js.State, js.Slow, js.Why = StateSlow, slow, js.Why+"; but "+why
 		}
 	}
-	rep := Report{State: js.State, StateWhy: js.Why, DataQuality: in.Problems}
+	rep := Report{State: js.State, StateWhy: js.Why, DataQuality: append([]string(nil), in.Problems...)}
+	if missing := absentRanks(in); len(missing) > 0 {
+		rep.DataQuality = append(rep.DataQuality, fmt.Sprintf("%s of the job's %d: no agent and no ring here (on another node, not started, or not probed): not judged",
+			rankWords(missing), in.World))
+	}
 	switch js.State {
 	case StateHealthy, StateProgressing, StateSlow:
 		rep.doing = movingDoing(in, js)
@@ -214,6 +238,10 @@ func Diagnose(in Input) Report {
 		}
 		rep.Hypotheses = append(rep.Hypotheses, h)
 	}
+	rep.Hypotheses = withFlightRecorder(rep.Hypotheses, in)
+	if c := frCoverage(in); c != "" {
+		rep.DataQuality = append(rep.DataQuality, c)
+	}
 	if len(rep.Hypotheses) == 0 {
 		h := Hypothesis{Category: CatUnreachable, Confidence: Low,
 			Evidence: []Evidence{{"comm_rings", "no rank is recorded inside a collective, and nothing shows who waits for whom"}},
@@ -222,12 +250,7 @@ func Diagnose(in Input) Report {
 		rep.Hypotheses = []Hypothesis{finish(h, in)}
 	}
 	if js.Young {
-		// A young stall may still be a pause: no verdict above medium.
-		for i := range rep.Hypotheses {
-			if rep.Hypotheses[i].Confidence == High {
-				rep.Hypotheses[i].Confidence = Medium
-			}
-		}
+		atMostMedium(rep.Hypotheses) // a young stall may still be a pause
 		rep.DataQuality = append(rep.DataQuality, "the stall is young (under the stall_seconds of a confident verdict): call again later to confirm it lasts")
 	}
 	sort.SliceStable(rep.Hypotheses, func(i, j int) bool {
@@ -269,7 +292,7 @@ func collectiveCadence(rows []evidence.CommRow) map[int][]int64 {
 }
 
 func hypothesisOf(s Sink, in Input, g Graph) Hypothesis {
-	h := Hypothesis{culprits: s.Ranks, Collateral: rankset.Format(g.Collateral)}
+	h := Hypothesis{culprits: s.Ranks, collateral: g.Collateral, Collateral: rankset.Format(g.Collateral)}
 	waiters := fmt.Sprintf("%d rank(s) wait for it in collectives (%s)", len(g.Collateral), rankset.Format(g.Collateral))
 	switch s.Kind {
 	case SinkDiverged:
@@ -302,7 +325,10 @@ func hypothesisOf(s Sink, in Input, g Graph) Hypothesis {
 		h.Refute = "the rank answers and is inside the collective its peers wait in"
 	case SinkAllIn:
 		h.Category, h.Confidence = CatAllIn, Medium
-		h.Collateral = ""
+		h.Collateral, h.collateral = "", nil
+		if s.At != nil {
+			h.group = s.At.Group
+		}
 		h.Evidence = []Evidence{{"comm_rings", s.Why + ": none is missing, so the wait is below the ranks (network, NCCL, a GPU)"}}
 		h.Confirm = "snapshot_flight_recorder (every member shows it started, none completed); the GPUs' state"
 		h.Refute = "a member that has not entered it"
@@ -419,9 +445,30 @@ func sortedFacts(m map[int]*RankFacts) []*RankFacts {
 
 // FromBundle is the Input of the evidence the service gathered.
 func FromBundle(b *evidence.Bundle, st StateOptions) Input {
-	in := Input{World: b.World, Ranks: map[int]*RankFacts{}, Comm: b.Comm, Problems: b.Problems, State: st}
+	in := Input{World: b.World, Ranks: map[int]*RankFacts{}, Comm: b.Comm, Problems: b.Problems, Conflicts: b.Conflicts,
+		FR: b.FR, FRRanks: b.FRRanks, State: st}
 	for r, e := range b.Ranks {
 		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS}
 	}
 	return in
+}
+
+// absentRanks are the job's ranks (from its world size) of which nothing
+// was found.
+func absentRanks(in Input) []int {
+	var out []int
+	for r := 0; r < min(in.World, evidence.MaxWorld); r++ {
+		if in.Ranks[r] == nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func atMostMedium(hs []Hypothesis) {
+	for i := range hs {
+		if hs[i].Confidence == High {
+			hs[i].Confidence = Medium
+		}
+	}
 }

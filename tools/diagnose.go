@@ -98,9 +98,9 @@ func diagnoseHang(env *Env) Def {
 		mcplib.WithOutputSchema[DiagnoseHangResult](),
 		hints(true, false, false, false),
 	)
-	h := typed(func(ctx context.Context, p DiagnoseHangParams) (DiagnoseHangResult, error) {
+	h, call := typed(func(ctx context.Context, p DiagnoseHangParams) (DiagnoseHangResult, error) {
 		return Diagnose(ctx, env, p)
 	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
 		Summary: "the verdict: is the job hung, which rank is the culprit, the category, the line of code, with proof"}
 }

@@ -85,3 +85,33 @@ func TestDiagnoseHangBadInputAndNoJob(t *testing.T) {
 		t.Errorf("%s", text)
 	}
 }
+
+// TestTrainingHangSkillGivesTheDiagnosis runs the bundled training_hang
+// skill for real (this server's tools, called in process) over the real
+// skip_tp job: its findings and summary are the diagnosis's, naming rank
+// 3, not the rank that is "most behind" (rank 2, the victim waiting in
+// its pair's collective).
+func TestTrainingHangSkillGivesTheDiagnosis(t *testing.T) {
+	dir := "../testdata/diag/real/skip_tp"
+	e, err := sqlengine.New(sqlengine.Options{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &Env{SQL: e, Agents: agent.Options{DataDir: dir, CtrlRoot: t.TempDir()}, Skills: DefaultSkills}
+	res, err := RunSkill(context.Background(), env, "training_hang", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Findings) == 0 || res.Findings[0].RuleID != "diagnosis_missing_from_collective" ||
+		!strings.Contains(res.Findings[0].Message, "culprit 3;") || res.Findings[0].Severity != "error" {
+		t.Fatalf("findings %+v", res.Findings)
+	}
+	if !strings.HasPrefix(res.Summary, "rank 3 is the culprit (missing_from_collective") {
+		t.Errorf("summary %q", res.Summary)
+	}
+	for _, f := range res.Findings {
+		if strings.Contains(f.Message, "culprit 2") {
+			t.Errorf("a finding blames the victim: %s", f.Message)
+		}
+	}
+}

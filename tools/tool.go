@@ -5,6 +5,7 @@ package tools
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,6 +50,8 @@ type Def struct {
 	Write bool
 	// Summary is the one line the server instructions give the tool.
 	Summary string
+	// Call is the tool without MCP around it (skills use it).
+	Call Call
 }
 
 // All returns every tool, in the order they are listed and documented.
@@ -88,7 +91,17 @@ func userErrorf(format string, args ...any) error {
 // UserError becomes an isError result the model reads and acts on, and a
 // result becomes structured content (with its JSON as the text, or its
 // ModelText when it has one).
-func typed[P, R any](fn func(ctx context.Context, p P) (R, error)) server.ToolHandlerFunc {
+//
+// The second function is the same tool as a plain call, for the skills:
+// they run tools in process, never through a made-up MCP request.
+func typed[P, R any](fn func(ctx context.Context, p P) (R, error)) (server.ToolHandlerFunc, Call) {
+	call := func(ctx context.Context, args map[string]any) (any, error) {
+		var p P
+		if b, err := json.Marshal(args); err != nil || json.Unmarshal(b, &p) != nil {
+			return nil, userErrorf("invalid arguments %v; check the tool's input schema", args)
+		}
+		return fn(ctx, p)
+	}
 	return func(ctx context.Context, req mcplib.CallToolRequest) (*mcplib.CallToolResult, error) {
 		var p P
 		if err := req.BindArguments(&p); err != nil {
@@ -106,8 +119,13 @@ func typed[P, R any](fn func(ctx context.Context, p P) (R, error)) server.ToolHa
 			return mcplib.NewToolResultStructured(r, t.ModelText()), nil
 		}
 		return mcplib.NewToolResultStructuredOnly(r), nil
-	}
+	}, call
 }
+
+// Call runs a tool in process: its arguments as JSON values, its result
+// (the structured content) or its error (a UserError when the call was
+// wrong).
+type Call func(ctx context.Context, args map[string]any) (any, error)
 
 // modelTexter is a result whose text content is a rendering written for
 // a model rather than its JSON.
