@@ -196,7 +196,7 @@ def call_diagnose(binary, data_dir, ctrl_root, args, errlog_path):
 
 # ---------------------------------------------------------------- one case
 
-def score(report, text, truth):
+def score(report, truth):
     """The per-item verdicts of one report against its truth."""
     hyps = (report or {}).get("hypotheses") or []
     top = hyps[0] if hyps else {}
@@ -274,7 +274,7 @@ def run_case(case, opt):
         if out["is_error"] or rep is None:
             r["error"] = "diagnose_hang returned %s: %s" % ("an error" if out["is_error"] else "no structured content", out["text"][:2000])
             return r
-        r["score"] = score(rep, out["text"], truth)
+        r["score"] = score(rep, truth)
         hyps = rep.get("hypotheses") or []
         top = hyps[0] if hyps else {}
         r["got"] = {"state": rep.get("state"), "category": top.get("category", ""),
