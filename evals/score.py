@@ -64,6 +64,12 @@ SOCKET_CASES = (
 )
 TORCH_JOB = "tp_gloo_job.py"
 
+# The spec's names (/work/notes/evals-spec.md): a truth outside them is
+# the job's error, not a case to score.
+STATES = ("healthy", "progressing", "slow", "stalled", "dead")
+CATEGORIES = ("cpu_stall", "missing_from_collective", "collective_mismatch", "dead_rank", "main_thread_dead",
+              "deadlock", "gil_held", "all_in_collective", "straggler", "unreachable_rank", "healthy")
+
 
 class Case(object):
     def __init__(self, job, scenario, world, post_mortem, python):
@@ -196,6 +202,23 @@ def call_diagnose(binary, data_dir, ctrl_root, args, errlog_path):
 
 # ---------------------------------------------------------------- one case
 
+def truth_problem(t):
+    """Why a ready file's truth cannot be scored, or ""."""
+    if not isinstance(t, dict):
+        return "truth is %r, not an object" % (t,)
+    if t.get("state") not in STATES:
+        return "truth state %r: want one of %s" % (t.get("state"), ", ".join(STATES))
+    if t.get("category") not in CATEGORIES:
+        return "truth category %r: want one of %s" % (t.get("category"), ", ".join(CATEGORIES))
+    try:
+        parse_rankset(t.get("culprits", ""))
+    except (ValueError, AttributeError):
+        return "truth culprits %r: want a rankset like '0-2,5' ('' for none)" % (t.get("culprits"),)
+    if bool(t.get("file")) != bool(t.get("function")):
+        return "truth file %r and function %r: give both or neither" % (t.get("file"), t.get("function"))
+    return ""
+
+
 def score(report, truth):
     """The per-item verdicts of one report against its truth."""
     hyps = (report or {}).get("hypotheses") or []
@@ -248,7 +271,11 @@ def run_case(case, opt):
         with open(ready) as f:
             rf = json.load(f)
         pids = [int(x) for x in rf.get("pids", [])]
-        truth = rf["truth"]
+        truth = rf.get("truth")
+        why = truth_problem(truth)
+        if why:
+            r["error"] = "the ready file %s: %s" % (case.job, why)
+            return r
         r["truth"] = truth
         r["ready_s"] = round(time.monotonic() - t_start, 1)
         # A hang is a stall only once it has lasted past the threshold: wait
