@@ -485,7 +485,16 @@ def render_markdown(results, t, argv):
 
 # ------------------------------------------------------------------- main
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt()
+
+
 def main(argv=None):
+    # SIGTERM (a test's timeout, a CI cancel) stops the launchers as Ctrl-C
+    # does; so does SIGINT when a shell started us in the background.
+    signal.signal(signal.SIGTERM, _interrupted)
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _interrupted)
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
@@ -542,6 +551,7 @@ def main(argv=None):
 
     for name, why in skipped:
         print("skipping %s: %s" % (name, why), file=sys.stderr)
+
     results = []
     t0 = time.monotonic()
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=opt.jobs)
@@ -564,7 +574,9 @@ def main(argv=None):
                 p.send_signal(signal.SIGTERM)
             except OSError:
                 pass
-        raise
+        pool.shutdown(wait=True)  # each case stops its launcher and checks its ranks are gone
+        print("interrupted: every launcher stopped", file=sys.stderr)
+        return 130
     finally:
         pool.shutdown(wait=True)
     order = {c.name: i for i, c in enumerate(cases)}

@@ -461,6 +461,17 @@ def write_ready(path, obj):
 def launch(args):
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+    # If whoever started us dies without stopping us, we stop as on SIGTERM
+    # (and kill the ranks): nothing is left behind.
+    _parent = os.getppid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+    if os.getppid() != _parent:
+        return 2
     cat, worlds, pm_ok = SCENARIOS[args.scenario]
     if args.world not in worlds:
         sys.stderr.write("socket_job: scenario %s supports worlds %s, not %d\n" % (args.scenario, worlds, args.world))
