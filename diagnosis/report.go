@@ -9,6 +9,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
 // Categories of a hypothesis (issue 10's exact names).
@@ -47,6 +48,15 @@ type RankFacts struct {
 	Activity *evidence.RankActivity
 	// NowNS is the rank's clock (Unix ns) when its evidence was read.
 	NowNS int64
+	// Threads, StackSource, StackErr, AgentErr, OSThreads, Record and
+	// EndedNS are evidence.RankEvidence's (threads.go reads them).
+	Threads     []stacks.Thread
+	StackSource string
+	StackErr    string
+	AgentErr    string
+	OSThreads   []stacks.Thread
+	Record      *procfacts.Ending
+	EndedNS     int64
 }
 
 // Input is everything Diagnose weighs; the evidence service builds it.
@@ -90,6 +100,9 @@ type Hypothesis struct {
 	Refute     string     `json:"refute"`
 
 	culprits []int
+	// whereThread, when set, is the thread whose innermost user frame is
+	// the where (else the culprit's main thread).
+	whereThread *stacks.Thread
 }
 
 // Report is the verdict.
@@ -167,13 +180,27 @@ func Diagnose(in Input) Report {
 			// Post-mortem too, a rank that died of its own exception is
 			// dead, not stuck where its rings stopped.
 			rk.Status, rk.In = Dead, nil
-		case rk.Status == NoEvidence && f.Main != nil && len(f.Main.Frames) > 0:
+		case rk.Status == NoEvidence && hasThreads(f):
 			rk.Status = Running // its stack shows where it is, outside any recorded collective
 		}
 	}
 	g := WaitFor(m)
+	mismatches := FindMismatches(in.Comm, in.World)
 	for _, s := range g.Sinks {
-		rep.Hypotheses = append(rep.Hypotheses, finish(hypothesisOf(s, in, g), in))
+		h := hypothesisOf(s, in, g)
+		switch s.Kind {
+		case SinkCPU:
+			h = refineCPU(h, s, in) // threads.go: deadlock, GIL, main thread gone
+		case SinkAllIn:
+			h = refineAllIn(h, s, mismatches)
+		}
+		rep.Hypotheses = append(rep.Hypotheses, h)
+	}
+	rep.Hypotheses = orderDeaths(rep.Hypotheses, in)
+	rep.Hypotheses = append(rep.Hypotheses, mismatchHypotheses(rep.Hypotheses, mismatches)...)
+	rep.Hypotheses = append(rep.Hypotheses, threadHypotheses(rep.Hypotheses, in, m)...)
+	for i := range rep.Hypotheses {
+		rep.Hypotheses[i] = finish(rep.Hypotheses[i], in)
 	}
 	if len(rep.Hypotheses) == 0 {
 		h := Hypothesis{Category: CatUnreachable, Confidence: Low,
@@ -276,10 +303,18 @@ func finish(h Hypothesis, in Input) Hypothesis {
 		return h
 	}
 	f := in.Ranks[h.culprits[0]]
-	if f == nil || f.Main == nil {
+	if f == nil {
 		return h
 	}
-	h.Where = userFrame(f.Main)
+	if h.whereThread != nil {
+		h.Where = userFrame(h.whereThread)
+	}
+	if f.Main == nil {
+		return h
+	}
+	if h.Where == nil {
+		h.Where = userFrame(f.Main)
+	}
 	if h.Category == CatCPUStall && inCollective(f.Main) {
 		h.Confidence = Low
 		h.Evidence = append(h.Evidence, Evidence{"stacks", "but its main thread's stack is inside torch.distributed: the rings and the stack disagree"})
@@ -330,7 +365,7 @@ func summary(h Hypothesis, js JobState) string {
 	}
 	var s string
 	switch h.Category {
-	case CatMissing:
+	case CatMissing, CatMismatch:
 		s = fmt.Sprintf("%s is the culprit (%s, %s confidence)%s: %s", who, h.Category, h.Confidence, where, h.Evidence[0].Text)
 	case CatAllIn:
 		s = fmt.Sprintf("Every rank is inside the same collective (%s, %s confidence): the hang is below the ranks", h.Category, h.Confidence)
@@ -373,7 +408,9 @@ func sortedFacts(m map[int]*RankFacts) []*RankFacts {
 func FromBundle(b *evidence.Bundle, st StateOptions) Input {
 	in := Input{World: b.World, Ranks: map[int]*RankFacts{}, Comm: b.Comm, Problems: b.Problems, State: st}
 	for r, e := range b.Ranks {
-		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS}
+		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS,
+			Threads: e.Threads, StackSource: e.StackSource, StackErr: e.StackErr, AgentErr: e.AgentErr, OSThreads: e.OSThreads,
+			Record: e.Record, EndedNS: e.EndedNS}
 	}
 	return in
 }
