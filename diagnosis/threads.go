@@ -21,7 +21,7 @@ type threadFinding struct {
 	// only be a hang (a main_thread_exit record, a lock cycle with known
 	// owners, a GIL holder /proc shows outside any wait), not on a reading
 	// that a busy or slow process could also give.
-	Strong bool
+	Strong          bool
 	Confirm, Refute string
 }
 
