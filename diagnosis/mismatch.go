@@ -227,18 +227,25 @@ func refineAllIn(h Hypothesis, s Sink, ms []Mismatch) Hypothesis {
 	return h
 }
 
-// mismatchHypotheses are the mismatches no hypothesis has explained yet.
-func mismatchHypotheses(hs []Hypothesis, ms []Mismatch) []Hypothesis {
+// mergeMismatches drops repeats of one mismatch (its members sit in
+// calls of different names, so the wait-for graph finds one all-in sink
+// per name) and adds the mismatches no hypothesis has explained yet.
+func mergeMismatches(hs []Hypothesis, ms []Mismatch) []Hypothesis {
 	var out []Hypothesis
-	for _, m := range ms {
-		done := false
-		for _, h := range hs {
-			if h.Category == CatMismatch && strings.HasPrefix(h.Evidence[0].Text, fmt.Sprintf("collective #%d of group %s ", m.Seq, m.Group)) {
-				done = true
+	said := map[string]bool{}
+	for _, h := range hs {
+		if h.Category == CatMismatch {
+			if said[h.Evidence[0].Text] {
+				continue
 			}
+			said[h.Evidence[0].Text] = true
 		}
-		if !done {
-			out = append(out, mismatchHypothesis(m, nil))
+		out = append(out, h)
+	}
+	for _, m := range ms {
+		if h := mismatchHypothesis(m, nil); !said[h.Evidence[0].Text] {
+			said[h.Evidence[0].Text] = true
+			out = append(out, h)
 		}
 	}
 	return out

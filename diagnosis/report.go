@@ -197,7 +197,7 @@ func Diagnose(in Input) Report {
 		rep.Hypotheses = append(rep.Hypotheses, h)
 	}
 	rep.Hypotheses = orderDeaths(rep.Hypotheses, in)
-	rep.Hypotheses = append(rep.Hypotheses, mismatchHypotheses(rep.Hypotheses, mismatches)...)
+	rep.Hypotheses = mergeMismatches(rep.Hypotheses, mismatches)
 	rep.Hypotheses = append(rep.Hypotheses, threadHypotheses(rep.Hypotheses, in, m)...)
 	for i := range rep.Hypotheses {
 		rep.Hypotheses[i] = finish(rep.Hypotheses[i], in)

@@ -465,6 +465,9 @@ func hasThreads(f *RankFacts) bool {
 
 func ago(ns int64) string {
 	d := float64(ns) / 1e9
+	if d < 1 {
+		return fmt.Sprintf("%dms", ns/1e6)
+	}
 	if d < 10 {
 		return fmt.Sprintf("%.1fs", d)
 	}
