@@ -85,9 +85,11 @@ func orderDeaths(hs []Hypothesis, in Input) []Hypothesis {
 		h.Confidence = Low
 		h.Evidence = append(h.Evidence, Evidence{"agent", "the order of these deaths is not known from the records (a rank killed by SIGKILL leaves none): the first to die may be another"})
 	}
+	said := map[string]bool{}
 	for _, d := range deadHs {
 		for _, e := range d.Evidence {
-			if e.Source == "comm_rings" {
+			if e.Source == "comm_rings" && !said[e.Text] {
+				said[e.Text] = true
 				h.Evidence = append(h.Evidence, e)
 			}
 		}
