@@ -123,6 +123,34 @@ func dropAgentWrappers(ts []stacks.Thread) {
 	}
 }
 
+// dropAgentFRFrames removes the agent's collective wrapper from the
+// Python stacks torch recorded with each Flight Recorder entry, as from
+// live stacks: it is the agent's frame, not the job's. Entries may share
+// one interned stack, so a filtered copy replaces it.
+func dropAgentFRFrames(d *fr.Dump) {
+	seen := map[*fr.Frame][]fr.Frame{}
+	for i := range d.Entries {
+		fs := d.Entries[i].Frames
+		if len(fs) == 0 {
+			continue
+		}
+		if out, ok := seen[&fs[0]]; ok {
+			d.Entries[i].Frames = out
+			continue
+		}
+		out := fs
+		for j, f := range fs {
+			if j > 0 && f.Name == "wrapper" && strings.HasSuffix(f.Filename, "/probing_mcp_agent/collectives.py") {
+				out = make([]fr.Frame, 0, len(fs)-1)
+				out = append(append(out, fs[:j]...), fs[j+1:]...)
+				break
+			}
+		}
+		seen[&fs[0]] = out
+		d.Entries[i].Frames = out
+	}
+}
+
 func isAgentWrapper(f stacks.Frame) bool {
 	return f.Function == "wrapper" && strings.HasSuffix(f.File, "/probing_mcp_agent/collectives.py")
 }
@@ -341,6 +369,7 @@ func CollectFlightRecorder(ctx context.Context, agents []*Agent, onlyActive bool
 		if err != nil {
 			return fmt.Errorf("pid %d: its dump does not decode: %w", a.PID, err)
 		}
+		dropAgentFRFrames(d)
 		d.Rank = s.Rank
 		if d.Rank < 0 {
 			d.Rank = a.Rank()

@@ -20,6 +20,10 @@ import (
 func FromComm(rows []evidence.CommRow, world int) (Model, []string) {
 	m := Model{Groups: map[string][]int{}, Ranks: map[int]*Rank{}}
 	var problems []string
+	if world > evidence.MaxWorld {
+		problems = append(problems, fmt.Sprintf("world size %d is over %d: membership taken from the rows only", world, evidence.MaxWorld))
+		world = 0
+	}
 	sorted := append([]evidence.CommRow(nil), rows...)
 	sort.SliceStable(sorted, func(i, j int) bool {
 		if sorted[i].Rank != sorted[j].Rank {

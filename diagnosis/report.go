@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
@@ -66,9 +67,14 @@ type Input struct {
 	World int
 	Ranks map[int]*RankFacts
 	Comm  []evidence.CommRow
-	// Problems are the sources that failed or were partial.
-	Problems []string
-	State    StateOptions
+	// Problems are the sources that failed or were partial; Conflicts
+	// the sources that disagree (no verdict above medium then).
+	Problems  []string
+	Conflicts []string
+	// FR is the Flight Recorder analysis of the ranks in FRRanks, if any.
+	FR      *fr.Report
+	FRRanks []int
+	State   StateOptions
 }
 
 // Evidence is one line of proof and where it came from.
@@ -82,6 +88,8 @@ type Where struct {
 	File     string `json:"file"`
 	Line     int    `json:"line"`
 	Function string `json:"function"`
+	// Source is the line itself, when the job's user could read the file.
+	Source string `json:"source,omitempty"`
 }
 
 func (w *Where) String() string {
@@ -99,7 +107,8 @@ type Hypothesis struct {
 	Confirm    string     `json:"confirm"`
 	Refute     string     `json:"refute"`
 
-	culprits []int
+	culprits, collateral []int
+	group                string // the group of an all-in-collective sink
 	// whereThread, when set, is the thread whose innermost user frame is
 	// the where (else the culprit's main thread).
 	whereThread *stacks.Thread
@@ -107,16 +116,47 @@ type Hypothesis struct {
 
 // Report is the verdict.
 type Report struct {
-	State       string       `json:"state"`
-	StateWhy    string       `json:"state_why"`
-	Summary     string       `json:"summary"`
-	Hypotheses  []Hypothesis `json:"hypotheses"`
-	DataQuality []string     `json:"data_quality,omitempty"`
+	State      string       `json:"state"`
+	StateWhy   string       `json:"state_why"`
+	Summary    string       `json:"summary"`
+	Hypotheses []Hypothesis `json:"hypotheses"`
+	// Ranks groups the ranks by what each is doing, odd ones out first.
+	Ranks       []RankGroup `json:"ranks"`
+	DataQuality []string    `json:"data_quality,omitempty"`
+	// Omitted says what Bound cut from the lists above.
+	Omitted []string `json:"omitted,omitempty"`
+
+	// doing is each rank's line, for the paged per-rank listing.
+	doing map[int]string
+}
+
+// RankGroup is the ranks that do the same thing.
+type RankGroup struct {
+	Ranks string `json:"ranks"`
+	Count int    `json:"count"`
+	Doing string `json:"doing"`
 }
 
 // Diagnose decides first whether the job moves, and only for a stalled or
-// dead job follows the wait-for graph to its sinks.
+// dead job follows the wait-for graph to its sinks. Sources that disagree
+// hold every verdict at medium confidence at most, and are said.
 func Diagnose(in Input) Report {
+	rep := diagnose(in)
+	if len(in.Conflicts) > 0 {
+		for i := range rep.Hypotheses {
+			if rep.Hypotheses[i].Confidence == High {
+				rep.Hypotheses[i].Confidence = Medium
+			}
+		}
+		for _, c := range in.Conflicts {
+			rep.DataQuality = append(rep.DataQuality, "sources disagree: "+c)
+		}
+		rep.Summary = strings.Replace(rep.Summary, "high confidence", "medium confidence", 1)
+	}
+	return rep
+}
+
+func diagnose(in Input) Report {
 	var ps []Progress
 	cadence := collectiveCadence(in.Comm)
 	for _, r := range sortedFacts(in.Ranks) {
@@ -138,16 +178,35 @@ func Diagnose(in Input) Report {
 		}
 		ps = append(ps, p)
 	}
+	if len(in.Ranks) == 0 {
+		return Report{State: StateUnknown, StateWhy: "no rank of a job was found: no agent identity, no ring",
+			Summary:     "No training job found on this node: nothing to diagnose (is the job running with PROBING=1, and are PROBING_DATA_DIR and PROBING_CTRL_ROOT the job's?).",
+			Hypotheses:  []Hypothesis{},
+			DataQuality: in.Problems}
+	}
 	js := Classify(ps, in.State)
 	if js.State == StateHealthy || js.State == StateProgressing {
 		if slow, why := waitStragglers(in.Comm); len(slow) > 0 {
 			js.State, js.Slow, js.Why = StateSlow, slow, js.Why+"; but "+why
 		}
 	}
-	rep := Report{State: js.State, StateWhy: js.Why, DataQuality: in.Problems}
+	rep := Report{State: js.State, StateWhy: js.Why, DataQuality: append([]string(nil), in.Problems...)}
+	if missing := absentRanks(in); len(missing) > 0 {
+		rep.DataQuality = append(rep.DataQuality, fmt.Sprintf("%s of the job's %d: no agent and no ring here (on another node, not started, or not probed): not judged",
+			rankWords(missing), in.World))
+	}
+	switch js.State {
+	case StateHealthy, StateProgressing, StateSlow:
+		rep.doing = movingDoing(in, js)
+		rep.Ranks = groupDoing(rep.doing)
+	}
 	switch js.State {
 	case StateHealthy, StateProgressing:
-		rep.Hypotheses = []Hypothesis{{Category: CatHealthy, Confidence: High, Evidence: []Evidence{{"progress", js.Why}},
+		conf := High
+		if js.State == StateProgressing {
+			conf = Medium // moving, but its pace could not be judged
+		}
+		rep.Hypotheses = []Hypothesis{{Category: CatHealthy, Confidence: conf, Evidence: []Evidence{{"progress", js.Why}},
 			Confirm: "call again in a while: the steps keep coming", Refute: "a rank whose last activity stops advancing"}}
 		rep.Summary = "No hang: " + js.Why + "."
 		return rep
@@ -185,6 +244,8 @@ func Diagnose(in Input) Report {
 		}
 	}
 	g := WaitFor(m)
+	rep.doing = hangDoing(m, g, in)
+	rep.Ranks = groupDoing(rep.doing)
 	mismatches := FindMismatches(in.Comm, in.World)
 	for _, s := range g.Sinks {
 		h := hypothesisOf(s, in, g)
@@ -200,7 +261,17 @@ func Diagnose(in Input) Report {
 	rep.Hypotheses = mergeMismatches(rep.Hypotheses, mismatches)
 	rep.Hypotheses = append(rep.Hypotheses, threadHypotheses(rep.Hypotheses, in, m)...)
 	for i := range rep.Hypotheses {
-		rep.Hypotheses[i] = finish(rep.Hypotheses[i], in)
+		h := finish(rep.Hypotheses[i], in)
+		if postMortem && h.Category == CatCPUStall {
+			// No process to ask: what it left says where it was.
+			h.Confirm = fmt.Sprintf("rank %d's last rows in python.comm_collective (query), and its stack if one was dumped on the way out (.stacks.txt, .signal.*.txt in its data dir entry, or the job's log)", h.culprits[0])
+			h.Refute = fmt.Sprintf("rank %d's rings show it entered the collectives its peers wait in", h.culprits[0])
+		}
+		rep.Hypotheses[i] = h
+	}
+	rep.Hypotheses = withFlightRecorder(rep.Hypotheses, in)
+	if c := frCoverage(in); c != "" {
+		rep.DataQuality = append(rep.DataQuality, c)
 	}
 	if len(rep.Hypotheses) == 0 {
 		h := Hypothesis{Category: CatUnreachable, Confidence: Low,
@@ -208,6 +279,15 @@ func Diagnose(in Input) Report {
 			Confirm:  "get_stacks on every rank, and snapshot_flight_recorder",
 			Refute:   "a rank recorded inside a collective"}
 		rep.Hypotheses = []Hypothesis{finish(h, in)}
+	}
+	if js.Young {
+		// A young stall may still be a pause: no verdict above medium.
+		for i := range rep.Hypotheses {
+			if rep.Hypotheses[i].Confidence == High {
+				rep.Hypotheses[i].Confidence = Medium
+			}
+		}
+		rep.DataQuality = append(rep.DataQuality, "the stall is young (under the stall_seconds of a confident verdict): call again later to confirm it lasts")
 	}
 	sort.SliceStable(rep.Hypotheses, func(i, j int) bool {
 		return confRank(rep.Hypotheses[i].Confidence) < confRank(rep.Hypotheses[j].Confidence)
@@ -248,7 +328,7 @@ func collectiveCadence(rows []evidence.CommRow) map[int][]int64 {
 }
 
 func hypothesisOf(s Sink, in Input, g Graph) Hypothesis {
-	h := Hypothesis{culprits: s.Ranks, Collateral: rankset.Format(g.Collateral)}
+	h := Hypothesis{culprits: s.Ranks, collateral: g.Collateral, Collateral: rankset.Format(g.Collateral)}
 	waiters := fmt.Sprintf("%d rank(s) wait for it in collectives (%s)", len(g.Collateral), rankset.Format(g.Collateral))
 	switch s.Kind {
 	case SinkDiverged:
@@ -281,7 +361,10 @@ func hypothesisOf(s Sink, in Input, g Graph) Hypothesis {
 		h.Refute = "the rank answers and is inside the collective its peers wait in"
 	case SinkAllIn:
 		h.Category, h.Confidence = CatAllIn, Medium
-		h.Collateral = ""
+		h.Collateral, h.collateral = "", nil
+		if s.At != nil {
+			h.group = s.At.Group
+		}
 		h.Evidence = []Evidence{{"comm_rings", s.Why + ": none is missing, so the wait is below the ranks (network, NCCL, a GPU)"}}
 		h.Confirm = "snapshot_flight_recorder (every member shows it started, none completed); the GPUs' state"
 		h.Refute = "a member that has not entered it"
@@ -406,11 +489,24 @@ func sortedFacts(m map[int]*RankFacts) []*RankFacts {
 
 // FromBundle is the Input of the evidence the service gathered.
 func FromBundle(b *evidence.Bundle, st StateOptions) Input {
-	in := Input{World: b.World, Ranks: map[int]*RankFacts{}, Comm: b.Comm, Problems: b.Problems, State: st}
+	in := Input{World: b.World, Ranks: map[int]*RankFacts{}, Comm: b.Comm, Problems: b.Problems, Conflicts: b.Conflicts,
+		FR: b.FR, FRRanks: b.FRRanks, State: st}
 	for r, e := range b.Ranks {
 		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS,
 			Threads: e.Threads, StackSource: e.StackSource, StackErr: e.StackErr, AgentErr: e.AgentErr, OSThreads: e.OSThreads,
 			Record: e.Record, EndedNS: e.EndedNS}
 	}
 	return in
+}
+
+// absentRanks are the job's ranks (from its world size) of which nothing
+// was found.
+func absentRanks(in Input) []int {
+	var out []int
+	for r := 0; r < min(in.World, evidence.MaxWorld); r++ {
+		if in.Ranks[r] == nil {
+			out = append(out, r)
+		}
+	}
+	return out
 }

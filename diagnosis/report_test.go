@@ -2,6 +2,7 @@ package diagnosis
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,5 +135,39 @@ func TestPostMortemFirstDeath(t *testing.T) {
 	h := rep.Hypotheses[0]
 	if rep.State != StateDead || h.Category != CatDeadRank || h.Culprits != "5" || h.Collateral != "0-4,6-7" {
 		t.Fatalf("%s\n%+v", rep.Summary, h)
+	}
+}
+
+// TestConflictsHoldTheVerdictAtMedium: when sources disagree (two live
+// processes claim one rank, world sizes differ), the culprit is still
+// named, but never with high confidence, and the disagreement is said.
+func TestConflictsHoldTheVerdictAtMedium(t *testing.T) {
+	in := scenario(everyoneBut(3, 2, "default", "pair"), 200)
+	if rep := Diagnose(in); rep.Hypotheses[0].Confidence != High {
+		t.Fatalf("without conflicts: %s", rep.Summary)
+	}
+	in.Conflicts = []string{"rank 5 is claimed by two live processes (pids 10 and 11)"}
+	rep := Diagnose(in)
+	h := rep.Hypotheses[0]
+	if h.Culprits != "3" || h.Confidence != Medium || strings.Contains(rep.Summary, "high confidence") ||
+		!slices.Contains(rep.DataQuality, "sources disagree: rank 5 is claimed by two live processes (pids 10 and 11)") {
+		t.Errorf("%s\n%+v\n%v", rep.Summary, h, rep.DataQuality)
+	}
+}
+
+// TestAbsentRanksAreSaid: a rank of the job (world size 8) of which
+// nothing was found is named, not silently left out; a world size past
+// the believable bound does not make a place for every "rank".
+func TestAbsentRanksAreSaid(t *testing.T) {
+	in := scenario(everyoneBut(3, 2, "default", "pair"), 200)
+	delete(in.Ranks, 7)
+	rep := Diagnose(in)
+	if !slices.ContainsFunc(rep.DataQuality, func(s string) bool { return strings.HasPrefix(s, "rank 7 of the job's 8: no agent and no ring here") }) {
+		t.Errorf("%v", rep.DataQuality)
+	}
+	in.World = 1 << 30
+	rep = Diagnose(in)
+	if rep.Hypotheses[0].Culprits != "3" || len(rep.doing) > 16 {
+		t.Errorf("huge world: %s, %d ranks listed", rep.Summary, len(rep.doing))
 	}
 }

@@ -15,6 +15,7 @@ const (
 	StateSlow        = "slow"        // moving, one or more ranks far slower than the rest
 	StateStalled     = "stalled"     // no progress for longer than its own step history allows
 	StateDead        = "dead"        // the processes are gone, or a dead rank holds up the rest
+	StateUnknown     = "unknown"     // no rank of any job was found: nothing to judge
 )
 
 // Progress is one rank's progress evidence. Times are that rank's own
@@ -37,9 +38,10 @@ type StateOptions struct {
 	// StallFactor: no progress for this many of the job's typical step
 	// times is a stall (default 10).
 	StallFactor float64
-	// MinStall is the shortest stall, whatever the steps (default 30 s),
-	// and NoHistoryStall the stall threshold of a job with no step
-	// history (default 120 s).
+	// MinStall is the shortest stall that gets a confident verdict
+	// (default 30 s): a shorter one, past 10 steps and 5 s, is called
+	// stalled at medium confidence at most. NoHistoryStall is the stall
+	// threshold of a job with no step history (default 120 s).
 	MinStall, NoHistoryStall time.Duration
 	// SlowFactor: a rank whose recent step time is this many times the
 	// job's median is slow (default 2).
@@ -73,7 +75,12 @@ type JobState struct {
 	Idle map[int]time.Duration
 	Slow []int
 	Dead []int
+	// Young: stalled for less than MinStall (see Classify).
+	Young bool
 }
+
+// youngFloor is the shortest idle time that can be a stall at all.
+const youngFloor = 5 * time.Second
 
 // Classify decides the job's state from its ranks' progress.
 func Classify(ps []Progress, opt StateOptions) JobState {
@@ -106,8 +113,12 @@ func Classify(ps []Progress, opt StateOptions) JobState {
 		return js
 	}
 	if len(steps) > 0 {
+		// Relative to the job's own steps, above a small floor (a second's
+		// jitter is no stall). Below MinStall the stall is young: a
+		// checkpoint or an evaluation pause looks the same for a while, so
+		// its verdict is held at medium confidence (Young).
 		js.Step = median(steps)
-		js.Threshold = max(opt.MinStall, time.Duration(opt.StallFactor*float64(js.Step)))
+		js.Threshold = max(min(youngFloor, opt.MinStall), time.Duration(opt.StallFactor*float64(js.Step)))
 	} else {
 		js.Threshold = opt.NoHistoryStall
 	}
@@ -145,6 +156,10 @@ func Classify(ps []Progress, opt StateOptions) JobState {
 	case moving == 0:
 		js.State = StateStalled
 		js.Why = fmt.Sprintf("no rank made progress for %s, over the %s threshold%s", least.Round(time.Millisecond), js.Threshold, stepWords(js.Step, opt.StallFactor))
+		if least < opt.MinStall {
+			js.Young = true
+			js.Why += fmt.Sprintf(", but for less than %s: a pause (checkpoint, evaluation) looks the same for a while", opt.MinStall)
+		}
 		return js
 	}
 	for r, st := range perRank {

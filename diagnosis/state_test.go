@@ -41,13 +41,21 @@ func TestProgressingStragglerIsNotHung(t *testing.T) {
 
 func TestStalled(t *testing.T) {
 	step := 800 * int64(time.Millisecond)
-	// 20 s without progress is within the 30 s floor; 60 s is a stall.
-	if js := Classify(ranks(4, step, 100*sec, 120*sec), StateOptions{}); js.State != StateHealthy {
+	// 4 s without progress (5 steps) is no stall; 20 s (25 steps) is a
+	// young one, below the 30 s of a confident verdict; 60 s is a stall.
+	if js := Classify(ranks(4, step, 100*sec, 104*sec), StateOptions{}); js.State != StateHealthy {
+		t.Errorf("4 s idle: %+v", js)
+	}
+	if js := Classify(ranks(4, step, 100*sec, 120*sec), StateOptions{}); js.State != StateStalled || !js.Young || js.Threshold != 8*time.Second {
 		t.Errorf("20 s idle: %+v", js)
 	}
 	js := Classify(ranks(4, step, 100*sec, 160*sec), StateOptions{})
-	if js.State != StateStalled || js.Threshold != 30*time.Second || !strings.Contains(js.Why, "no rank made progress for 1m0s") {
+	if js.State != StateStalled || js.Young || js.Threshold != 8*time.Second || !strings.Contains(js.Why, "no rank made progress for 1m0s") {
 		t.Errorf("60 s idle: %+v", js)
+	}
+	// Fast steps: the 5 s floor, not 10 steps of 50 ms.
+	if js := Classify(ranks(4, 50*int64(time.Millisecond), 100*sec, 103*sec), StateOptions{}); js.State != StateHealthy {
+		t.Errorf("fast steps, 3 s idle: %+v", js)
 	}
 	// A job whose steps take 10 s is not stalled after 60 s; after 150 s
 	// (over 10 steps) it is.

@@ -77,7 +77,7 @@ func mainThreadDead(f *RankFacts) *threadFinding {
 	case exc != nil:
 		how = "died of " + excWords(exc)
 	case mte != nil && mte.Exception != nil:
-		how = "died of " + mte.Exception.Type + ": " + oneLine(mte.Exception.Message)
+		how = "died of " + mte.Exception.Type + ": " + firstLine(mte.Exception.Message)
 	case mte != nil && mte.Outcome == "sys.exit":
 		how = "called sys.exit"
 	case mte != nil:
@@ -360,7 +360,7 @@ func exceptionThread(x *procfacts.ExitRecord) *stacks.Thread {
 
 func excWords(x *procfacts.ExitRecord) string {
 	s := x.Type
-	if m := oneLine(x.Message); m != "" {
+	if m := firstLine(x.Message); m != "" {
 		s += ": " + m
 	}
 	if len(x.Frames) > 0 {
@@ -370,7 +370,7 @@ func excWords(x *procfacts.ExitRecord) string {
 	return s
 }
 
-func oneLine(s string) string {
+func firstLine(s string) string {
 	s = strings.TrimSpace(s)
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i] + " …"

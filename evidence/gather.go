@@ -3,11 +3,15 @@ package evidence
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/agent/procfs"
+	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
@@ -28,7 +32,9 @@ type Options struct {
 // RankEvidence is what is known of one rank.
 type RankEvidence struct {
 	Rank, PID int
-	Alive     bool
+	// UID owns the process (or, once it is gone, its data dir entry).
+	UID   int
+	Alive bool
 	// Ending says how the process ended, from its agent's records;
 	// Raised: it recorded an uncaught exception (the process died of its
 	// own cause, not of a signal sent to a hung job).
@@ -69,6 +75,45 @@ type Bundle struct {
 	Comm  []CommRow
 	// Problems name the sources that failed or were partial, and why.
 	Problems []string
+	// Conflicts name sources that disagree (world sizes, two processes
+	// for one rank): a verdict built on them cannot be fully trusted.
+	Conflicts []string
+	// FR is the analysis of the live ranks' Flight Recorder snapshots
+	// (torch ranks only), FRRanks the ranks it covers; nil when none.
+	FR      *fr.Report
+	FRRanks []int
+	// GPU is the slot for the node's GPU state (a later issue fills it).
+	GPU *GPUState
+}
+
+// GPUState is what the node's GPUs say; not gathered yet.
+type GPUState struct {
+	Notes []string
+}
+
+// MaxWorld is the largest world size believed: every rank of the job
+// gets a place in the diagnosis, so an identity's number is bounded.
+const MaxWorld = 1 << 17
+
+// worldOf is the world size most live ranks report; a disagreement is a
+// conflict naming who said what.
+func worldOf(sizes map[int][]int, conflict func(string, ...any)) int {
+	best, n := 0, 0
+	for ws, rs := range sizes {
+		if len(rs) > n || (len(rs) == n && ws > best) {
+			best, n = ws, len(rs)
+		}
+	}
+	if len(sizes) > 1 {
+		var parts []string
+		for ws, rs := range sizes {
+			sort.Ints(rs)
+			parts = append(parts, fmt.Sprintf("%d (%s)", ws, rankWords(rs)))
+		}
+		sort.Strings(parts)
+		conflict("the ranks report different world sizes: %s; the size most report, %d, is used", strings.Join(parts, ", "), best)
+	}
+	return best
 }
 
 // Gather reads every source for the ranks of this node in parallel,
@@ -116,27 +161,58 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 	if err != nil {
 		problem("agents: %v", err)
 	}
-	var live []*agent.Agent
+	var live, dead []*agent.Agent
+	sizes := map[int][]int{} // world size → the ranks that report it
+	conflict := func(format string, args ...any) {
+		b.Conflicts = append(b.Conflicts, fmt.Sprintf(format, args...))
+	}
 	for _, a := range found {
 		if a.Untrusted != "" || a.OtherDataDir != "" || a.Rank() < 0 {
 			continue
 		}
-		if id := a.Identity; id != nil && id.WorldSize > b.World {
-			b.World = id.WorldSize
+		if id := a.Identity; id != nil && id.WorldSize > MaxWorld {
+			problem("rank %d reports world size %d, more than the %d this server believes: ignored", a.Rank(), id.WorldSize, MaxWorld)
+		} else if id != nil && id.WorldSize > 0 && a.Alive {
+			sizes[id.WorldSize] = append(sizes[id.WorldSize], a.Rank())
 		}
-		e := &RankEvidence{Rank: a.Rank(), PID: a.PID, Alive: a.Alive}
+		e := &RankEvidence{Rank: a.Rank(), PID: a.PID, UID: a.UID, Alive: a.Alive}
 		if a.Ending != nil {
 			e.Ending, e.Raised = a.Ending.Summary(a.Alive), a.Ending.Exception != nil
 			e.Record, e.EndedNS = a.Ending, EndedNS(a.Ending)
 		}
-		if prev := b.Ranks[e.Rank]; prev != nil && prev.Alive && !e.Alive {
+		if prev := b.Ranks[e.Rank]; prev != nil && prev.Alive {
+			if e.Alive {
+				// Two live processes say they are one rank: two jobs share
+				// this data dir, and their evidence would mix.
+				conflict("rank %d is claimed by two live processes (pids %d and %d): two jobs share this data dir? pid %d is used", e.Rank, prev.PID, e.PID, prev.PID)
+			}
 			continue // a dead earlier process of the rank does not hide the live one
 		}
 		b.Ranks[e.Rank] = e
 		if a.Alive && a.Kind != agent.KindRingOnly {
 			live = append(live, a)
 		}
+		if !a.Alive {
+			dead = append(dead, a)
+		}
 	}
+	b.World = worldOf(sizes, conflict)
+	if b.World == 0 {
+		// Only dead processes said (post-mortem): the largest they said.
+		for _, a := range found {
+			if id := a.Identity; id != nil && a.Untrusted == "" && a.OtherDataDir == "" && id.WorldSize > b.World && id.WorldSize <= MaxWorld {
+				b.World = id.WorldSize
+			}
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rep, ranks := gatherFR(ctx, live, dead, problem)
+		mu.Lock()
+		b.FR, b.FRRanks = rep, ranks
+		mu.Unlock()
+	}()
 	procs := agent.CollectStacks(ctx, live, agent.StackOptions{})
 	wg.Wait()
 	now := time.Now().UnixNano()
@@ -166,13 +242,18 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 	for r, e := range b.Ranks {
 		e.Activity, e.NowNS = acts[r], now
 	}
+	var ringOnly []int
 	for r, a := range acts {
 		if b.Ranks[r] == nil {
 			// Rings whose rank no agent vouches for: counted as alive, so
-			// that an unknown is never called a death, and said.
-			b.Ranks[r] = &RankEvidence{Rank: r, Alive: true, Activity: a, NowNS: now}
-			problem("rank %d: rings only, no agent identity: its liveness is not known", r)
+			// that an unknown is never called a death, and said (once).
+			b.Ranks[r] = &RankEvidence{Rank: r, UID: -1, Alive: true, Activity: a, NowNS: now}
+			ringOnly = append(ringOnly, r)
 		}
+	}
+	if len(ringOnly) > 0 {
+		sort.Ints(ringOnly)
+		problem("%s: rings only, no agent identity: liveness not known", rankWords(ringOnly))
 	}
 	return b
 }
@@ -195,4 +276,11 @@ func EndedNS(e *procfacts.Ending) int64 {
 		return e.MainThreadExit.TimeNS
 	}
 	return 0
+}
+
+func rankWords(rs []int) string {
+	if len(rs) == 1 {
+		return "rank " + rankset.Format(rs)
+	}
+	return "ranks " + rankset.Format(rs)
 }

@@ -85,9 +85,10 @@ func TestE2ELiveJob(t *testing.T) {
 		e2eArgs("get_stacks", map[string]any{"pids": []int{pids[2]}, "merge": false}),
 		e2eArgs("list_skills", map[string]any{}),
 		e2eArgs("plan_skill", map[string]any{"skill_id": "collective_inflight", "params": map[string]string{"min_age_s": "5"}}),
-		e2eArgs("run_skill", map[string]any{"skill_id": "training_hang"}),
+		e2eArgs("run_skill", map[string]any{"skill_id": "training_hang", "params": map[string]string{"stall_seconds": "1"}}),
 		e2eArgs("run_skill", map[string]any{"skill_id": "collective_inflight", "params": map[string]string{"min_age_s": "1; DROP TABLE x"}}),
 		e2eArgs("run_skill", map[string]any{"skill_id": "no_such_skill"}),
+		e2eArgs("diagnose_hang", map[string]any{"stall_seconds": 1}),
 	}
 	args := append(slices.Concat(calls...), "--read", "skill://training_hang")
 	out := h.stdio(t, env, "stdio-call", args...)
@@ -184,7 +185,7 @@ func TestE2ELiveJob(t *testing.T) {
 		} `json:"findings"`
 	}
 	json.Unmarshal(out.call(t, 11).ok(t), &rs)
-	if rs.Status != "ok" || len(rs.Findings) == 0 || rs.Findings[0].RuleID != "stack_odd_one_out" || !strings.Contains(rs.Findings[0].Message, "rank 2") {
+	if rs.Status != "ok" || len(rs.Findings) == 0 || rs.Findings[0].RuleID != "diagnosis_cpu_stall" || !strings.Contains(rs.Findings[0].Message, "culprit 2 at socket_rank.py:67") {
 		t.Errorf("run_skill training_hang on the hung job: %.1500s", out.call(t, 11).Text)
 	}
 	if msg := out.call(t, 12).toolError(t); !strings.Contains(msg, "min_age_s") {
@@ -192,6 +193,23 @@ func TestE2ELiveJob(t *testing.T) {
 	}
 	if msg := out.call(t, 13).toolError(t); !strings.Contains(msg, "training_hang") {
 		t.Errorf("unknown skill: %q", msg)
+	}
+	var dh struct {
+		State      string `json:"state"`
+		Hypotheses []struct {
+			Category string `json:"category"`
+			Culprits string `json:"culprit_ranks"`
+			Where    struct {
+				Function string `json:"function"`
+				Source   string `json:"source"`
+			} `json:"where"`
+		} `json:"hypotheses"`
+	}
+	json.Unmarshal(out.call(t, 14).ok(t), &dh)
+	if dh.State != "stalled" || len(dh.Hypotheses) == 0 || dh.Hypotheses[0].Category != "cpu_stall" || dh.Hypotheses[0].Culprits != "2" ||
+		dh.Hypotheses[0].Where.Function != "fake_data_loader" || dh.Hypotheses[0].Where.Source != "time.sleep(1)" ||
+		!strings.HasPrefix(out.call(t, 14).Text, "rank 2 is the culprit (cpu_stall, high confidence)") {
+		t.Errorf("diagnose_hang: %.2000s", out.call(t, 14).Text)
 	}
 	if len(out.Reads) != 1 || out.Reads[0].Error != nil || len(out.Reads[0].Contents) != 2 || !strings.Contains(out.Reads[0].Contents[0].Text, "training_hang") {
 		t.Errorf("skill://training_hang: %+v", out.Reads)
@@ -227,6 +245,7 @@ func TestE2ELiveTorchJob(t *testing.T) {
 		e2eArgs("snapshot_flight_recorder", map[string]any{}),
 		e2eArgs("get_stacks", map[string]any{}),
 		e2eArgs("query", map[string]any{"sql": "SELECT _rank, count(*) AS n FROM python.comm_collective GROUP BY _rank ORDER BY _rank"}),
+		e2eArgs("diagnose_hang", map[string]any{"stall_seconds": 1}),
 	)...)
 	out.mustOK(t)
 	var fr struct {
@@ -253,5 +272,11 @@ func TestE2ELiveTorchJob(t *testing.T) {
 	json.Unmarshal(out.call(t, 2).ok(t), &q)
 	if len(q.Rows) != 4 {
 		t.Errorf("python.comm_collective through query: %s", out.call(t, 2).Text)
+	}
+	// The verdict: rank 2 blocked in its checkpoint, the rings, the stacks
+	// and the Flight Recorder agreeing.
+	if txt := out.call(t, 3).Text; !strings.HasPrefix(txt, "rank 2 is the culprit (cpu_stall, high confidence) at torch_rank.py:") ||
+		!strings.Contains(txt, "checkpoint_to_slow_disk") || !strings.Contains(txt, "[flight_recorder]") || !strings.Contains(txt, "(agrees)") {
+		t.Errorf("diagnose_hang: %.2500s", txt)
 	}
 }

@@ -79,7 +79,7 @@ func (r *registry) instructions() string {
 			writes = append(writes, "`"+d.Tool.Name+"`")
 		}
 	}
-	b.WriteString("Start a hang investigation with the `diagnose_hang` prompt. Answers are bounded: rank sets are ranges (0-511,513-1023), problems come first, and `truncated`/`next_offset` say when there is more.\n")
+	b.WriteString("For \"why is my job stuck?\", call the `diagnose_hang` tool first: it says whether the job is hung at all, then names the culprit, the category and the line of code; the `diagnose_hang` prompt lays out how to confirm it. Answers are bounded: rank sets are ranges (0-511,513-1023), problems come first, and `truncated`/`next_offset` say when there is more.\n")
 	switch {
 	case len(writes) > 0:
 		fmt.Fprintf(&b, "Write tools (%s) are enabled; every call is audited.", strings.Join(writes, ", "))

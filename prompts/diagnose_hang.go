@@ -33,8 +33,14 @@ func renderDiagnoseHang(tools map[string]bool, dumps, symptom string) string {
 	}
 	b.WriteString("\nSteps:\n")
 	step := 1
+	if tools["diagnose_hang"] {
+		fmt.Fprintf(&b, "%d. Call diagnose_hang first: one call gathers every source on this node and returns the job's state and ranked hypotheses. Read `state` before anything else: healthy, progressing or slow means the job is NOT hung (at most a straggler): say so and stop looking for a hang. For stalled or dead, the first hypothesis names the culprit ranks, the category and the line of code; the ranks listed as waiting for it are victims, never the cause.\n", step)
+		step++
+		fmt.Fprintf(&b, "%d. Weigh it: high confidence with evidence from two sources (rings and stacks) can be reported; medium or low, a young stall, or data_quality notes (missing ranks, sources that disagree) mean confirming first with the call named in the hypothesis's `confirm`, and saying what `refute` would show. With several hypotheses, say why the first outranks the others.\n", step)
+		step++
+	}
 	if tools["run_skill"] && tools["skill:training_hang"] {
-		fmt.Fprintf(&b, "%d. Call run_skill with skill_id=\"training_hang\": one pass over the live stacks, each rank's last collective and the calls still in flight, with findings. Then confirm with the steps below.\n", step)
+		fmt.Fprintf(&b, "%d. For the raw listings behind the verdict (each rank's last collective, calls in flight, step times), call run_skill with skill_id=\"training_hang\"; its findings are the same diagnosis.\n", step)
 		step++
 	}
 	if tools["list_processes"] && tools["get_stacks"] {
@@ -68,6 +74,6 @@ func renderDiagnoseHang(tools map[string]bool, dumps, symptom string) string {
 		fmt.Fprintf(&b, "%d. No Flight Recorder tool is available on this server; ask the user for the per-rank dumps or the job's logs.\n", step)
 		step++
 	}
-	fmt.Fprintf(&b, "%d. Answer in this order: the culprit rank(s) and process group, the collective (sequence number and op), the evidence (quote the finding line and the lagging-rank rows), the code location from the stacks, and the next thing to check.\n", step)
+	fmt.Fprintf(&b, "%d. Answer in this order: whether the job is hung at all (its state), the culprit rank(s) and the category, the process group and collective (sequence number and op) where the others wait, the evidence with its sources, the code location (file:line and the line itself), the confidence and what is missing, and the next thing to check.\n", step)
 	return b.String()
 }

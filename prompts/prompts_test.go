@@ -8,7 +8,7 @@ import (
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 )
 
-var allTools = []string{"analyze_flight_recorder", "list_processes", "get_stacks", "snapshot_flight_recorder",
+var allTools = []string{"diagnose_hang", "analyze_flight_recorder", "list_processes", "get_stacks", "snapshot_flight_recorder",
 	"get_config", "query", "describe_tables", "set_config", "eval_python", "list_skills", "plan_skill", "run_skill"}
 
 func render(t *testing.T, tools map[string]bool, name string, args map[string]string) (string, error) {
@@ -57,6 +57,11 @@ func TestPromptsNameOnlyRegisteredTools(t *testing.T) {
 	text, _ := render(t, withSkills, "diagnose_hang", nil)
 	if !strings.Contains(text, `skill_id="training_hang"`) {
 		t.Errorf("diagnose_hang does not use the training_hang skill when it is there:\n%s", text)
+	}
+	// The tool leads the prompt when the server has it.
+	text, _ = render(t, full, "diagnose_hang", nil)
+	if !strings.HasPrefix(text[strings.Index(text, "Steps:"):], "Steps:\n1. Call diagnose_hang first") {
+		t.Errorf("diagnose_hang does not lead its prompt:\n%s", text)
 	}
 	text, _ = render(t, map[string]bool{"run_skill": true, "query": true}, "find_straggler", nil)
 	if strings.Contains(text, "slow_rank") {

@@ -134,8 +134,8 @@ func bfCheckBundledSkill(t *testing.T, s *Skill) {
 			t.Errorf("parameter %s: want a default and a description, and no use_global (local tables only)", p.Name)
 		}
 	}
-	if len(sp.Rules) == 0 || sp.SummaryTemplate == "" || len(sp.NextSteps) == 0 {
-		t.Errorf("rules, summary_template and next_steps are required here")
+	if len(sp.Rules) == 0 || (sp.SummaryTemplate == "") == (sp.VerdictStep == "") || len(sp.NextSteps) == 0 {
+		t.Errorf("rules, next_steps and a summary (summary_template, or a verdict_step's diagnosis) are required here")
 	}
 	for _, r := range sp.Rules {
 		if r.Cond == nil {
@@ -177,7 +177,7 @@ func TestBundledSkillsExpandWithDefaults(t *testing.T) {
 					t.Errorf("%s/%s: %s left in the SQL", s.ID, st.ID, m)
 				}
 			case StepTool:
-				if !slices.Contains([]string{"get_stacks", "list_processes", "snapshot_flight_recorder", "analyze_flight_recorder"}, e.Tool) {
+				if !slices.Contains([]string{"diagnose_hang", "get_stacks", "list_processes", "snapshot_flight_recorder", "analyze_flight_recorder"}, e.Tool) {
 					t.Errorf("%s/%s: unexpected tool %s", s.ID, st.ID, e.Tool)
 				}
 			default:
@@ -427,7 +427,7 @@ func bfRunSQL(t *testing.T, e *sqlengine.Engine, s *Skill, lacks []string) bfOut
 			t.Errorf("%s: finding %s has an unexpanded placeholder: %s", s.ID, f.RuleID, f.Message)
 		}
 	}
-	if sum := ExpandMessage(s.Steps.Spec.SummaryTemplate, env); sum == "" {
+	if sum := ExpandMessage(s.Steps.Spec.SummaryTemplate, env); sum == "" && s.Steps.Spec.VerdictStep == "" {
 		t.Errorf("%s: empty summary", s.ID)
 	}
 	return out
@@ -531,10 +531,9 @@ func TestBundledSQLOnHungJob(t *testing.T) {
 		if age := o.first(t, "unfinished_collectives", "age_s"); age < bfHungSecondAgo-5 || age > bfHungSecondAgo+60 {
 			t.Errorf("age_s %v, want about %d", age, bfHungSecondAgo)
 		}
-		o.wantFindings(t, []string{"lagging_rank", "culprit_outside_collective", "unfinished_collectives", "steps_stalled"}, []string{"kernel_wait"})
-		if m := o.findings["lagging_rank"].Message; !strings.Contains(m, "Rank 2 stopped at group_seq 100") {
-			t.Errorf("lagging_rank message: %s", m)
-		}
+		// Its findings are the diagnosis's (the verdict step, a tool): the
+		// SQL rules name no rank.
+		o.wantFindings(t, nil, []string{"kernel_wait"})
 	})
 
 	t.Run("collective_inflight", func(t *testing.T) {
@@ -768,6 +767,11 @@ func (b *bfBackend) CallTool(ctx context.Context, name string, args map[string]s
 	switch name {
 	case "get_stacks":
 		return json.RawMessage(`{"groups":[{"ranks":"0-1,3","frames":["all_reduce (torch/distributed/distributed_c10d.py:2050)"]},{"ranks":"2","frames":["_next_data (torch/utils/data/dataloader.py:1300)"]}]}`), nil
+	case "diagnose_hang":
+		// The shape of the real tool's answer (tools tests run the real one).
+		return json.RawMessage(`{"state":"stalled","state_why":"no rank made progress for 5m0s","summary":"rank 2 is the culprit (cpu_stall, high confidence) at train.py:41 (next_batch); ranks 0-1,3 wait for it.",` +
+			`"hypotheses":[{"category":"cpu_stall","culprit_ranks":"2","collateral_ranks":"0-1,3","confidence":"high","evidence":[{"source":"comm_rings","text":"rank 2 is not in any collective"}],` +
+			`"where":{"file":"/job/train.py","line":41,"function":"next_batch"},"confirm":"get_stacks","refute":"it moves"}],"ranks":[]}`), nil
 	case "list_processes":
 		return json.RawMessage(`{"processes":[{"pid":3999101,"rank":0,"alive":true},{"pid":3999102,"rank":1,"alive":true},{"pid":3999103,"rank":2,"alive":true},{"pid":3999104,"rank":3,"alive":true}]}`), nil
 	case "analyze_flight_recorder":
@@ -821,7 +825,7 @@ func TestBundledTrainingHangEndToEnd(t *testing.T) {
 	if res.Status != StatusOK {
 		t.Errorf("status %s: %+v", res.Status, res.Steps)
 	}
-	want := map[string]StepStatus{"stacks": StatusOK, "processes": StatusOK, "last_collective_per_rank": StatusOK,
+	want := map[string]StepStatus{"diagnosis": StatusOK, "stacks": StatusOK, "processes": StatusOK, "last_collective_per_rank": StatusOK,
 		"unfinished_collectives": StatusOK, "last_step_per_rank": StatusOK,
 		"last_trace_activity": StatusSkipped, "blocked_threads": StatusSkipped} // no such tables in the fixture
 	if got := bfStatuses(res); !maps.Equal(got, want) {
@@ -831,18 +835,17 @@ func TestBundledTrainingHangEndToEnd(t *testing.T) {
 		t.Errorf("tool arguments %v", b.calls)
 	}
 	got := bfFindingIDs(res)
-	wantF := map[string]Severity{"lagging_rank": SeverityError, "culprit_outside_collective": SeverityError,
-		"unfinished_collectives": SeverityWarning, "steps_stalled": SeverityWarning}
-	if !maps.Equal(got, wantF) {
+	if wantF := map[string]Severity{"diagnosis_cpu_stall": SeverityError}; !maps.Equal(got, wantF) {
 		t.Errorf("findings %v, want %v", res.Findings, wantF)
 	}
-	for _, f := range res.Findings {
-		if f.RuleID == "lagging_rank" && !strings.Contains(f.Message, "Rank 2 stopped at group_seq 100 (all_reduce) while its group [0, 1, 2, 3] reached 101") {
-			t.Errorf("lagging_rank: %s", f.Message)
-		}
+	if m := res.Findings[0].Message; !strings.HasPrefix(m, "cpu_stall (high confidence): culprit 2 at train.py:41 (next_batch); waiting for it: 0-1,3") {
+		t.Errorf("finding: %s", m)
 	}
-	if !strings.Contains(res.Summary, "rank 2 at group_seq 100 of 101; 3 call(s) in flight") {
+	if !strings.HasPrefix(res.Summary, "rank 2 is the culprit (cpu_stall, high confidence)") {
 		t.Errorf("summary %q", res.Summary)
+	}
+	if b.calls["diagnose_hang"]["stall_seconds"] != float64(30) {
+		t.Errorf("diagnose_hang arguments %v", b.calls["diagnose_hang"])
 	}
 	if len(res.NextSteps) == 0 {
 		t.Error("no next steps")

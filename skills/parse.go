@@ -131,7 +131,11 @@ func (d *decoder) spec(n *yaml.Node, s *Spec) {
 				s.Variables = append(s.Variables, Variable{Name: key.Value, Template: d.str(val, "spec.variables."+key.Value), Line: key.Line})
 			})
 		case "interpretation":
-			d.fields(v, "spec.interpretation", []string{"rules"}, func(_ string, rv *yaml.Node) {
+			d.fields(v, "spec.interpretation", []string{"rules", "verdict_step"}, func(k string, rv *yaml.Node) {
+				if k == "verdict_step" {
+					s.VerdictStep = strings.TrimSpace(d.str(rv, "spec.interpretation.verdict_step"))
+					return
+				}
 				d.list(rv, "spec.interpretation.rules", func(i int, item *yaml.Node) {
 					s.Rules = append(s.Rules, d.rule(item, fmt.Sprintf("spec.interpretation.rules[%d]", i)))
 				})
@@ -451,6 +455,17 @@ func (d *decoder) checkUnique(s *Spec) {
 		}
 		steps[st.ID] = true
 	}
+	if v := s.VerdictStep; v != "" {
+		i := slices.IndexFunc(s.Steps, func(st Step) bool { return st.ID == v })
+		switch {
+		case i < 0:
+			d.errorf(n0(s), "verdict_step", "spec.interpretation.verdict_step %q names no step of this skill", v)
+		case s.Steps[i].Type != StepTool || s.Steps[i].Tool != "diagnose_hang":
+			d.errorf(&yaml.Node{Line: s.Steps[i].Line}, "verdict_step", "verdict_step %q must be a tool step calling diagnose_hang", v)
+		case s.SummaryTemplate != "":
+			d.errorf(n0(s), "summary_template", "a skill with a verdict_step takes its summary from the diagnosis: drop summary_template")
+		}
+	}
 	rules := map[string]bool{}
 	for _, r := range s.Rules {
 		if r.ID != "" && rules[r.ID] {
@@ -628,4 +643,12 @@ func (d *decoder) catalogEntry(n *yaml.Node, where string) CatalogEntry {
 		d.errorf(n, where+".id", "%s.id is required", where)
 	}
 	return e
+}
+
+// n0 is a position for errors about the spec as a whole: its first step.
+func n0(s *Spec) *yaml.Node {
+	if len(s.Steps) > 0 {
+		return &yaml.Node{Line: s.Steps[0].Line}
+	}
+	return &yaml.Node{}
 }

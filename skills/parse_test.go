@@ -137,6 +137,9 @@ func TestParseStepsErrors(t *testing.T) {
 		{"variable quote", head + "spec:\n  variables:\n    v: \"x'\"\n", `variable "v" holds "'"`},
 		{"reserved name", head + "spec:\n  parameters:\n    - {name: comm_table, type: string, default: x}\n", `parameter "comm_table" would be overwritten`},
 		{"duplicate key", head + "spec: {}\nkind: Skill\n", `f.yaml:5: duplicate field "kind"`},
+		{"verdict step missing", head + "spec:\n  steps:\n    - {id: a, title: A, sql: SELECT 1}\n  interpretation:\n    verdict_step: v\n", `f.yaml:6: spec.interpretation.verdict_step "v" names no step`},
+		{"verdict step not diagnose_hang", head + "spec:\n  steps:\n    - {id: v, title: V, type: tool, tool: get_stacks}\n  interpretation:\n    verdict_step: v\n", `f.yaml:6: verdict_step "v" must be a tool step calling diagnose_hang`},
+		{"verdict step and template", head + "spec:\n  steps:\n    - {id: v, title: V, type: tool, tool: diagnose_hang}\n  interpretation:\n    verdict_step: v\n  summary_template: x\n", `drop summary_template`},
 		{"two documents", head + "spec: {}\n---\nx: 1\n", `more than one YAML document`},
 	}
 	for _, c := range cases {

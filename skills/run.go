@@ -259,7 +259,7 @@ func Run(ctx context.Context, s *Skill, overrides map[string]string, b Backend, 
 		Steps: []StepResult{}, Findings: []Finding{}, NextSteps: []string{},
 		Evidence: map[string]*Table{},
 	}
-	r := &runner{ctx: ctx, b: b, opt: opt, bind: bind, res: res}
+	r := &runner{ctx: ctx, b: b, opt: opt, bind: bind, res: res, raw: map[string]json.RawMessage{}}
 	var partial []Finding
 	steps := s.Steps.Spec.Steps
 	for i := range steps {
@@ -298,6 +298,17 @@ func Run(ctx context.Context, s *Skill, overrides map[string]string, b Backend, 
 	for _, f := range Evaluate(s.Steps.Spec.Rules, env) {
 		f.Message, _ = boundText(f.Message, maxMsgBytes)
 		res.Findings = append(res.Findings, f)
+	}
+	if v := s.Steps.Spec.VerdictStep; v != "" {
+		var sr *StepResult
+		for i := range res.Steps {
+			if res.Steps[i].StepID == v {
+				sr = &res.Steps[i]
+			}
+		}
+		fs, sum := verdict(v, r.raw[v], sr)
+		res.Findings = append(fs, res.Findings...)
+		res.Summary, _ = boundText(sum, opt.MaxTextBytes)
 	}
 	res.Findings = append(res.Findings, partial...)
 	if tmpl := s.Steps.Spec.SummaryTemplate; tmpl != "" {
@@ -340,6 +351,9 @@ type runner struct {
 	opt  RunOptions
 	bind *Binding
 	res  *RunResult
+	// raw keeps each tool step's whole answer (the verdict step's is
+	// decoded, not the bounded text).
+	raw map[string]json.RawMessage
 }
 
 // step runs one step and returns its result and its rule evidence.
@@ -468,6 +482,7 @@ func (r *runner) toolStep(e *ExpandedStep, sr StepResult) (StepResult, *Table) {
 	if json.Compact(&compact, raw) == nil {
 		raw = compact.Bytes()
 	}
+	r.raw[e.ID] = raw
 	t, trunc, found := ToolTable(raw, r.opt.MaxRows)
 	blank := len(raw) == 0 || string(raw) == "null" || string(raw) == "{}" || string(raw) == "[]"
 	if (blank || found && len(t.Rows) == 0) && !empty(e, &sr, "Tool returned no data") {

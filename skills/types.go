@@ -79,6 +79,10 @@ type Spec struct {
 	Rules           []Rule     // spec.interpretation.rules
 	SummaryTemplate string     // trimmed
 	NextSteps       []string
+	// VerdictStep (spec.interpretation.verdict_step, an extension) names
+	// a tool step that calls diagnose_hang: the run's findings and summary
+	// are that diagnosis, so a skill never names a rank by its own rules.
+	VerdictStep string
 }
 
 // ParamType is a parameter's declared type.

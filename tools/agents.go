@@ -173,7 +173,7 @@ func listProcesses(env *Env) Def {
 		mcplib.WithOutputSchema[ListProcessesResult](),
 		hints(true, false, true, false),
 	)
-	h := typed(func(ctx context.Context, p ListProcessesParams) (ListProcessesResult, error) {
+	h, call := typed(func(ctx context.Context, p ListProcessesParams) (ListProcessesResult, error) {
 		all, err := agent.Discover(env.Agents)
 		if err != nil {
 			return ListProcessesResult{}, err
@@ -231,7 +231,7 @@ func listProcesses(env *Env) Def {
 		}
 		return res, nil
 	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
 		Summary: "the processes on this node with an agent: pid, rank, liveness"}
 }
 
@@ -279,7 +279,7 @@ func getConfig(env *Env) Def {
 		mcplib.WithOutputSchema[GetConfigResult](),
 		hints(true, false, true, false),
 	)
-	h := typed(func(ctx context.Context, p GetConfigParams) (GetConfigResult, error) {
+	h, call := typed(func(ctx context.Context, p GetConfigParams) (GetConfigResult, error) {
 		a, err := one(env, p.PID, p.Rank)
 		if err != nil {
 			return GetConfigResult{}, err
@@ -302,7 +302,7 @@ func getConfig(env *Env) Def {
 		}
 		return res, nil
 	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
 		Summary: "a process's runtime config (probing.* keys)"}
 }
 
@@ -335,7 +335,7 @@ func evalPython(env *Env) Def {
 		mcplib.WithOutputSchema[EvalPythonResult](),
 		hints(false, true, false, false),
 	)
-	h := typed(func(ctx context.Context, p EvalPythonParams) (EvalPythonResult, error) {
+	h, call := typed(func(ctx context.Context, p EvalPythonParams) (EvalPythonResult, error) {
 		if strings.TrimSpace(p.Code) == "" {
 			return EvalPythonResult{}, userErrorf("code is empty: pass the Python source to run")
 		}
@@ -365,6 +365,6 @@ func evalPython(env *Env) Def {
 		}
 		return EvalPythonResult{PID: a.PID, Rank: a.Rank(), Status: r.Status, Output: r.Output, Traceback: r.Traceback, DurationMS: r.DurationMS}, nil
 	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Write: true,
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call, Write: true,
 		Summary: "run Python inside a training process (audited)"}
 }

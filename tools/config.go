@@ -72,7 +72,7 @@ func setConfig(env *Env) Def {
 		mcplib.WithOutputSchema[SetConfigResult](),
 		hints(false, false, true, false),
 	)
-	h := typed(func(ctx context.Context, p SetConfigParams) (SetConfigResult, error) {
+	h, call := typed(func(ctx context.Context, p SetConfigParams) (SetConfigResult, error) {
 		key := strings.TrimSpace(p.Key)
 		if key == "" || strings.ContainsAny(key, "=;'\"") {
 			return SetConfigResult{}, userErrorf("config key %q is empty or contains invalid characters (= ; ' \")", p.Key)
@@ -97,7 +97,7 @@ func setConfig(env *Env) Def {
 		env.Logger.Info("config changed", "key", key, "from", prev, "to", k.get(env))
 		return SetConfigResult{Status: "ok", Key: key, Previous: prev, Value: k.get(env), WriteEnabled: true}, nil
 	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Write: true,
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call, Write: true,
 		Summary: "change a runtime setting (audited)"}
 }
 

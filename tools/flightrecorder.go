@@ -113,10 +113,10 @@ func analyzeFlightRecorder(env *Env) Def {
 		mcplib.WithOutputSchema[AnalyzeFlightRecorderResult](),
 		hints(true, false, true, false),
 	)
-	h := typed(func(ctx context.Context, p AnalyzeFlightRecorderParams) (AnalyzeFlightRecorderResult, error) {
+	h, call := typed(func(ctx context.Context, p AnalyzeFlightRecorderParams) (AnalyzeFlightRecorderResult, error) {
 		return runAnalyzeFlightRecorder(ctx, env, p)
 	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
 		Summary: "verdicts from Flight Recorder dump files: which process group, collective and ranks hang or disagree"}
 }
 
@@ -377,7 +377,7 @@ func snapshotFlightRecorder(env *Env) Def {
 		mcplib.WithOutputSchema[SnapshotFlightRecorderResult](),
 		hints(true, false, false, false),
 	)
-	h := typed(func(ctx context.Context, p SnapshotFlightRecorderParams) (SnapshotFlightRecorderResult, error) {
+	h, call := typed(func(ctx context.Context, p SnapshotFlightRecorderParams) (SnapshotFlightRecorderResult, error) {
 		var res SnapshotFlightRecorderResult
 		full, err := pageMode(p.Detail, p.Offset, p.Limit)
 		if err != nil {
@@ -415,7 +415,7 @@ func snapshotFlightRecorder(env *Env) Def {
 		}
 		return res, nil
 	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
 		Summary: "live Flight Recorder snapshot of every local rank, stored and analysed: the hung collective and the culprit ranks"}
 }
 

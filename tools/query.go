@@ -44,7 +44,7 @@ func queryTool(env *Env) Def {
 		mcplib.WithOutputSchema[QueryResult](),
 		hints(true, false, true, false),
 	)
-	h := typed(func(ctx context.Context, p QueryParams) (*sqlengine.Result, error) {
+	h, call := typed(func(ctx context.Context, p QueryParams) (*sqlengine.Result, error) {
 		if env.SQL == nil {
 			return nil, userErrorf("the SQL engine is not available on this server")
 		}
@@ -54,7 +54,7 @@ func queryTool(env *Env) Def {
 		res, err := env.SQL.Query(ctx, p.SQL, p.Limit)
 		return res, sqlUserError(err)
 	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
 		Summary: "read-only SQL over the ring tables every local rank records (collectives, step timings, Flight Recorder rows, …) and the history"}
 }
 
@@ -99,7 +99,7 @@ func describeTables(env *Env) Def {
 		mcplib.WithOutputSchema[DescribeTablesResult](),
 		hints(true, false, true, false),
 	)
-	h := typed(func(ctx context.Context, p DescribeTablesParams) (describeAnswer, error) {
+	h, call := typed(func(ctx context.Context, p DescribeTablesParams) (describeAnswer, error) {
 		if env.SQL == nil {
 			return describeAnswer{}, userErrorf("the SQL engine is not available on this server")
 		}
@@ -122,7 +122,7 @@ func describeTables(env *Env) Def {
 		}
 		return ans, nil
 	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
 		Summary: "what each table and column means, and which tables have data on this node"}
 }
 

@@ -58,7 +58,7 @@ func listSkills(env *Env) Def {
 		mcplib.WithOutputSchema[ListSkillsResult](),
 		hints(true, false, true, false),
 	)
-	h := typed(func(ctx context.Context, p ListSkillsParams) (ListSkillsResult, error) {
+	h, call := typed(func(ctx context.Context, p ListSkillsParams) (ListSkillsResult, error) {
 		cat, problems := env.Skills()
 		res := ListSkillsResult{Skills: []SkillView{}}
 		for _, s := range cat.Skills {
@@ -83,7 +83,7 @@ func listSkills(env *Env) Def {
 		}
 		return res, nil
 	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
 		Summary: "the scripted diagnoses (skills) available, with where each came from"}
 }
 
@@ -113,20 +113,20 @@ type SkillParams struct {
 
 // skillBackend runs skill steps against this server: SQL through the
 // read-only engine, tool steps through this server's read-only tools,
-// api steps as a GET on the lowest-rank live agent.
+// called in process, api steps as a GET on the lowest-rank live agent.
 type skillBackend struct {
 	env   *Env
-	tools map[string]server.ToolHandlerFunc
+	tools map[string]Call
 }
 
 func newSkillBackend(env *Env) *skillBackend {
-	b := &skillBackend{env: env, tools: map[string]server.ToolHandlerFunc{}}
+	b := &skillBackend{env: env, tools: map[string]Call{}}
 	for _, d := range All(env) {
 		// Skills call read-only tools only, and never themselves.
 		if d.Write || strings.HasSuffix(d.Tool.Name, "_skill") || d.Tool.Name == "list_skills" {
 			continue
 		}
-		b.tools[d.Tool.Name] = d.Handler
+		b.tools[d.Tool.Name] = d.Call
 	}
 	return b
 }
@@ -154,7 +154,7 @@ func (b *skillBackend) Query(ctx context.Context, sql string, limit int) (*skill
 // text: a value that parses as JSON (a list, a number, true) is passed as
 // that JSON value, anything else as a string.
 func (b *skillBackend) CallTool(ctx context.Context, name string, args map[string]string) (json.RawMessage, error) {
-	h, ok := b.tools[name]
+	call, ok := b.tools[name]
 	if !ok {
 		return nil, skills.Refuse(fmt.Errorf("tool %s is not available to skills on this server (write tools need PROBING_MCP_ALLOW_WRITE and are never called by skills)", name))
 	}
@@ -167,19 +167,11 @@ func (b *skillBackend) CallTool(ctx context.Context, name string, args map[strin
 			typedArgs[k] = v
 		}
 	}
-	var req mcplib.CallToolRequest
-	req.Params.Name, req.Params.Arguments = name, typedArgs
-	res, err := h(ctx, req)
+	res, err := call(ctx, typedArgs)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	if res.IsError {
-		return nil, fmt.Errorf("%s: %s", name, ResultText(res))
-	}
-	if res.StructuredContent != nil {
-		return json.Marshal(res.StructuredContent)
-	}
-	return json.RawMessage(ResultText(res)), nil
+	return json.Marshal(res)
 }
 
 // ResultText is the text content of a tool result (logs, audits, errors).
@@ -288,10 +280,10 @@ func planSkill(env *Env) Def {
 		mcplib.WithOutputSchema[skills.PlanResult](),
 		hints(true, false, true, false),
 	)
-	h := typed(func(ctx context.Context, p SkillParams) (*skills.PlanResult, error) {
+	h, call := typed(func(ctx context.Context, p SkillParams) (*skills.PlanResult, error) {
 		return PlanSkill(env, p.SkillID, p.Params)
 	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Summary: "a skill's steps expanded, without running them"}
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call, Summary: "a skill's steps expanded, without running them"}
 }
 
 // RunSkillResult documents skills.RunResult for the output schema: step
@@ -334,8 +326,8 @@ func runSkill(env *Env) Def {
 		mcplib.WithOutputSchema[RunSkillResult](),
 		hints(true, false, false, false),
 	)
-	h := typed(func(ctx context.Context, p SkillParams) (*skills.RunResult, error) {
+	h, call := typed(func(ctx context.Context, p SkillParams) (*skills.RunResult, error) {
 		return RunSkill(ctx, env, p.SkillID, p.Params)
 	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Summary: "run a scripted diagnosis: steps, findings, summary"}
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call, Summary: "run a scripted diagnosis: steps, findings, summary"}
 }

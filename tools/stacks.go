@@ -49,7 +49,7 @@ func getStacks(env *Env) Def {
 		mcplib.WithOutputSchema[GetStacksResult](),
 		hints(true, false, false, false),
 	)
-	h := typed(func(ctx context.Context, p GetStacksParams) (GetStacksResult, error) {
+	h, call := typed(func(ctx context.Context, p GetStacksParams) (GetStacksResult, error) {
 		if p.MaxGroups < 0 || p.MaxGroups > 50 || p.MaxFrames < 0 || p.MaxFrames > 200 {
 			return GetStacksResult{}, userErrorf("max_groups must be 0..50 and max_frames 0..200")
 		}
@@ -72,7 +72,7 @@ func getStacks(env *Env) Def {
 		res.HistoryIDs = recordStacks(env, procs)
 		return res, nil
 	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h},
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
 		Summary: "every thread's stack in every local process, identical stacks merged with their ranks, odd ones out first"}
 }
 

@@ -5,6 +5,7 @@ package tools
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,11 +50,13 @@ type Def struct {
 	Write bool
 	// Summary is the one line the server instructions give the tool.
 	Summary string
+	// Call is the tool without MCP around it (skills use it).
+	Call Call
 }
 
 // All returns every tool, in the order they are listed and documented.
 func All(env *Env) []Def {
-	defs := []Def{analyzeFlightRecorder(env), listProcesses(env), getStacks(env), snapshotFlightRecorder(env), getConfig(env)}
+	defs := []Def{diagnoseHang(env), analyzeFlightRecorder(env), listProcesses(env), getStacks(env), snapshotFlightRecorder(env), getConfig(env)}
 	if env.SQL != nil {
 		defs = append(defs, queryTool(env), describeTables(env))
 	}
@@ -86,8 +89,19 @@ func userErrorf(format string, args ...any) error {
 
 // typed adapts fn to an MCP handler: arguments are bound into P, a
 // UserError becomes an isError result the model reads and acts on, and a
-// result becomes structured content (with its JSON as the text).
-func typed[P, R any](fn func(ctx context.Context, p P) (R, error)) server.ToolHandlerFunc {
+// result becomes structured content (with its JSON as the text, or its
+// ModelText when it has one).
+//
+// The second function is the same tool as a plain call, for the skills:
+// they run tools in process, never through a made-up MCP request.
+func typed[P, R any](fn func(ctx context.Context, p P) (R, error)) (server.ToolHandlerFunc, Call) {
+	call := func(ctx context.Context, args map[string]any) (any, error) {
+		var p P
+		if b, err := json.Marshal(args); err != nil || json.Unmarshal(b, &p) != nil {
+			return nil, userErrorf("invalid arguments %v; check the tool's input schema", args)
+		}
+		return fn(ctx, p)
+	}
 	return func(ctx context.Context, req mcplib.CallToolRequest) (*mcplib.CallToolResult, error) {
 		var p P
 		if err := req.BindArguments(&p); err != nil {
@@ -101,6 +115,18 @@ func typed[P, R any](fn func(ctx context.Context, p P) (R, error)) server.ToolHa
 			}
 			return nil, err
 		}
+		if t, ok := any(r).(modelTexter); ok {
+			return mcplib.NewToolResultStructured(r, t.ModelText()), nil
+		}
 		return mcplib.NewToolResultStructuredOnly(r), nil
-	}
+	}, call
 }
+
+// Call runs a tool in process: its arguments as JSON values, its result
+// (the structured content) or its error (a UserError when the call was
+// wrong).
+type Call func(ctx context.Context, args map[string]any) (any, error)
+
+// modelTexter is a result whose text content is a rendering written for
+// a model rather than its JSON.
+type modelTexter interface{ ModelText() string }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,6 +17,9 @@ import (
 	"github.com/probing-mcp/probing-mcp/agent/demojob"
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/diagnosis"
+	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
 func demo(args []string, stdout, stderr io.Writer) int {
@@ -85,6 +89,14 @@ func demo(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	fmt.Fprintln(stdout, "\nWhat diagnose_hang concludes (every source weighed: rings, stacks, liveness):")
+	rep, err := demoVerdict(ctx, job)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp demo: %v\n", err)
+		return 1
+	}
+	fmt.Fprint(stdout, indent(rep.Text(), "  "))
+
 	exe, _ := os.Executable()
 	if abs, err := filepath.Abs(exe); err == nil {
 		exe = abs
@@ -103,4 +115,42 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "Stopping the demo job.")
 	return 0
+}
+
+// demoVerdict diagnoses the demo job as diagnose_hang does, polling until
+// its stall has lasted past a 5 s stall_seconds (the demo knows it hangs;
+// a user's first call on a younger stall gets medium confidence).
+func demoVerdict(ctx context.Context, job *demojob.Job) (diagnosis.Report, error) {
+	e, err := sqlengine.New(sqlengine.Options{DataDir: job.DataDir})
+	if err != nil {
+		return diagnosis.Report{}, err
+	}
+	opt := diagnosis.RunOptions{
+		Evidence: evidence.Options{Agents: agent.Options{DataDir: job.DataDir, CtrlRoot: job.CtrlRoot}, SQL: e},
+		State:    diagnosis.StateOptions{MinStall: 5 * time.Second},
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		rep := diagnosis.Run(ctx, opt)
+		if rep.State == diagnosis.StateStalled && (len(rep.Hypotheses) == 0 || rep.Hypotheses[0].Confidence == diagnosis.High) || ctx.Err() != nil {
+			rep.Bound()
+			return rep, nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func indent(text, prefix string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(text, "\n") {
+		if strings.TrimSpace(l) != "" {
+			b.WriteString(prefix)
+		}
+		b.WriteString(l)
+	}
+	return b.String()
 }

@@ -24,6 +24,7 @@ func TestDemoCommand(t *testing.T) {
 	s := out.String()
 	for _, want := range []string{
 		"ranks 0-1,3 in all_reduce", "rank 2 in fake_data_loader", "odd one out",
+		"rank 2 is the culprit (cpu_stall, high confidence) at socket_rank.py:67 (fake_data_loader); ranks 0-1,3 wait for it",
 		"claude mcp add probing-demo", `"mcpServers"`,
 	} {
 		if !strings.Contains(s, want) {

@@ -2,6 +2,7 @@
 // hung, slow or crashed distributed PyTorch training jobs.
 //
 //	probing-mcp serve [--http ADDR]     MCP over stdio, or Streamable HTTP at ADDR/mcp
+//	probing-mcp diagnose [--json]       is the job hung, and which rank is the culprit
 //	probing-mcp analyze PATH... [--json] verdict from Flight Recorder dumps
 //	probing-mcp query SQL [--data-dir DIR] [--json]  read-only SQL over the rings
 //	probing-mcp agent install|uninstall [--python PATH] [--user]
@@ -66,6 +67,9 @@ const usage = `probing-mcp: diagnose hung, slow or crashed distributed PyTorch j
 Usage:
   probing-mcp serve [--http ADDR] [--log-file PATH]
       Serve MCP over stdio (default), or Streamable HTTP at http://ADDR/mcp.
+  probing-mcp diagnose [--json] [--stall-seconds N] [--ranks]
+      Is the job on this node hung, and which rank is the culprit, in which
+      category, at which line (the diagnose_hang tool's verdict).
   probing-mcp analyze PATH... [--json] [--prefix P] [--pg NAME] [--ranks 0-3] [--verbose]
       Analyse Flight Recorder dumps (files or directories): which process
       group, collective and ranks hang or disagree.
@@ -93,6 +97,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return serve(args[1:], stderr)
+	case "diagnose", "diagnose-hang":
+		return diagnose(args[1:], stdout, stderr)
 	case "analyze", "analyse":
 		return analyze(args[1:], stdout, stderr)
 	case "query":

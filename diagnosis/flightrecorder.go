@@ -1,0 +1,129 @@
+package diagnosis
+
+import (
+	"fmt"
+	"slices"
+
+	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
+)
+
+// withFlightRecorder weighs the Flight Recorder's analysis against the
+// hypotheses of the wait-for graph. Its mismatch findings (ranks that
+// called different collectives, sizes or dtypes at one sequence number)
+// are collective_mismatch hypotheses, and they explain away an
+// "every member is inside" of the same group; its missing-rank finding
+// confirms a culprit it agrees with, and, when it names ranks that the
+// graph found waiting, it is said to show victims (a rank waiting in a
+// sub-group never reaches the next collective of another group: the
+// group-by-group view blames it).
+func withFlightRecorder(hs []Hypothesis, in Input) []Hypothesis {
+	if in.FR == nil {
+		return hs
+	}
+	for _, pg := range in.FR.ProcessGroups {
+		f := pg.Finding
+		culprits := append([]int(nil), pg.CulpritRanks...)
+		if len(culprits) == 0 {
+			culprits = append(culprits, f.Minority...)
+		}
+		slices.Sort(culprits)
+		switch f.Kind {
+		case fr.KindTypeDivergence, fr.KindShapeMismatch, fr.KindDtypeMismatch:
+			if len(culprits) == 0 {
+				continue
+			}
+			h := Hypothesis{Category: CatMismatch, culprits: culprits, Confidence: Medium,
+				Evidence: []Evidence{{"flight_recorder", fmt.Sprintf("group %s (pg %s): %s", pg.MembersText, pg.PGName, f.Line)}},
+				Confirm:  fmt.Sprintf("snapshot_flight_recorder: compare the sizes and dtypes of #%d on every member of pg %s", f.Seq, pg.PGName),
+				Refute:   "the members' entries for that sequence number agree"}
+			if f.Confidence == High {
+				h.Confidence = High
+			}
+			for _, e := range f.Evidence {
+				if len(h.Evidence) >= 4 {
+					break
+				}
+				h.Evidence = append(h.Evidence, Evidence{"flight_recorder", e})
+			}
+			var rest []int
+			for _, m := range pg.Members {
+				if !slices.Contains(culprits, m) {
+					rest = append(rest, m)
+				}
+			}
+			h.Collateral = rankset.Format(rest)
+			h = finish(h, in)
+			// It explains an "all inside" of that group, and replaces a
+			// graph hypothesis on the same ranks (which said less).
+			hs = slices.DeleteFunc(hs, func(o Hypothesis) bool {
+				return (o.Category == CatAllIn && o.group == pg.MembersText) || slices.Equal(o.culprits, culprits)
+			})
+			hs = append([]Hypothesis{h}, hs...)
+		case fr.KindMissingRank:
+			if len(culprits) == 0 {
+				continue
+			}
+			if len(hs) == 0 {
+				// The rings show no wait (none recorded): the recorder's
+				// group view is all there is, and it cannot see across
+				// groups.
+				h := Hypothesis{Category: CatMissing, culprits: culprits, Confidence: Medium,
+					Evidence: []Evidence{{"flight_recorder", fmt.Sprintf("group %s (pg %s): %s", pg.MembersText, pg.PGName, f.Line)},
+						{"flight_recorder", "from the Flight Recorder alone (the rings show no collective waiting): a rank waiting in another group can look missing from this one"}},
+					Confirm: fmt.Sprintf("get_stacks {\"ranks\":\"%s\"}: where the missing rank is", rankset.Format(culprits)),
+					Refute:  "its stack is inside a collective of another group that others have not entered"}
+				if c := in.Ranks[culprits[0]]; c != nil && !c.Alive {
+					h.Category = CatDeadRank
+				} else if c != nil && c.Main != nil && !inCollective(c.Main) {
+					h.Category = CatCPUStall
+				}
+				var rest []int
+				for _, m := range pg.Members {
+					if !slices.Contains(culprits, m) {
+						rest = append(rest, m)
+					}
+				}
+				h.collateral, h.Collateral = rest, rankset.Format(rest)
+				hs = append(hs, finish(h, in))
+				continue
+			}
+			top := &hs[0]
+			line := fmt.Sprintf("group %s (pg %s): %s", pg.MembersText, pg.PGName, f.Line)
+			switch {
+			case slices.Equal(top.culprits, culprits):
+				top.Evidence = append(top.Evidence, Evidence{"flight_recorder", line + " (agrees)"})
+				if top.Confidence == Medium && top.Category != CatAllIn {
+					top.Confidence = High // two sources, one answer
+				}
+			case subset(culprits, top.collateral):
+				top.Evidence = append(top.Evidence, Evidence{"flight_recorder", line +
+					"; those ranks are waiting for the culprit in another group, so this group's view blames a victim"})
+			default:
+				top.Evidence = append(top.Evidence, Evidence{"flight_recorder", line + "; this disagrees with the verdict"})
+				if top.Confidence == High {
+					top.Confidence = Medium
+				}
+			}
+		}
+	}
+	return hs
+}
+
+func subset(a, b []int) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return len(a) > 0
+}
+
+// frCoverage says which ranks' Flight Recorder the analysis saw, when not
+// every rank's.
+func frCoverage(in Input) string {
+	if in.FR == nil || in.World <= 0 || len(in.FRRanks) >= in.World {
+		return ""
+	}
+	return fmt.Sprintf("Flight Recorder from %s only, of %d", rankWords(in.FRRanks), in.World)
+}

@@ -1,0 +1,106 @@
+package tools
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	mcplib "github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/probing-mcp/probing-mcp/diagnosis"
+	"github.com/probing-mcp/probing-mcp/evidence"
+)
+
+// DiagnoseHangParams are the arguments of diagnose_hang.
+type DiagnoseHangParams struct {
+	StallSeconds int    `json:"stall_seconds,omitempty" jsonschema:"No progress for at least this many seconds counts as a stall (default: 10 typical steps, at least 30 s; 120 s with no step history)"`
+	Detail       string `json:"detail,omitempty" jsonschema:"summary (default): the verdict, bounded; ranks: also what every rank is doing, paged with offset/limit"`
+	Offset       int    `json:"offset,omitempty" jsonschema:"First rank row to list with detail ranks (default 0)"`
+	Limit        int    `json:"limit,omitempty" jsonschema:"Rank rows to list with detail ranks (default 200, max 1000)"`
+}
+
+// DiagnoseHangResult is the verdict, and with detail "ranks" a page of
+// the per-rank listing.
+type DiagnoseHangResult struct {
+	diagnosis.Report
+	RankRows []diagnosis.RankRow `json:"rank_rows,omitempty"`
+	// RankTotal is how many ranks the listing has; NextOffset the offset
+	// of the next page (absent on the last).
+	RankTotal  int  `json:"rank_total,omitempty"`
+	NextOffset *int `json:"next_offset,omitempty"`
+}
+
+// ModelText is the text content: a compact rendering, not the JSON.
+func (r DiagnoseHangResult) ModelText() string {
+	t := r.Report.Text()
+	if r.RankRows != nil {
+		t += "\nEvery rank (page):\n"
+		for _, row := range r.RankRows {
+			t += "  " + strconv.Itoa(row.Rank) + ": " + row.Doing + "\n"
+		}
+		if r.NextOffset != nil {
+			t += "More ranks: call again with offset " + strconv.Itoa(*r.NextOffset) + ".\n"
+		}
+	}
+	return t
+}
+
+// Diagnose runs the evidence service and diagnosis for this node (the
+// MCP tool and the CLI share it).
+func Diagnose(ctx context.Context, env *Env, p DiagnoseHangParams) (DiagnoseHangResult, error) {
+	if p.StallSeconds < 0 || p.StallSeconds > 86400 {
+		return DiagnoseHangResult{}, userErrorf("stall_seconds %d: want 1..86400 (or leave it out for the default)", p.StallSeconds)
+	}
+	switch p.Detail {
+	case "", "summary", "ranks":
+	default:
+		return DiagnoseHangResult{}, userErrorf("detail %q: want summary or ranks", p.Detail)
+	}
+	if p.Offset < 0 || p.Limit < 0 || p.Limit > 1000 {
+		return DiagnoseHangResult{}, userErrorf("offset must be >= 0 and limit 0..1000")
+	}
+	if p.Limit == 0 {
+		p.Limit = 200
+	}
+	st := diagnosis.StateOptions{}
+	if p.StallSeconds > 0 {
+		st.MinStall = time.Duration(p.StallSeconds) * time.Second
+		st.NoHistoryStall = st.MinStall
+	}
+	rep := diagnosis.Run(ctx, diagnosis.RunOptions{Evidence: evidence.Options{Agents: env.Agents, SQL: env.SQL}, State: st})
+	if rep.State == diagnosis.StateUnknown {
+		rep.DataQuality = append(rep.DataQuality, "looked for agents in data dir "+env.Agents.DataDir+" and control sockets in "+env.Agents.CtrlRoot)
+	}
+	res := DiagnoseHangResult{}
+	if p.Detail == "ranks" {
+		rows, total := rep.RankRows(p.Offset, p.Limit)
+		res.RankRows, res.RankTotal = rows, total
+		if next := p.Offset + len(rows); next < total {
+			res.NextOffset = &next
+		}
+	}
+	rep.Bound()
+	res.Report = rep
+	return res, nil
+}
+
+func diagnoseHang(env *Env) Def {
+	tool := mcplib.NewTool("diagnose_hang",
+		mcplib.WithDescription("One call for \"why is my job stuck?\": gathers every source on this node in parallel (the agents' identities "+
+			"and liveness, how each rank ended, every rank's main-thread stack, the collectives each rank entered and left from the comm "+
+			"rings, step progress), decides first whether the job is hung at all (healthy, progressing, slow, stalled, dead: a moving job "+
+			"never gets a hang verdict), then follows who waits for whom across process groups to the culprit. Answers the culprit ranks, "+
+			"the category (cpu_stall, missing_from_collective, collective_mismatch, dead_rank, main_thread_dead, deadlock, gil_held, "+
+			"all_in_collective, straggler, unreachable_rank, healthy), the line of code, the evidence with its sources, what would confirm "+
+			"or refute it, and what data was missing. Works post-mortem from what a dead job left in the data dir."),
+		mcplib.WithInputSchema[DiagnoseHangParams](),
+		mcplib.WithOutputSchema[DiagnoseHangResult](),
+		hints(true, false, false, false),
+	)
+	h, call := typed(func(ctx context.Context, p DiagnoseHangParams) (DiagnoseHangResult, error) {
+		return Diagnose(ctx, env, p)
+	})
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
+		Summary: "the verdict: is the job hung, which rank is the culprit, the category, the line of code, with proof"}
+}
