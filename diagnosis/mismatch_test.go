@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/probing-mcp/probing-mcp/diag/flightrecorder/frsynth"
 	"github.com/probing-mcp/probing-mcp/evidence"
 )
 
@@ -148,5 +149,31 @@ func TestDeathOrder(t *testing.T) {
 	h = Diagnose(in).Hypotheses[0]
 	if h.Category != CatDeadRank || h.Confidence != Low || !strings.Contains(allText(h), "order of these deaths is not known") {
 		t.Fatalf("%+v", h)
+	}
+}
+
+// TestMismatchRingsAndFlightRecorder: the rings and the Flight Recorder
+// both show rank 7's tensor smaller: one hypothesis, with both sources'
+// lines, high.
+func TestMismatchRingsAndFlightRecorder(t *testing.T) {
+	in := allInside()
+	for i := range in.Comm {
+		r := &in.Comm[i]
+		r.Dtype, r.Bytes = "torch.float32", 4096
+		if r.Rank == 7 && r.GroupSeq == 6 {
+			r.Bytes = 2048
+		}
+	}
+	rings := Diagnose(in).Hypotheses[0]
+	if rings.Category != CatMismatch || rings.Culprits != "7" || rings.Confidence != High {
+		t.Fatalf("rings alone: %+v", rings)
+	}
+	in.FR, in.FRRanks = synthFR(t, frsynth.Fault{Kind: "size", Rank: 7, Seq: 60}), []int{0, 1, 2, 3, 4, 5, 6, 7}
+	rep := Diagnose(in)
+	h := rep.Hypotheses[0]
+	text := allText(h)
+	if len(rep.Hypotheses) != 1 || h.Category != CatMismatch || h.Culprits != "7" || h.Confidence != High ||
+		!strings.Contains(text, "rank 7 called all_reduce (torch.float32, 2048 bytes)") || h.Evidence[0].Source != "flight_recorder" {
+		t.Fatalf("%+v", rep.Hypotheses)
 	}
 }
