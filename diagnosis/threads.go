@@ -316,8 +316,23 @@ func gilHeld(f *RankFacts) *threadFinding {
 		tf.Strong, tf.Thread = true, main
 		tf.Evidence = append(tf.Evidence, Evidence{"stacks", fmt.Sprintf("the GIL-free faulthandler dump shows its main thread in %s, a native call that does not release the GIL; /proc: state %s%s, not waiting for the GIL", frameWords(main), osMain.State, wchanWords(osMain.WChan))})
 	case len(others) > 0:
-		tf.Thread = main
-		tf.Evidence = append(tf.Evidence, Evidence{"proc", fmt.Sprintf("threads outside a futex wait (one of them holds the GIL; Python frames cannot be matched to them): %s", strings.Join(capList(others, 6), "; "))})
+		tf.Evidence = append(tf.Evidence, Evidence{"proc", fmt.Sprintf("its main thread waits on a futex; threads outside a futex wait (one of them holds the GIL; faulthandler's frames cannot be matched to kernel threads): %s", strings.Join(capList(others, 6), "; "))})
+		// The likely holder: the one non-main thread whose innermost
+		// frame is the job's own code (a call into C from it); threads
+		// parked in the standard library's waits are not.
+		var cands []*stacks.Thread
+		for i := range f.Threads {
+			t := &f.Threads[i]
+			if !t.IsMain && len(t.Frames) > 0 && userFrame(&stacks.Thread{Frames: t.Frames[:1]}) != nil {
+				cands = append(cands, t)
+			}
+		}
+		if len(cands) == 1 {
+			tf.Thread = cands[0]
+			tf.Evidence = append(tf.Evidence, Evidence{"stacks", fmt.Sprintf("the likely holder: the only other thread in the job's own code, %s", frameWords(cands[0]))})
+		} else if main != nil {
+			tf.Thread = main
+		}
 		if main != nil {
 			tf.Evidence = append(tf.Evidence, Evidence{"stacks", "its main thread, waiting, is in " + frameWords(main)})
 		}

@@ -162,3 +162,25 @@ func TestThreadsWithoutRings(t *testing.T) {
 		t.Fatalf("%s %+v", rep.State, rep.Hypotheses)
 	}
 }
+
+// TestThreadsMainAbsent: the agent's threads without a main thread (it
+// ended; its non-daemon thread lives on), no ending record: main thread
+// dead, from the stacks alone.
+func TestThreadsMainAbsent(t *testing.T) {
+	in := scenario(everyoneBut(3, 2, "none", "pair"), 200)
+	withThreads(t, in, 3, "main_thread_dead", 1)
+	f := in.Ranks[3]
+	f.Record, f.Main = nil, nil
+	var kept []stacks.Thread
+	for _, th := range f.Threads {
+		if !th.IsMain {
+			kept = append(kept, th)
+		}
+	}
+	f.Threads = kept
+	h := Diagnose(in).Hypotheses[0]
+	if h.Category != CatMainThreadDead || h.Culprits != "3" || h.Confidence != Medium || h.Where == nil || h.Where.Function != "heartbeat" ||
+		!strings.Contains(allText(h), "no main thread") {
+		t.Fatalf("%+v", h)
+	}
+}

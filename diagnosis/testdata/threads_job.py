@@ -9,6 +9,7 @@ HANG_STEP the culprit (the last rank) does what SCENARIO says:
   deadlock_rlock   the same with RLocks, whose owners the agent can read
   gil_held         a C call that keeps the GIL: libc sleep() through
                    ctypes.PyDLL, in a loop (native_wait)
+  gil_held_thread  the same in a helper thread the main thread joins
   main_thread_dead its main thread dies of an exception (load_batch) while a
                    non-daemon thread (heartbeat) keeps the process alive
   mismatch         it calls a broadcast where the others call all_reduce
@@ -141,6 +142,10 @@ def culprit_acts(sock, step):
         update_stats(threading.RLock)
     elif SCENARIO == "gil_held":
         native_wait()
+    elif SCENARIO == "gil_held_thread":
+        w = threading.Thread(target=native_wait, name="native-worker", daemon=True)
+        w.start()
+        w.join()
     elif SCENARIO == "main_thread_dead":
         load_batch(step)
     elif SCENARIO == "mismatch":
