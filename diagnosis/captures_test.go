@@ -42,7 +42,7 @@ func TestCapturedCategories(t *testing.T) {
 		name, state, category, culprits, collateral, confidence, function string
 		says                                                              []string
 	}{
-		{"deadlock", StateStalled, CatDeadlock, "1", "0", Medium, "update_stats", []string{"deadlock likely", "lock", "stats_lock", "log_lock", "not known"}},
+		{"deadlock", StateStalled, CatDeadlock, "1", "0", High, "update_stats", []string{"deadlock: 2 threads", "lock stats_lock", "lock log_lock", `held by thread "log-flusher"`}},
 		{"deadlock_rlock", StateStalled, CatDeadlock, "1", "0", High, "update_stats", []string{"deadlock: 2 threads", "RLock", "held by thread"}},
 		{"gil_held", StateStalled, CatGILHeld, "1", "0", High, "native_wait", []string{"did not answer in time", "faulthandler", "not waiting for the GIL"}},
 		{"gil_held_thread", StateStalled, CatGILHeld, "1", "0", Medium, "native_wait", []string{"did not answer in time", "its main thread waits on a futex", "likely holder"}},

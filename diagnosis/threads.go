@@ -140,23 +140,38 @@ func inThreadingShutdown(t *stacks.Thread) bool {
 }
 
 // deadlock: threads of the rank blocked entering locks (the agent reads
-// which lock each thread's innermost frame enters; /proc, where known,
-// must show the thread asleep on a futex). Three shapes, surest first: a
-// cycle of threads each waiting for an RLock the next one owns; two or
-// more threads waiting for different held locks (plain Locks record no
-// owner, so the cycle cannot be shown, only that they all wait); the main
-// thread alone waiting for a held lock.
+// which lock each thread's innermost frame enters, and which locks the
+// with statements its frames are inside hold; /proc, where known, must
+// show the waiting thread asleep on a futex). Three shapes, surest first:
+// a cycle of threads each waiting for a lock the next one holds (its
+// with statement, or an RLock's owner); two or more threads waiting for
+// different held locks whose holders are not all known (a Lock taken
+// with acquire() records none); the main thread alone waiting for a held
+// lock.
 func deadlock(f *RankFacts) *threadFinding {
 	var waiting []*stacks.Thread
 	byID := map[uint64]*stacks.Thread{}
+	heldBy := map[uint64]*stacks.Thread{} // lock id -> the thread whose with statement holds it
 	for i := range f.Threads {
 		t := &f.Threads[i]
 		byID[t.ID] = t
+		for _, h := range t.LocksHeld {
+			heldBy[h.LockID] = t
+		}
 		if w := t.LockWait; w != nil && w.Locked && asleep(t) {
 			waiting = append(waiting, t)
 		}
 	}
 	if len(waiting) == 0 {
+		return nil
+	}
+	holderOf := func(t *stacks.Thread) *stacks.Thread {
+		if o := byID[t.LockWait.Owner]; t.LockWait.Owner != 0 && o != nil {
+			return o
+		}
+		if o := heldBy[t.LockWait.LockID]; o != nil && o != t {
+			return o
+		}
 		return nil
 	}
 	waits := func(t *stacks.Thread) string {
@@ -167,41 +182,37 @@ func deadlock(f *RankFacts) *threadFinding {
 		return s
 	}
 	holder := func(t *stacks.Thread) string {
-		o := byID[t.LockWait.Owner]
+		o := holderOf(t)
 		switch {
-		case t.LockWait.Owner == 0:
-			return "its holder is not known (a threading.Lock does not record one)"
-		case o == nil:
-			return fmt.Sprintf("it is held by thread id %d, not among the captured threads", t.LockWait.Owner)
-		case o.LockWait != nil && o.LockWait.Locked:
+		case o != nil && o.LockWait != nil && o.LockWait.Locked:
 			return fmt.Sprintf("it is held by thread %q, itself waiting", o.Name)
+		case o != nil:
+			return fmt.Sprintf("it is held by thread %q, at %s", o.Name, frameWords(o))
+		case t.LockWait.Owner != 0:
+			return fmt.Sprintf("it is held by thread id %d, not among the captured threads", t.LockWait.Owner)
 		}
-		return fmt.Sprintf("it is held by thread %q, at %s", o.Name, frameWords(o))
+		return "its holder is not known (no captured thread holds it in a with statement; a threading.Lock taken with acquire() records no holder)"
 	}
-	// A cycle through the RLock owners: each waiting thread waits for
-	// exactly one lock, so following owners from any thread either ends
-	// or loops.
+	// A cycle through the holders: each waiting thread waits for exactly
+	// one lock, so following holders from any thread either ends or loops.
 	for _, start := range waiting {
-		seen := map[uint64]int{}
+		seen := map[*stacks.Thread]int{}
 		var chain []*stacks.Thread
-		for t := start; t != nil && t.LockWait != nil && t.LockWait.Locked && asleep(t); t = byID[t.LockWait.Owner] {
-			if k, ok := seen[t.ID]; ok {
+		for t := start; t != nil && t.LockWait != nil && t.LockWait.Locked && asleep(t); t = holderOf(t) {
+			if k, ok := seen[t]; ok {
 				cycle := chain[k:]
 				tf := &threadFinding{Category: CatDeadlock, Strong: true, Thread: pickMain(cycle)}
 				var parts []string
 				for _, c := range cycle {
-					parts = append(parts, waits(c)+", held by thread "+fmt.Sprintf("%q", byID[c.LockWait.Owner].Name))
+					parts = append(parts, fmt.Sprintf("%s, held by thread %q", waits(c), holderOf(c).Name))
 				}
 				tf.Evidence = []Evidence{{"stacks", fmt.Sprintf("deadlock: %d threads of rank %d wait for each other's locks: %s", len(cycle), f.Rank, strings.Join(parts, "; "))}}
 				tf.Confirm = fmt.Sprintf("get_stacks {\"ranks\":\"%d\"} again: the same threads on the same lock lines", f.Rank)
 				tf.Refute = "one of these threads moves on (the locks are released)"
 				return tf
 			}
-			seen[t.ID] = len(chain)
+			seen[t] = len(chain)
 			chain = append(chain, t)
-			if t.LockWait.Owner == 0 {
-				break
-			}
 		}
 	}
 	locks := map[uint64]bool{}
@@ -226,7 +237,7 @@ func deadlock(f *RankFacts) *threadFinding {
 	case main != nil:
 		tf := &threadFinding{Category: CatDeadlock, Thread: main}
 		tf.Evidence = []Evidence{{"stacks", fmt.Sprintf("rank %d's main thread is blocked on a lock: %s", f.Rank, parts[indexOf(waiting, main)])}}
-		if o := byID[main.LockWait.Owner]; o != nil && o.LockWait != nil && o.LockWait.Locked {
+		if o := holderOf(main); o != nil && o.LockWait != nil && o.LockWait.Locked {
 			tf.Strong = true
 		}
 		tf.Confirm = fmt.Sprintf("get_stacks {\"ranks\":\"%d\"} again: the main thread still on the same lock line", f.Rank)

@@ -175,7 +175,7 @@ func TestLiveThreadCategories(t *testing.T) {
 		confidence         string
 		says               []string
 	}{
-		{"deadlock", diagnosis.CatDeadlock, 2, "1", "0", "update_stats", diagnosis.Medium, []string{"deadlock", "lock", "log_lock", "stats_lock", `"log-flusher"`}},
+		{"deadlock", diagnosis.CatDeadlock, 2, "1", "0", "update_stats", diagnosis.High, []string{"deadlock", "lock", "log_lock", "stats_lock", `held by thread "log-flusher"`, `held by thread "MainThread"`}},
 		{"deadlock_rlock", diagnosis.CatDeadlock, 2, "1", "0", "update_stats", diagnosis.High, []string{"deadlock", "wait for each other's locks", "held by thread"}},
 		{"gil_held", diagnosis.CatGILHeld, 2, "1", "0", "native_wait", diagnosis.High, []string{"did not answer", "faulthandler", "GIL"}},
 		{"gil_held_thread", diagnosis.CatGILHeld, 2, "1", "0", "native_wait", diagnosis.Medium, []string{"did not answer", "likely holder", "native_wait"}},

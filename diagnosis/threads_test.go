@@ -38,7 +38,7 @@ func TestThreadsRefineCPUSink(t *testing.T) {
 	for _, c := range []struct {
 		capture, category, confidence, function string
 	}{
-		{"deadlock", CatDeadlock, Medium, "update_stats"},
+		{"deadlock", CatDeadlock, High, "update_stats"},
 		{"deadlock_rlock", CatDeadlock, High, "update_stats"},
 		{"gil_held", CatGILHeld, High, "native_wait"},
 		{"main_thread_dead", CatMainThreadDead, High, "heartbeat"},
@@ -57,10 +57,21 @@ func TestThreadsRefineCPUSink(t *testing.T) {
 }
 
 // TestThreadsWeakerReadings: the same findings on less evidence are said
-// with less confidence: a dead main thread seen only in the stacks (no
-// ending record), a GIL holder without /proc's word on who runs.
+// with less confidence: locks whose holders are not known (taken with
+// acquire(), or an agent that does not say), a dead main thread seen only
+// in the stacks (no ending record), a GIL holder without /proc's word on
+// who runs.
 func TestThreadsWeakerReadings(t *testing.T) {
 	in := scenario(everyoneBut(3, 2, "none", "pair"), 200)
+	withThreads(t, in, 3, "deadlock", 1)
+	for i := range in.Ranks[3].Threads {
+		in.Ranks[3].Threads[i].LocksHeld = nil
+	}
+	if h := Diagnose(in).Hypotheses[0]; h.Category != CatDeadlock || h.Confidence != Medium ||
+		!strings.Contains(allText(h), "deadlock likely: 2 threads of rank 3 are blocked acquiring 2 different held locks") || !strings.Contains(allText(h), "holder is not known") {
+		t.Errorf("holders unknown: %+v", h)
+	}
+	in = scenario(everyoneBut(3, 2, "none", "pair"), 200)
 	withThreads(t, in, 3, "main_thread_dead", 1)
 	in.Ranks[3].Record = nil
 	if h := Diagnose(in).Hypotheses[0]; h.Category != CatMainThreadDead || h.Confidence != Medium || !strings.Contains(allText(h), "threading._shutdown") {

@@ -63,6 +63,17 @@ type Thread struct {
 	// LockWait: the agent saw the innermost frame entering this lock (nil:
 	// not entering one, or not known).
 	LockWait *LockWait `json:"lock_wait,omitempty"`
+	// LocksHeld are the locks the thread holds through the with
+	// statements its frames are inside, as the agent read them (locks
+	// taken with acquire() outside a with are not among them).
+	LocksHeld []HeldLock `json:"locks_held,omitempty"`
+}
+
+// HeldLock is one lock a thread holds.
+type HeldLock struct {
+	Lock   string `json:"lock"`
+	Kind   string `json:"kind"`
+	LockID uint64 `json:"lock_id"`
 }
 
 // LockWait is the lock a thread is entering, as the agent read it from
@@ -116,6 +127,7 @@ type wireThread struct {
 	Frames          []wireFrame `json:"frames"`
 	FramesTruncated bool        `json:"frames_truncated"`
 	LockWait        *LockWait   `json:"lock_wait"`
+	LocksHeld       []HeldLock  `json:"locks_held"`
 }
 
 type wireFrame struct {
@@ -144,7 +156,7 @@ func ParseAgentJSON(b []byte) (*Process, error) {
 	}
 	for _, wt := range *w.Threads {
 		t := Thread{ID: wt.ID, NativeID: wt.NativeID, Name: wt.Name, Daemon: wt.Daemon, IsMain: wt.IsMain,
-			FramesTruncated: wt.FramesTruncated, Frames: make([]Frame, 0, len(wt.Frames)), LockWait: wt.LockWait}
+			FramesTruncated: wt.FramesTruncated, Frames: make([]Frame, 0, len(wt.Frames)), LockWait: wt.LockWait, LocksHeld: wt.LocksHeld}
 		for _, f := range wt.Frames {
 			fr := Frame{File: f.File, Function: f.Function}
 			if f.Line != nil && *f.Line > 0 {

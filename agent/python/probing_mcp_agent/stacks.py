@@ -218,6 +218,73 @@ def lock_wait(frame):
         return None
 
 
+_with_cache = {}  # code object -> [(body start, body end, index of its BEFORE_WITH/SETUP_WITH)]
+_MAX_HELD = 16
+_WITH_OPCODES = [dis.opmap[n] for n in ("BEFORE_WITH", "BEFORE_ASYNC_WITH", "SETUP_WITH", "SETUP_ASYNC_WITH") if n in dis.opmap]
+
+
+def _with_blocks(code):
+    """The with statements of code and the bytecode range of each body.
+    3.11+: the body is covered by the exception-table entries that lead to
+    its cleanup handler (the first one starts right after BEFORE_WITH),
+    their hull being the body, nested blocks included; 3.9-3.10:
+    SETUP_WITH's own target ends it."""
+    out = _with_cache.get(code)
+    if out is not None:
+        return out
+    if len(_with_cache) >= _MAX_CACHE:
+        _with_cache.clear()
+    out = []
+    ops = code.co_code[::2]  # opcodes at even offsets: a cheap test before any disassembly
+    if not any(op in ops for op in _WITH_OPCODES):
+        _with_cache[code] = out
+        return out
+    ins = _instructions(code)
+    entries = getattr(dis.Bytecode(code), "exception_entries", None) if sys.version_info >= (3, 11) else None
+    for k, x in enumerate(ins):
+        if entries is not None and x.opname in ("BEFORE_WITH", "BEFORE_ASYNC_WITH"):
+            after = [e for e in entries if x.offset < e.start <= x.offset + 8]
+            if not after:
+                continue
+            target = min(after, key=lambda e: e.start).target
+            body = [e for e in entries if e.target == target]
+            out.append((min(e.start for e in body), max(e.end for e in body), k))
+        elif entries is None and x.opname in ("SETUP_WITH", "SETUP_ASYNC_WITH") and isinstance(x.argval, int):
+            out.append((x.offset + 2, x.argval, k))
+    _with_cache[code] = out
+    return out
+
+
+def locks_held(frame):
+    """The locks the thread holds through the with statements its frames
+    are inside (innermost frame first): [{"lock", "kind", "lock_id"}].
+    The lock is looked up by the name the with statement used, as that
+    name reads now, and kept only if it is locked. Locks taken with
+    acquire() outside a with are not seen."""
+    out = []
+    try:
+        f = frame
+        depth = 0
+        while f is not None and depth < 256 and len(out) < _MAX_HELD:
+            code, lasti = f.f_code, f.f_lasti
+            if not (code.co_name in _NOT_LOCK_WAITS and code.co_filename == _THREADING_FILE):
+                blocks = _with_blocks(code)
+                if blocks:
+                    ins = _instructions(code)
+                    for start, end, k in blocks:
+                        if start <= lasti < end:
+                            path = _expr_before(ins, k)
+                            obj = _resolve(f, path) if path else None
+                            facts = _lock_facts(obj) if obj is not None else None
+                            if facts is not None and facts[2]:
+                                out.append({"lock": ".".join(path), "kind": facts[1], "lock_id": id(facts[0])})
+            f = f.f_back
+            depth += 1
+    except Exception:
+        pass
+    return out[:_MAX_HELD]
+
+
 def _thread_table():
     """ident -> Thread for every Python-level thread object."""
     try:
@@ -237,11 +304,11 @@ def capture(max_frames=DEFAULT_MAX_FRAMES):
     try:
         for ident in set(frames) | set(table):
             t = table.get(ident)
-            fl, truncated, wait = [], False, None
+            fl, truncated, wait, held = [], False, None, []
             f = frames.get(ident)
             if f is not None:
                 fl, truncated = _frames_of(f, max_frames)
-                wait = lock_wait(f)
+                wait, held = lock_wait(f), locks_held(f)
             native = getattr(t, "native_id", None) if t is not None else None
             out.append({
                 "id": ident,
@@ -252,6 +319,7 @@ def capture(max_frames=DEFAULT_MAX_FRAMES):
                 "frames": fl,
                 "frames_truncated": truncated,
                 "lock_wait": wait,
+                "locks_held": held,
             })
     finally:
         del frames

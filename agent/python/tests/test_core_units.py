@@ -170,8 +170,9 @@ def test_core_stacks_capture_in_process():
 
 
 def test_core_stacks_lock_wait():
-    """A thread entering a held lock says which lock (and an RLock its owner);
-    a condition wait, a sleep and a plain line say nothing."""
+    """A thread entering a held lock says which lock (and an RLock its owner),
+    one inside a with statement on a lock says it holds it; a condition
+    wait, a sleep and a plain line say nothing."""
     import time
 
     held, rheld = threading.Lock(), threading.RLock()
@@ -220,6 +221,10 @@ def test_core_stacks_lock_wait():
         assert got["unit-by_with"]["lock_wait"]["lock_id"] == id(held)
         assert got["unit-by_call"]["lock_wait"]["owner"] == ts[0].ident
         assert got["unit-owner"]["lock_wait"] is None  # in Event.wait: not a lock's holder it waits for
+        # The with statement it is inside says what it holds; a lock taken
+        # with acquire() (the main thread's held) is not seen.
+        assert [(h["lock"], h["kind"], h["lock_id"]) for h in got["unit-owner"]["locks_held"]] == [("rheld", "rlock", id(rheld))]
+        assert got["unit-by_with"]["locks_held"] == [] and got["unit-sleeper"]["locks_held"] == []
         assert got["unit-sleeper"]["lock_wait"] is None
     finally:
         held.release()
