@@ -292,21 +292,32 @@ func indexOf(ts []*stacks.Thread, t *stacks.Thread) int {
 // something else (a C call that sleeps holding the GIL). Only the main
 // thread's kernel id is known to faulthandler before 3.14, so a holder
 // other than the main thread is named from /proc, not matched to frames.
+//
+// Without a faulthandler dump (no signal registered, or it did not come),
+// the threads are /proc's only: the holder is named by its state, with no
+// Python frame, and the reading is weak.
 func gilHeld(f *RankFacts) *threadFinding {
-	if f.AgentErr != "timeout" || f.StackSource != stacks.SourceFaulthandler {
+	if f.AgentErr != "timeout" || (f.StackSource != stacks.SourceFaulthandler && f.StackSource != stacks.SourceProc) {
 		return nil
 	}
 	var main *stacks.Thread
-	for i := range f.Threads {
-		if f.Threads[i].IsMain {
-			main = &f.Threads[i]
+	osThreads := f.OSThreads
+	if f.StackSource == stacks.SourceProc {
+		if len(osThreads) == 0 {
+			osThreads = f.Threads
+		}
+	} else {
+		for i := range f.Threads {
+			if f.Threads[i].IsMain {
+				main = &f.Threads[i]
+			}
 		}
 	}
 	var osMain *stacks.Thread
 	var others []string
 	futexes := 0
-	for i := range f.OSThreads {
-		t := &f.OSThreads[i]
+	for i := range osThreads {
+		t := &osThreads[i]
 		switch {
 		case t.IsMain:
 			osMain = t
@@ -326,6 +337,8 @@ func gilHeld(f *RankFacts) *threadFinding {
 	case holdsMain && main != nil:
 		tf.Strong, tf.Thread = true, main
 		tf.Evidence = append(tf.Evidence, Evidence{"stacks", fmt.Sprintf("the GIL-free faulthandler dump shows its main thread in %s, a native call that does not release the GIL; /proc: state %s%s, not waiting for the GIL", frameWords(main), osMain.State, wchanWords(osMain.WChan))})
+	case holdsMain:
+		tf.Evidence = append(tf.Evidence, Evidence{"proc", fmt.Sprintf("no Python frames could be read (no faulthandler dump: %s); /proc: its main thread is in state %s%s, not waiting for the GIL", firstLine(f.StackErr), osMain.State, wchanWords(osMain.WChan))})
 	case len(others) > 0:
 		tf.Evidence = append(tf.Evidence, Evidence{"proc", fmt.Sprintf("its main thread waits on a futex; threads outside a futex wait (one of them holds the GIL; faulthandler's frames cannot be matched to kernel threads): %s", strings.Join(capList(others, 6), "; "))})
 		// The likely holder: the one non-main thread whose innermost

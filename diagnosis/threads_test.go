@@ -86,6 +86,16 @@ func TestThreadsWeakerReadings(t *testing.T) {
 	if h := Diagnose(in).Hypotheses[0]; h.Category != CatGILHeld || h.Confidence != Medium || !strings.Contains(allText(h), "no /proc reading") {
 		t.Errorf("GIL held, no /proc: %+v", h)
 	}
+	// No faulthandler dump: /proc's threads alone.
+	in = scenario(everyoneBut(3, 2, "none", "pair"), 200)
+	withThreads(t, in, 3, "gil_held", 1)
+	f := in.Ranks[3]
+	f.StackSource, f.Threads, f.OSThreads, f.Main = stacks.SourceProc, f.OSThreads, nil, nil
+	f.StackErr += "; faulthandler: no dump appeared in .stacks.txt within 2s"
+	if h := Diagnose(in).Hypotheses[0]; h.Category != CatGILHeld || h.Confidence != Medium || h.Where != nil ||
+		!strings.Contains(allText(h), "no Python frames could be read") || !strings.Contains(allText(h), "hrtimer_nanosleep") {
+		t.Errorf("GIL held, /proc only: %+v", h)
+	}
 }
 
 // TestThreadsContradiction: threads blocked on locks in a rank the rings
