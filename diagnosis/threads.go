@@ -47,7 +47,9 @@ func threadsOf(f *RankFacts) *threadFinding {
 // thread's uncaught exception, or the stacks show no main thread, or one
 // inside threading._shutdown. What keeps the process alive is its
 // non-daemon threads; a training loop that died with its main thread
-// leaves its peers waiting in their next collective.
+// leaves its peers waiting in their next collective. The where is the
+// function that raised, when the main thread died of an exception, else
+// the innermost user frame of the first thread that keeps it alive.
 func mainThreadDead(f *RankFacts) *threadFinding {
 	var mte, exc *procfacts.ExitRecord
 	if rec := f.Record; rec != nil {
@@ -122,8 +124,10 @@ func mainThreadDead(f *RankFacts) *threadFinding {
 	case absent:
 		tf.Evidence = append(tf.Evidence, Evidence{"stacks", "its stacks have no main thread"})
 	}
-	if tf.Thread == nil && exc != nil {
-		tf.Thread = exceptionThread(exc)
+	// Where: the line that raised, when the main thread died of an
+	// exception; else the thread that keeps the process alive.
+	if x := exceptionThread(exc); x != nil {
+		tf.Thread = x
 	}
 	tf.Confirm = fmt.Sprintf("list_processes {\"include_dead\":true} (its ending: the main thread's end) and get_stacks {\"ranks\":\"%d\"}: the lingering threads", f.Rank)
 	tf.Refute = "its main thread is alive and running the training loop"
@@ -201,7 +205,7 @@ func deadlock(f *RankFacts) *threadFinding {
 		for t := start; t != nil && t.LockWait != nil && t.LockWait.Locked && asleep(t); t = holderOf(t) {
 			if k, ok := seen[t]; ok {
 				cycle := chain[k:]
-				tf := &threadFinding{Category: CatDeadlock, Strong: true, Thread: pickMain(cycle)}
+				tf := &threadFinding{Category: CatDeadlock, Strong: true, Thread: mainOr(f, cycle)}
 				var parts []string
 				for _, c := range cycle {
 					parts = append(parts, fmt.Sprintf("%s, held by thread %q", waits(c), holderOf(c).Name))
@@ -229,7 +233,7 @@ func deadlock(f *RankFacts) *threadFinding {
 	}
 	switch {
 	case len(locks) >= 2:
-		tf := &threadFinding{Category: CatDeadlock, Thread: pickMain(waiting)}
+		tf := &threadFinding{Category: CatDeadlock, Thread: mainOr(f, waiting)}
 		tf.Evidence = []Evidence{{"stacks", fmt.Sprintf("deadlock likely: %d threads of rank %d are blocked acquiring %d different held locks: %s", len(waiting), f.Rank, len(locks), strings.Join(capList(parts, 6), "; "))}}
 		tf.Confirm = fmt.Sprintf("get_stacks {\"ranks\":\"%d\"} again: the same threads on the same lock lines; eval_python can say which thread took each lock if the code records it", f.Rank)
 		tf.Refute = "one of these threads moves on (a lock is released)"
@@ -264,6 +268,18 @@ func lockKind(w *stacks.LockWait) string {
 		return "RLock"
 	}
 	return "lock"
+}
+
+// mainOr is where a deadlocked rank is stuck: its main thread (in the
+// cycle, or waiting on the threads that are, in a join), else the first
+// of the deadlocked threads.
+func mainOr(f *RankFacts, ts []*stacks.Thread) *stacks.Thread {
+	for i := range f.Threads {
+		if t := &f.Threads[i]; t.IsMain && len(t.Frames) > 0 {
+			return t
+		}
+	}
+	return pickMain(ts)
 }
 
 func pickMain(ts []*stacks.Thread) *stacks.Thread {

@@ -41,7 +41,7 @@ func TestThreadsRefineCPUSink(t *testing.T) {
 		{"deadlock", CatDeadlock, High, "update_stats"},
 		{"deadlock_rlock", CatDeadlock, High, "update_stats"},
 		{"gil_held", CatGILHeld, High, "native_wait"},
-		{"main_thread_dead", CatMainThreadDead, High, "heartbeat"},
+		{"main_thread_dead", CatMainThreadDead, High, "load_batch"},
 	} {
 		in := scenario(everyoneBut(3, 2, "none", "pair"), 200)
 		withThreads(t, in, 3, c.capture, 1)
