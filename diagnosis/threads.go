@@ -208,7 +208,7 @@ func deadlock(f *RankFacts) *threadFinding {
 				tf := &threadFinding{Category: CatDeadlock, Strong: true, Thread: mainOr(f, cycle)}
 				var parts []string
 				for _, c := range cycle {
-					parts = append(parts, fmt.Sprintf("%s, held by thread %q", waits(c), holderOf(c).Name))
+					parts = append(parts, fmt.Sprintf("%s, held by thread %q%s", waits(c), holderOf(c).Name, heldAs(holderOf(c), c.LockWait)))
 				}
 				tf.Evidence = []Evidence{{"stacks", fmt.Sprintf("deadlock: %d threads of rank %d wait for each other's locks: %s", len(cycle), f.Rank, strings.Join(parts, "; "))}}
 				tf.Confirm = fmt.Sprintf("get_stacks {\"ranks\":\"%d\"} again: the same threads on the same lock lines", f.Rank)
@@ -261,6 +261,17 @@ func asleep(t *stacks.Thread) bool {
 		return false
 	}
 	return t.WChan == "" || t.WChan == "0" || strings.Contains(t.WChan, "futex")
+}
+
+// heldAs names the lock as its holder's with statement does, when that
+// name differs from the waiter's (the same lock passed under two names).
+func heldAs(holder *stacks.Thread, w *stacks.LockWait) string {
+	for _, h := range holder.LocksHeld {
+		if h.LockID == w.LockID && h.Lock != w.Lock {
+			return " (its " + h.Lock + ")"
+		}
+	}
+	return ""
 }
 
 func lockKind(w *stacks.LockWait) string {
