@@ -112,6 +112,19 @@ func TestThreadsContradiction(t *testing.T) {
 	if h == nil || h.Confidence != Low || !strings.Contains(allText(*h), "but the rings show rank 5 inside all_reduce #6") {
 		t.Fatalf("%+v", rep.Hypotheses)
 	}
+	// The other way round: the rings say rank 3 is in no collective, its
+	// GIL-holding main thread's stack is inside torch.distributed.
+	in = scenario(everyoneBut(3, 2, "none", "pair"), 200)
+	withThreads(t, in, 3, "gil_held", 1)
+	for i := range in.Ranks[3].Threads {
+		if th := &in.Ranks[3].Threads[i]; th.IsMain {
+			th.Frames = append([]stacks.Frame{{File: "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", Line: 2050, Function: "all_reduce"}}, th.Frames...)
+		}
+	}
+	g := Diagnose(in).Hypotheses[0]
+	if g.Category != CatGILHeld || g.Confidence != Low || !strings.Contains(allText(g), "inside torch.distributed while the rings say it is in no collective") {
+		t.Errorf("%+v", g)
+	}
 }
 
 // TestThreadsGarbage: captures that say nothing usable give no thread
