@@ -110,12 +110,18 @@ def _static_attr(obj, name):
 def _resolve(frame, path):
     name = path[0]
     ok = False
-    try:
-        loc = frame.f_locals
-        if name in loc:
-            v, ok = loc[name], True
-    except Exception:
-        pass
+    code = frame.f_code
+    if name in code.co_varnames or name in code.co_cellvars or name in code.co_freevars:
+        # A local: only then is f_locals read (before 3.13 it copies the
+        # frame's fast locals into a dict; a global needs none of that).
+        try:
+            loc = frame.f_locals
+            if name in loc:
+                v, ok = loc[name], True
+        except Exception:
+            pass
+        if not ok:
+            return None  # an unbound local: no global of that name is meant
     if not ok:
         g = frame.f_globals
         if name in g:
@@ -220,7 +226,10 @@ def lock_wait(frame):
 
 _with_cache = {}  # code object -> [(body start, body end, index of its BEFORE_WITH/SETUP_WITH)]
 _MAX_HELD = 16
-_WITH_OPCODES = [dis.opmap[n] for n in ("BEFORE_WITH", "BEFORE_ASYNC_WITH", "SETUP_WITH", "SETUP_ASYNC_WITH") if n in dis.opmap]
+# Real opcodes only: 3.12+ lists pseudo-instructions (SETUP_WITH among
+# them) in opmap with numbers past a byte, which never appear in co_code.
+_WITH_OPCODES = [dis.opmap[n] for n in ("BEFORE_WITH", "BEFORE_ASYNC_WITH", "SETUP_WITH", "SETUP_ASYNC_WITH")
+                 if n in dis.opmap and dis.opmap[n] < 256]
 
 
 def _with_blocks(code):
@@ -262,10 +271,10 @@ def locks_held(frame):
     name reads now, and kept only if it is locked. Locks taken with
     acquire() outside a with are not seen."""
     out = []
-    try:
-        f = frame
-        depth = 0
-        while f is not None and depth < 256 and len(out) < _MAX_HELD:
+    f = frame
+    depth = 0
+    while f is not None and depth < 256 and len(out) < _MAX_HELD:
+        try:
             code, lasti = f.f_code, f.f_lasti
             if not (code.co_name in _NOT_LOCK_WAITS and code.co_filename == _THREADING_FILE):
                 blocks = _with_blocks(code)
@@ -278,10 +287,10 @@ def locks_held(frame):
                             facts = _lock_facts(obj) if obj is not None else None
                             if facts is not None and facts[2]:
                                 out.append({"lock": ".".join(path), "kind": facts[1], "lock_id": id(facts[0])})
-            f = f.f_back
-            depth += 1
-    except Exception:
-        pass
+        except Exception:
+            pass  # this frame says nothing; the outer ones still may
+        f = f.f_back
+        depth += 1
     return out[:_MAX_HELD]
 
 

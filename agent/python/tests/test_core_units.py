@@ -200,7 +200,17 @@ def test_core_stacks_lock_wait():
     def sleeper():
         ev.set(); time.sleep(0.2); stop.wait(30)
 
-    ts = [threading.Thread(target=f, name="unit-" + f.__name__, daemon=True) for f in (owner, by_with, by_call, sleeper)]
+    other = threading.Lock()
+
+    def idle():
+        while not stop.is_set():
+            time.sleep(0.01)
+
+    def holder():
+        with other:  # held by an outer frame; the innermost one has no with
+            idle()
+
+    ts = [threading.Thread(target=f, name="unit-" + f.__name__, daemon=True) for f in (owner, by_with, by_call, sleeper, holder)]
     ts[0].start()
     for _ in range(500):
         if repr(rheld).startswith("<locked"):
@@ -212,7 +222,7 @@ def test_core_stacks_lock_wait():
         want = {"unit-by_with": ("box.lock", "lock"), "unit-by_call": ("rheld", "rlock")}
         for _ in range(500):
             got = dict((t["name"], t) for t in stacks.capture()["threads"])
-            if all(got.get(n, {}).get("lock_wait") for n in want):
+            if all(got.get(n, {}).get("lock_wait") for n in want) and got.get("unit-holder", {}).get("frames", [{}])[0].get("function") == "idle":
                 break
             time.sleep(0.01)
         for name, (expr, kind) in want.items():
@@ -225,6 +235,7 @@ def test_core_stacks_lock_wait():
         # with acquire() (the main thread's held) is not seen.
         assert [(h["lock"], h["kind"], h["lock_id"]) for h in got["unit-owner"]["locks_held"]] == [("rheld", "rlock", id(rheld))]
         assert got["unit-by_with"]["locks_held"] == [] and got["unit-sleeper"]["locks_held"] == []
+        assert [(h["lock"], h["lock_id"]) for h in got["unit-holder"]["locks_held"]] == [("other", id(other))]
         assert got["unit-sleeper"]["lock_wait"] is None
     finally:
         held.release()
