@@ -493,7 +493,7 @@ func FromBundle(b *evidence.Bundle, st StateOptions) Input {
 		FR: b.FR, FRRanks: b.FRRanks, State: st}
 	for r, e := range b.Ranks {
 		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS,
-			Threads: e.Threads, StackSource: e.StackSource, StackErr: e.StackErr, AgentErr: e.AgentErr, OSThreads: e.OSThreads,
+			Threads: evidence.WithLocks(e.Threads, e.Locks), StackSource: e.StackSource, StackErr: e.StackErr, AgentErr: e.AgentErr, OSThreads: e.OSThreads,
 			Record: e.Record, EndedNS: e.EndedNS}
 	}
 	return in

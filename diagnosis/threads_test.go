@@ -18,7 +18,7 @@ func withThreads(t *testing.T, in Input, r int, capture string, from int) {
 	}
 	f := in.Ranks[r]
 	f.Main, f.Threads, f.StackSource, f.StackErr, f.AgentErr, f.OSThreads, f.Record, f.EndedNS =
-		e.Main, e.Threads, e.StackSource, e.StackErr, e.AgentErr, e.OSThreads, e.Record, e.EndedNS
+		e.Main, evidence.WithLocks(e.Threads, e.Locks), e.StackSource, e.StackErr, e.AgentErr, e.OSThreads, e.Record, e.EndedNS
 }
 
 func hypothesisFor(rep Report, cat, culprits string) *Hypothesis {

@@ -56,6 +56,9 @@ type RankEvidence struct {
 	// name no kernel thread but the main one, and these say which thread
 	// runs.
 	OSThreads []stacks.Thread
+	// Locks are what the agent read of its threads' locks (the lock each
+	// one is entering, those its with statements hold), by thread.
+	Locks []ThreadLocks `json:",omitempty"`
 	// Record is what its agent recorded about its ending (exceptions, the
 	// main thread's end, the exit), nil when nothing; EndedNS is when it
 	// failed or ended (Unix ns: its main thread's uncaught exception, else
@@ -222,6 +225,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 			continue
 		}
 		e.Threads, e.StackSource, e.StackErr, e.AgentErr = p.Threads, p.Source, p.Err, p.AgentErr
+		e.Locks = LocksOf(p.Threads)
 		for i := range p.Threads {
 			if p.Threads[i].IsMain {
 				t := p.Threads[i]
@@ -283,4 +287,42 @@ func rankWords(rs []int) string {
 		return "rank " + rankset.Format(rs)
 	}
 	return "ranks " + rankset.Format(rs)
+}
+
+// ThreadLocks is one thread's locks as the agent read them (stacks.Thread
+// keeps them out of its JSON).
+type ThreadLocks struct {
+	Thread  uint64            `json:"thread"`
+	Waiting *stacks.LockWait  `json:"waiting,omitempty"`
+	Held    []stacks.HeldLock `json:"held,omitempty"`
+}
+
+// LocksOf collects the lock facts of threads that have any.
+func LocksOf(ts []stacks.Thread) []ThreadLocks {
+	var out []ThreadLocks
+	for _, t := range ts {
+		if t.LockWait != nil || len(t.LocksHeld) > 0 {
+			out = append(out, ThreadLocks{Thread: t.ID, Waiting: t.LockWait, Held: t.LocksHeld})
+		}
+	}
+	return out
+}
+
+// WithLocks is a copy of ts with the lock facts of locks put back on
+// their threads (by thread id).
+func WithLocks(ts []stacks.Thread, locks []ThreadLocks) []stacks.Thread {
+	if len(locks) == 0 {
+		return ts
+	}
+	by := map[uint64]ThreadLocks{}
+	for _, l := range locks {
+		by[l.Thread] = l
+	}
+	out := append([]stacks.Thread(nil), ts...)
+	for i := range out {
+		if l, ok := by[out[i].ID]; ok {
+			out[i].LockWait, out[i].LocksHeld = l.Waiting, l.Held
+		}
+	}
+	return out
 }

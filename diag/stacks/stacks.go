@@ -61,12 +61,13 @@ type Thread struct {
 	State string `json:"state,omitempty"`
 	WChan string `json:"wchan,omitempty"`
 	// LockWait: the agent saw the innermost frame entering this lock (nil:
-	// not entering one, or not known).
-	LockWait *LockWait `json:"lock_wait,omitempty"`
-	// LocksHeld are the locks the thread holds through the with
-	// statements its frames are inside, as the agent read them (locks
-	// taken with acquire() outside a with are not among them).
-	LocksHeld []HeldLock `json:"locks_held,omitempty"`
+	// not entering one, or not known). LocksHeld are the locks the thread
+	// holds through the with statements its frames are inside (locks taken
+	// with acquire() outside a with are not among them). Neither is in
+	// this type's JSON, which is get_stacks' output and has a size budget:
+	// the evidence bundle carries them (evidence.ThreadLocks).
+	LockWait  *LockWait  `json:"-"`
+	LocksHeld []HeldLock `json:"-"`
 }
 
 // HeldLock is one lock a thread holds.
@@ -107,7 +108,7 @@ type Process struct {
 	// AgentErr is the kind of the agent's failure to answer ("timeout":
 	// it did not answer in time, as when a thread holds the GIL; "dead",
 	// "refused", …), "" when it answered or was not asked.
-	AgentErr string `json:"agent_error,omitempty"`
+	AgentErr string `json:"-"`
 }
 
 // The /apis/stacks reply (agent/PROTOCOL.md).
