@@ -492,6 +492,7 @@ func threadHypotheses(hs []Hypothesis, in Input, m Model) []Hypothesis {
 		}
 	}
 	var out []Hypothesis
+	group := map[string]int{}
 	for _, f := range sortedFacts(in.Ranks) {
 		if named[f.Rank] {
 			continue
@@ -505,15 +506,43 @@ func threadHypotheses(hs []Hypothesis, in Input, m Model) []Hypothesis {
 		if tf.Strong {
 			h.Confidence = Medium
 		}
+		inColl := false
 		if rk := m.Ranks[f.Rank]; rk != nil && rk.Status == InCollective && rk.In != nil {
+			inColl = true
 			h.Confidence = Low
 			h.Evidence = append(h.Evidence, Evidence{"comm_rings", fmt.Sprintf("but the rings show rank %d inside %s: its threads' state may not be what holds the job", f.Rank, rk.In)})
 		} else {
 			h.Evidence = append(h.Evidence, Evidence{"comm_rings", fmt.Sprintf("no rank is recorded waiting for rank %d in a collective: the stacks alone say this", f.Rank)})
 		}
+		// Ranks alike (the same category, confidence and place, as when
+		// every rank's main thread ended and a non-daemon thread keeps
+		// each alive) are one hypothesis, its evidence the first one's.
+		key := fmt.Sprintf("%s|%s|%t|%s", h.Category, h.Confidence, inColl, placeOf(tf.Thread))
+		if k, ok := group[key]; ok {
+			out[k].culprits = append(out[k].culprits, f.Rank)
+			continue
+		}
+		group[key] = len(out)
 		out = append(out, h)
 	}
+	for i := range out {
+		if n := len(out[i].culprits); n > 1 {
+			out[i].Evidence = append(out[i].Evidence, Evidence{"stacks", fmt.Sprintf("%d ranks show the same (%s); the lines above are rank %d's", n, rankWords(out[i].culprits), out[i].culprits[0])})
+		}
+	}
 	return out
+}
+
+// placeOf is a thread's innermost user frame, to tell ranks stuck at the
+// same place.
+func placeOf(t *stacks.Thread) string {
+	if t == nil {
+		return ""
+	}
+	if w := userFrame(t); w != nil {
+		return fmt.Sprintf("%s:%d", w.File, w.Line)
+	}
+	return ""
 }
 
 // hasThreads: the rank's stacks show something (a thread with frames, or

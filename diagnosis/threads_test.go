@@ -218,3 +218,23 @@ func TestThreadsMainAbsent(t *testing.T) {
 		t.Fatalf("%+v", h)
 	}
 }
+
+// TestThreadsAlikeGrouped: every rank's main thread gone the same way,
+// nobody waiting in a collective: one hypothesis naming them all.
+func TestThreadsAlikeGrouped(t *testing.T) {
+	b := loadCapture(t, "main_thread_dead")
+	b.Comm = nil
+	e1 := b.Ranks[1]
+	for r := 0; r < 4; r++ {
+		cp := *e1
+		cp.Rank = r
+		cp.Activity = &evidence.RankActivity{Rank: r, LastComm: e1.NowNS/1000 - 300_000_000}
+		b.Ranks[r] = &cp
+	}
+	rep := Diagnose(FromBundle(b, StateOptions{}))
+	h := rep.Hypotheses[0]
+	if len(rep.Hypotheses) != 1 || h.Category != CatMainThreadDead || h.Culprits != "0-3" || h.Confidence != Medium ||
+		!strings.Contains(allText(h), "4 ranks show the same (ranks 0-3)") {
+		t.Fatalf("%+v", rep.Hypotheses)
+	}
+}
