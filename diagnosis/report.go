@@ -143,11 +143,7 @@ type RankGroup struct {
 func Diagnose(in Input) Report {
 	rep := diagnose(in)
 	if len(in.Conflicts) > 0 {
-		for i := range rep.Hypotheses {
-			if rep.Hypotheses[i].Confidence == High {
-				rep.Hypotheses[i].Confidence = Medium
-			}
-		}
+		atMostMedium(rep.Hypotheses)
 		for _, c := range in.Conflicts {
 			rep.DataQuality = append(rep.DataQuality, "sources disagree: "+c)
 		}
@@ -281,12 +277,7 @@ func diagnose(in Input) Report {
 		rep.Hypotheses = []Hypothesis{finish(h, in)}
 	}
 	if js.Young {
-		// A young stall may still be a pause: no verdict above medium.
-		for i := range rep.Hypotheses {
-			if rep.Hypotheses[i].Confidence == High {
-				rep.Hypotheses[i].Confidence = Medium
-			}
-		}
+		atMostMedium(rep.Hypotheses) // a young stall may still be a pause
 		rep.DataQuality = append(rep.DataQuality, "the stall is young (under the stall_seconds of a confident verdict): call again later to confirm it lasts")
 	}
 	sort.SliceStable(rep.Hypotheses, func(i, j int) bool {
@@ -509,4 +500,12 @@ func absentRanks(in Input) []int {
 		}
 	}
 	return out
+}
+
+func atMostMedium(hs []Hypothesis) {
+	for i := range hs {
+		if hs[i].Confidence == High {
+			hs[i].Confidence = Medium
+		}
+	}
 }
