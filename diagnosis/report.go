@@ -10,6 +10,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
 // Categories of a hypothesis (issue 10's exact names).
@@ -48,6 +49,15 @@ type RankFacts struct {
 	Activity *evidence.RankActivity
 	// NowNS is the rank's clock (Unix ns) when its evidence was read.
 	NowNS int64
+	// Threads, StackSource, StackErr, AgentErr, OSThreads, Record and
+	// EndedNS are evidence.RankEvidence's (threads.go reads them).
+	Threads     []stacks.Thread
+	StackSource string
+	StackErr    string
+	AgentErr    string
+	OSThreads   []stacks.Thread
+	Record      *procfacts.Ending
+	EndedNS     int64
 }
 
 // Input is everything Diagnose weighs; the evidence service builds it.
@@ -99,6 +109,9 @@ type Hypothesis struct {
 
 	culprits, collateral []int
 	group                string // the group of an all-in-collective sink
+	// whereThread, when set, is the thread whose innermost user frame is
+	// the where (else the culprit's main thread).
+	whereThread *stacks.Thread
 }
 
 // Report is the verdict.
@@ -222,21 +235,35 @@ func diagnose(in Input) Report {
 			// Post-mortem too, a rank that died of its own exception is
 			// dead, not stuck where its rings stopped.
 			rk.Status, rk.In = Dead, nil
-		case rk.Status == NoEvidence && f.Main != nil && len(f.Main.Frames) > 0:
+		case rk.Status == NoEvidence && hasThreads(f):
 			rk.Status = Running // its stack shows where it is, outside any recorded collective
 		}
 	}
 	g := WaitFor(m)
 	rep.doing = hangDoing(m, g, in)
 	rep.Ranks = groupDoing(rep.doing)
+	mismatches := FindMismatches(in.Comm, in.World)
 	for _, s := range g.Sinks {
-		h := finish(hypothesisOf(s, in, g), in)
-		if postMortem && h.Category == CatCPUStall {
-			// No process to ask: what it left says where it was.
-			h.Confirm = fmt.Sprintf("rank %d's last rows in python.comm_collective (query), and its stack if one was dumped on the way out (.stacks.txt, .signal.*.txt in its data dir entry, or the job's log)", s.Ranks[0])
-			h.Refute = fmt.Sprintf("rank %d's rings show it entered the collectives its peers wait in", s.Ranks[0])
+		h := hypothesisOf(s, in, g)
+		switch s.Kind {
+		case SinkCPU:
+			h = refineCPU(h, s, in) // threads.go: deadlock, GIL, main thread gone
+		case SinkAllIn:
+			h = refineAllIn(h, s, mismatches)
 		}
 		rep.Hypotheses = append(rep.Hypotheses, h)
+	}
+	rep.Hypotheses = orderDeaths(rep.Hypotheses, in)
+	rep.Hypotheses = mergeMismatches(rep.Hypotheses, mismatches)
+	rep.Hypotheses = append(rep.Hypotheses, threadHypotheses(rep.Hypotheses, in, m)...)
+	for i := range rep.Hypotheses {
+		h := finish(rep.Hypotheses[i], in)
+		if postMortem && h.Category == CatCPUStall {
+			// No process to ask: what it left says where it was.
+			h.Confirm = fmt.Sprintf("rank %d's last rows in python.comm_collective (query), and its stack if one was dumped on the way out (.stacks.txt, .signal.*.txt in its data dir entry, or the job's log)", h.culprits[0])
+			h.Refute = fmt.Sprintf("rank %d's rings show it entered the collectives its peers wait in", h.culprits[0])
+		}
+		rep.Hypotheses[i] = h
 	}
 	rep.Hypotheses = withFlightRecorder(rep.Hypotheses, in)
 	if c := frCoverage(in); c != "" {
@@ -350,10 +377,18 @@ func finish(h Hypothesis, in Input) Hypothesis {
 		return h
 	}
 	f := in.Ranks[h.culprits[0]]
-	if f == nil || f.Main == nil {
+	if f == nil {
 		return h
 	}
-	h.Where = userFrame(f.Main)
+	if h.whereThread != nil {
+		h.Where = userFrame(h.whereThread)
+	}
+	if f.Main == nil {
+		return h
+	}
+	if h.Where == nil {
+		h.Where = userFrame(f.Main)
+	}
 	if h.Category == CatCPUStall && inCollective(f.Main) {
 		h.Confidence = Low
 		h.Evidence = append(h.Evidence, Evidence{"stacks", "but its main thread's stack is inside torch.distributed: the rings and the stack disagree"})
@@ -404,7 +439,7 @@ func summary(h Hypothesis, js JobState) string {
 	}
 	var s string
 	switch h.Category {
-	case CatMissing:
+	case CatMissing, CatMismatch:
 		s = fmt.Sprintf("%s is the culprit (%s, %s confidence)%s: %s", who, h.Category, h.Confidence, where, h.Evidence[0].Text)
 	case CatAllIn:
 		s = fmt.Sprintf("Every rank is inside the same collective (%s, %s confidence): the hang is below the ranks", h.Category, h.Confidence)
@@ -448,7 +483,9 @@ func FromBundle(b *evidence.Bundle, st StateOptions) Input {
 	in := Input{World: b.World, Ranks: map[int]*RankFacts{}, Comm: b.Comm, Problems: b.Problems, Conflicts: b.Conflicts,
 		FR: b.FR, FRRanks: b.FRRanks, State: st}
 	for r, e := range b.Ranks {
-		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS}
+		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS,
+			Threads: evidence.WithLocks(e.Threads, e.Locks), StackSource: e.StackSource, StackErr: e.StackErr, AgentErr: e.AgentErr, OSThreads: e.OSThreads,
+			Record: e.Record, EndedNS: e.EndedNS}
 	}
 	return in
 }
