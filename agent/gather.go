@@ -67,6 +67,10 @@ func Stacks(ctx context.Context, a *Agent, opt StackOptions) *stacks.Process {
 			p = got
 		} else {
 			errs = append(errs, err.Error())
+			p.AgentErr = "error"
+			if ae, ok := errors.AsType[*Error](err); ok {
+				p.AgentErr = ae.Kind
+			}
 		}
 	}
 	if p.Source == "" && a.Untrusted == "" && a.Identity != nil && a.Identity.FaulthandlerSignal > 0 && a.Identity.FaulthandlerFile != "" {
