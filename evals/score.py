@@ -377,10 +377,6 @@ def torch_cases(python, everything=False):
 
 # ------------------------------------------------------------------ output
 
-def _mark(v):
-    return "-" if v is None else ("ok" if v else "WRONG")
-
-
 def table_rows(results):
     rows = [("case", "state (truth)", "category (truth)", "culprits (truth)", "frame", "text B", "json B", "ms", "verdict")]
     for r in results:
@@ -396,14 +392,14 @@ def table_rows(results):
         g, s = r["got"], r["score"]
         w = g.get("where") or {}
         fr = "%s:%s" % (os.path.basename(w.get("file") or ""), w.get("function") or "") if w else ""
-        if t.get("function"):
-            fr = "%s (%s)" % (fr or "none", t["function"])
+        if t.get("function") and not s["frame"]:
+            fr = "%s (%s:%s)" % (fr or "none", t["file"], t["function"])
         bad = wrong(r)
         rows.append((r["case"],
                      "%s (%s)" % (g["state"], t["state"]) if not s["state"] else g["state"],
                      "%s (%s)" % (g["category"], t["category"]) if not s["category"] else g["category"],
                      "%s (%s)" % (g["culprits"] or "''", t["culprits"] or "''") if not s["culprit"] else (g["culprits"] or "''"),
-                     (fr + " " + _mark(s["frame"])) if s["frame"] is not None else "-",
+                     fr if s["frame"] else ("%s WRONG" % fr if s["frame"] is False else "-"),
                      str(r["text_bytes"]), str(r["json_bytes"]), "%.0f" % r["ms"],
                      "ok" if not bad else "WRONG: " + ",".join(bad)))
     return rows
