@@ -182,7 +182,7 @@ func diagnose(in Input) Report {
 	}
 	js := Classify(ps, in.State)
 	if js.State == StateHealthy || js.State == StateProgressing {
-		if slow, why := waitStragglers(in.Comm); len(slow) > 0 {
+		if slow, why := waitStragglers(in.Comm, js.Step); len(slow) > 0 {
 			js.State, js.Slow, js.Why = StateSlow, slow, js.Why+"; but "+why
 		}
 	}
