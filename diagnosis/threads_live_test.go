@@ -184,7 +184,11 @@ func TestLiveThreadCategories(t *testing.T) {
 	} {
 		t.Run(c.scenario, func(t *testing.T) {
 			j := startThreadsJob(t, c.scenario, c.world)
-			rep, b := diagnoseUntil(t, j, c.scenario, func(r diagnosis.Report) bool { return settled(r, c.category) })
+			// Settled: the peers are recorded inside their wait (a rank's
+			// in-flight row reaches its ring within its flush interval).
+			rep, b := diagnoseUntil(t, j, c.scenario, func(r diagnosis.Report) bool {
+				return settled(r, c.category) && first(r).Collateral == c.waiting
+			})
 			h := first(rep)
 			text := evidenceText(h)
 			if h.Culprits != c.culprit || h.Collateral != c.waiting || h.Confidence != c.confidence || h.Where == nil || h.Where.Function != c.function {
