@@ -275,6 +275,11 @@ func diagnose(in Input) Report {
 			Evidence: []Evidence{{"comm_rings", "no rank is recorded inside a collective, and nothing shows who waits for whom"}},
 			Confirm:  "get_stacks on every rank, and snapshot_flight_recorder",
 			Refute:   "a rank recorded inside a collective"}
+		if postMortem {
+			h.Evidence[0].Text = "when the processes ended, no rank was recorded waiting for another: the job was moving (or between collectives) when it was stopped, so its end, not a hang, is the question"
+			h.Confirm = "list_processes {\"include_dead\":true}: how each rank ended; the job's log"
+			h.Refute = "a rank's rings show it inside a collective its peers never entered"
+		}
 		rep.Hypotheses = []Hypothesis{finish(h, in)}
 	}
 	if js.Young {
@@ -439,10 +444,12 @@ func summary(h Hypothesis, js JobState) string {
 		who = "ranks " + h.Culprits
 	}
 	var s string
-	switch h.Category {
-	case CatMissing, CatMismatch:
+	switch {
+	case len(h.culprits) == 0:
+		s = fmt.Sprintf("No culprit found (%s, %s confidence): %s", h.Category, h.Confidence, h.Evidence[0].Text)
+	case h.Category == CatMissing || h.Category == CatMismatch:
 		s = fmt.Sprintf("%s is the culprit (%s, %s confidence)%s: %s", who, h.Category, h.Confidence, where, h.Evidence[0].Text)
-	case CatAllIn:
+	case h.Category == CatAllIn:
 		s = fmt.Sprintf("Every rank is inside the same collective (%s, %s confidence): the hang is below the ranks", h.Category, h.Confidence)
 	default:
 		s = fmt.Sprintf("%s is the culprit (%s, %s confidence)%s", who, h.Category, h.Confidence, where)
