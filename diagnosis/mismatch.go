@@ -250,3 +250,115 @@ func mergeMismatches(hs []Hypothesis, ms []Mismatch) []Hypothesis {
 	}
 	return out
 }
+
+// mismatchDeaths: a job dead of a mismatched collective. Backends do not
+// always hang on a mismatch: gloo breaks the connection, torch's
+// TORCH_DISTRIBUTED_DEBUG=DETAIL raises "Detected mismatch between
+// collectives", and the ranks die of it, the first one inside the very
+// call. When the first to die (the dead_rank hypothesis's culprit) died in
+// a collective the rings show mismatched, or says so itself, the mismatch
+// is the cause: it comes first, its culprits the minority side (or, when
+// the sides are even, the side of the first death), and the deaths stay as
+// the next hypothesis.
+func mismatchDeaths(hs []Hypothesis, in Input, ms []Mismatch) []Hypothesis {
+	di := -1
+	for i, h := range hs {
+		if h.Category == CatDeadRank && len(h.culprits) == 1 {
+			di = i
+			break
+		}
+	}
+	if di < 0 {
+		return hs
+	}
+	c := hs[di].culprits[0]
+	f := in.Ranks[c]
+	if f == nil || f.Alive {
+		return hs
+	}
+	said := ""
+	if f.Record != nil && f.Record.Exception != nil && strings.Contains(f.Record.Exception.Message, "mismatch between collectives") {
+		said = firstLine(f.Record.Exception.Message)
+	}
+	// The collective c was in last, per group.
+	last := map[string]int64{}
+	var lastTS int64
+	lastGroup := ""
+	for _, r := range in.Comm {
+		if r.Rank != c || r.GroupSeq <= 0 {
+			continue
+		}
+		g, _, err := groupOf(r.Ranks, in.World)
+		if err != nil {
+			continue
+		}
+		last[g] = max(last[g], r.GroupSeq)
+		if r.TimestampUS >= lastTS {
+			lastTS, lastGroup = r.TimestampUS, g
+		}
+	}
+	var m *Mismatch
+	for i := range ms {
+		if ms[i].Group == lastGroup && ms[i].Seq == last[lastGroup] && sideOf(ms[i], c) >= 0 {
+			m = &ms[i]
+		}
+	}
+	if m == nil && said == "" {
+		return hs
+	}
+	var h Hypothesis
+	if m != nil {
+		h = mismatchHypothesis(*m, nil)
+		if len(m.Sides[0].Ranks) == len(m.Sides[1].Ranks) {
+			// Even sides: the first to fail is the side blamed.
+			h.culprits = append([]int(nil), m.Sides[sideOf(*m, c)].Ranks...)
+			var rest []int
+			for k, s := range m.Sides {
+				if k != sideOf(*m, c) {
+					rest = append(rest, s.Ranks...)
+				}
+			}
+			sort.Ints(rest)
+			h.collateral, h.Collateral = rest, rankset.Format(rest)
+		}
+		h.Evidence = h.Evidence[:1]
+		h.Evidence = append(h.Evidence, Evidence{"agent", fmt.Sprintf("rank %d died first, inside this very call: %s", c, endingWords(f))})
+		h.Confidence = Medium
+		if len(m.Sides[0].Ranks) > len(m.Sides[1].Ranks) || said != "" {
+			h.Confidence = High
+		}
+	} else {
+		h = Hypothesis{Category: CatMismatch, culprits: []int{c}, Confidence: Medium,
+			Evidence: []Evidence{{"agent", fmt.Sprintf("rank %d died first, of torch's own mismatch check: %s", c, said)}},
+			Confirm:  "the job's log: torch's CollectiveFingerPrint lines name each rank's op, shape and dtype",
+			Refute:   "the ranks' calls at that sequence number agree"}
+	}
+	if said != "" && m != nil {
+		h.Evidence = append(h.Evidence, Evidence{"agent", "torch itself said so: " + said})
+	}
+	if f.Record != nil {
+		h.whereThread = exceptionThread(f.Record.Exception)
+	}
+	out := []Hypothesis{h}
+	for i, o := range hs {
+		if o.Category == CatMismatch && m != nil && strings.HasPrefix(o.Evidence[0].Text, fmt.Sprintf("collective #%d of group %s ", m.Seq, m.Group)) {
+			continue // said above
+		}
+		if i == di && o.Confidence == High {
+			o.Confidence = Medium // true, but the mismatch is why
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+func sideOf(m Mismatch, r int) int {
+	for k, s := range m.Sides {
+		for _, x := range s.Ranks {
+			if x == r {
+				return k
+			}
+		}
+	}
+	return -1
+}

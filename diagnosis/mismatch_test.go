@@ -6,6 +6,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diag/flightrecorder/frsynth"
 	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
 // rounds is a world-rank job of rounds all_reduces of 8 float32 bytes on
@@ -175,5 +176,51 @@ func TestMismatchRingsAndFlightRecorder(t *testing.T) {
 	if len(rep.Hypotheses) != 1 || h.Category != CatMismatch || h.Culprits != "7" || h.Confidence != High ||
 		!strings.Contains(text, "rank 7 called all_reduce (torch.float32, 2048 bytes)") || h.Evidence[0].Source != "flight_recorder" {
 		t.Fatalf("%+v", rep.Hypotheses)
+	}
+}
+
+// TestMismatchThatKilled: the backend broke on the mismatched call
+// instead of hanging: its member died first, inside it. The mismatch is
+// the cause and comes first; the deaths follow. Torch's own mismatch
+// check, in the exception, says so without the rings.
+func TestMismatchThatKilled(t *testing.T) {
+	in := rounds(4, 5, func(r int, row *evidence.CommRow) {
+		if r == 2 {
+			row.Shape, row.Bytes = "(4,)", 16
+		}
+	})
+	die := func(r int, at int64, msg string) {
+		f := in.Ranks[r]
+		f.Alive, f.Raised, f.EndedNS = false, true, at
+		f.Ending = "exited with code 1 after RuntimeError: " + msg
+		f.Record = &procfacts.Ending{Exception: &procfacts.ExitRecord{Kind: "exception", TimeNS: at, Type: "RuntimeError", Message: msg,
+			Thread: &procfacts.ExitThread{IsMain: true}, Frames: []procfacts.ExitFrame{
+				{File: "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", Line: 4181, Function: "all_reduce"},
+				{File: "/job/train.py", Line: 77, Function: "dp_sync"}}}}
+	}
+	die(2, 1_700_000_001_000_000_000, "Read error: Connection reset by peer")
+	die(0, 1_700_000_001_200_000_000, "Connection closed by peer")
+	rep := Diagnose(in)
+	h := rep.Hypotheses[0]
+	if h.Category != CatMismatch || h.Culprits != "2" || h.Confidence != High || h.Where == nil || h.Where.Function != "dp_sync" ||
+		!strings.Contains(allText(h), "rank 2 died first, inside this very call") {
+		t.Fatalf("%s\n%+v", rep.Summary, rep.Hypotheses)
+	}
+	if d := hypothesisFor(rep, CatDeadRank, "2"); d == nil || d.Confidence != Medium {
+		t.Errorf("the deaths: %+v", rep.Hypotheses)
+	}
+	// No mismatch in the rings (the culprit's last rows were lost), but
+	// torch's check raised: the exception says it.
+	in = rounds(4, 5, nil)
+	die(1, 1_700_000_001_000_000_000, "Detected mismatch between collectives on ranks. Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=4, OpType=ALLREDUCE, TensorShape=[4])")
+	h = Diagnose(in).Hypotheses[0]
+	if h.Category != CatMismatch || h.Culprits != "1" || h.Confidence != Medium || !strings.Contains(allText(h), "torch's own mismatch check") {
+		t.Fatalf("%+v", h)
+	}
+	// A death outside any mismatched call stays a dead rank.
+	in = rounds(4, 5, nil)
+	die(3, 1_700_000_001_000_000_000, "corrupt shard")
+	if h := Diagnose(in).Hypotheses[0]; h.Category != CatDeadRank || h.Culprits != "3" {
+		t.Fatalf("%+v", h)
 	}
 }

@@ -255,6 +255,7 @@ func diagnose(in Input) Report {
 	}
 	rep.Hypotheses = orderDeaths(rep.Hypotheses, in)
 	rep.Hypotheses = mergeMismatches(rep.Hypotheses, mismatches)
+	rep.Hypotheses = mismatchDeaths(rep.Hypotheses, in, mismatches)
 	rep.Hypotheses = append(rep.Hypotheses, threadHypotheses(rep.Hypotheses, in, m)...)
 	for i := range rep.Hypotheses {
 		h := finish(rep.Hypotheses[i], in)

@@ -86,6 +86,20 @@ func (j *liveJob) stop() {
 	j.cmds = nil
 }
 
+// pids says which process each rank of the bundle is, against the job's
+// own, for failure messages.
+func (j *liveJob) pids(b *evidence.Bundle) string {
+	var ours []int
+	for _, c := range j.cmds {
+		ours = append(ours, c.Process.Pid)
+	}
+	var parts []string
+	for r, e := range b.Ranks {
+		parts = append(parts, fmt.Sprintf("rank %d: pid %d alive %v source %s", r, e.PID, e.Alive, e.StackSource))
+	}
+	return fmt.Sprintf("the job's pids %v; the bundle's %s", ours, strings.Join(parts, "; "))
+}
+
 func (j *liveJob) tail() string {
 	var b strings.Builder
 	for i, l := range j.logs {
@@ -121,7 +135,7 @@ func diagnoseUntil(t *testing.T, j *liveJob, name string, ok func(diagnosis.Repo
 		}
 		if ctx.Err() != nil {
 			js, _ := json.MarshalIndent(rep, "", " ")
-			t.Fatalf("no expected verdict in time; last:\n%s\nproblems %v\n%s", js, b.Problems, j.tail())
+			t.Fatalf("no expected verdict in time; last:\n%s\nproblems %v\nranks %s\n%s", js, b.Problems, j.pids(b), j.tail())
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
@@ -184,12 +198,16 @@ func TestLiveThreadCategories(t *testing.T) {
 	} {
 		t.Run(c.scenario, func(t *testing.T) {
 			j := startThreadsJob(t, c.scenario, c.world)
-			rep, b := diagnoseUntil(t, j, c.scenario, func(r diagnosis.Report) bool { return settled(r, c.category) })
+			// Settled: the peers are recorded inside their wait (a rank's
+			// in-flight row reaches its ring within its flush interval).
+			rep, b := diagnoseUntil(t, j, c.scenario, func(r diagnosis.Report) bool {
+				return settled(r, c.category) && first(r).Collateral == c.waiting
+			})
 			h := first(rep)
 			text := evidenceText(h)
 			if h.Culprits != c.culprit || h.Collateral != c.waiting || h.Confidence != c.confidence || h.Where == nil || h.Where.Function != c.function {
 				js, _ := json.MarshalIndent(h, "", " ")
-				t.Errorf("%s\n%s", rep.Summary, js)
+				t.Errorf("%s\n%s\n%s", rep.Summary, js, j.pids(b))
 			}
 			for _, w := range c.says {
 				if !strings.Contains(text, w) {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
-	"github.com/probing-mcp/probing-mcp/agent/procfs"
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
@@ -52,9 +51,9 @@ type RankEvidence struct {
 	StackErr    string
 	AgentErr    string
 	// OSThreads are its kernel threads from /proc (tid, name, state,
-	// wchan), read when the agent did not answer: faulthandler's frames
-	// name no kernel thread but the main one, and these say which thread
-	// runs.
+	// wchan), read when the agent did not answer, before the faulthandler
+	// signal: faulthandler's frames name no kernel thread but the main
+	// one, and these say which thread ran.
 	OSThreads []stacks.Thread
 	// Locks are what the agent read of its threads' locks (the lock each
 	// one is entering, those its with statements hold), by thread.
@@ -232,13 +231,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 				e.Main = &t
 			}
 		}
-		if p.AgentErr != "" {
-			if pr, err := procfs.ReadProcess(p.PID); err == nil {
-				for _, t := range pr.Threads {
-					e.OSThreads = append(e.OSThreads, stacks.Thread{NativeID: t.TID, Name: t.Comm, State: t.State, WChan: t.WChan, IsMain: t.TID == p.PID})
-				}
-			}
-		}
+		e.OSThreads = p.OSThreads
 		if p.Err != "" && e.Main == nil {
 			problem("rank %d's stacks: %s", p.Rank, p.Err)
 		}

@@ -109,6 +109,11 @@ type Process struct {
 	// it did not answer in time, as when a thread holds the GIL; "dead",
 	// "refused", …), "" when it answered or was not asked.
 	AgentErr string `json:"-"`
+	// OSThreads are the kernel threads from /proc read right when the
+	// agent failed, before any faulthandler signal (which wakes a thread
+	// out of its C call): who ran when the agent could not answer. Not in
+	// the JSON (get_stacks' output).
+	OSThreads []Thread `json:"-"`
 }
 
 // The /apis/stacks reply (agent/PROTOCOL.md).
