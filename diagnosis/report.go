@@ -403,11 +403,12 @@ func finish(h Hypothesis, in Input) Hypothesis {
 }
 
 // userFrame is the innermost frame outside the standard library, site
-// packages and torch: the line of the job's own code.
+// packages, torch and our agent (wherever it is installed from): the line
+// of the job's own code.
 func userFrame(t *stacks.Thread) *Where {
 	for _, f := range t.Frames {
 		if f.File == "" || strings.Contains(f.File, "/site-packages/") || strings.Contains(f.File, "/dist-packages/") ||
-			strings.Contains(f.File, "/lib/python3") || strings.HasPrefix(f.File, "<") {
+			strings.Contains(f.File, "/lib/python3") || strings.HasPrefix(f.File, "<") || strings.Contains(f.File, "/probing_mcp_agent/") {
 			continue
 		}
 		return &Where{File: f.File, Line: f.Line, Function: f.Function}
