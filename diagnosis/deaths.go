@@ -3,6 +3,7 @@ package diagnosis
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 )
@@ -26,9 +27,14 @@ func orderDeaths(hs []Hypothesis, in Input) []Hypothesis {
 		}
 	}
 	var dead []*RankFacts
-	raised := false
+	raised, peerDeaths := false, false
+	for _, f := range in.Ranks {
+		peerDeaths = peerDeaths || (!f.Alive && deathKind(f) == diedOfPeer)
+	}
 	for _, f := range sortedFacts(in.Ranks) {
-		if !f.Alive && (f.Raised || f.EndedNS > 0 || inHyps(deadHs, f.Rank)) {
+		// A rank gone without a word is part of the story when others
+		// died of a vanished peer: it may be that peer.
+		if !f.Alive && (f.Raised || f.EndedNS > 0 || inHyps(deadHs, f.Rank) || peerDeaths) {
 			dead = append(dead, f)
 			raised = raised || f.Raised
 		}
@@ -43,8 +49,15 @@ func orderDeaths(hs []Hypothesis, in Input) []Hypothesis {
 		}
 		return append(rest, h)
 	}
-	// Earliest known ending first; unknown times last, by rank.
+	// Earliest known ending of its own cause first; then a rank that left
+	// no record (killed by a signal: SIGKILL, SIGSEGV, the OOM killer),
+	// which comes before deaths of a broken connection: those died of a
+	// peer that vanished, not of their own cause; by time within each.
 	sort.SliceStable(dead, func(i, j int) bool {
+		ki, kj := deathKind(dead[i]), deathKind(dead[j])
+		if ki != kj {
+			return ki < kj
+		}
 		a, b := dead[i].EndedNS, dead[j].EndedNS
 		if (a > 0) != (b > 0) {
 			return a > 0
@@ -53,6 +66,7 @@ func orderDeaths(hs []Hypothesis, in Input) []Hypothesis {
 	})
 	first := dead[0]
 	h := Hypothesis{Category: CatDeadRank, culprits: []int{first.Rank}}
+	byPeer := deathKind(first) == diedUnrecorded && len(dead) > 1 && deathKind(dead[len(dead)-1]) == diedOfPeer
 	collateral := map[int]bool{}
 	for _, d := range deadHs {
 		for _, r := range d.culprits {
@@ -77,6 +91,10 @@ func orderDeaths(hs []Hypothesis, in Input) []Hypothesis {
 		h.Evidence = append(h.Evidence, Evidence{"agent", fmt.Sprintf("then rank %d%s: %s", f.Rank, whenWords(f.EndedNS, first.EndedNS), endingWords(f))})
 	}
 	switch {
+	case byPeer:
+		// The others' records say a peer vanished; this one left none.
+		h.Confidence = Medium
+		h.Evidence = append(h.Evidence, Evidence{"agent", fmt.Sprintf("the ranks that recorded their end died of a broken connection to a peer; rank %d left no record: killed by a signal (SIGKILL, SIGSEGV, the OOM killer), it is the peer that vanished", first.Rank)})
 	case first.EndedNS > 0 && len(dead) > 1 && dead[1].EndedNS > first.EndedNS && first.Raised:
 		h.Confidence = High
 	case first.EndedNS > 0 && (len(dead) == 1 || dead[1].EndedNS > first.EndedNS):
@@ -139,4 +157,44 @@ func endingWords(f *RankFacts) string {
 		return f.Ending
 	}
 	return "it is gone and left no record of how it ended"
+}
+
+// How a rank died, in the order a culprit is looked for.
+const (
+	diedOwnCause = iota
+	diedUnrecorded
+	diedOfPeer
+)
+
+// peerErrors are the words of an exception that says a peer went away,
+// as gloo, NCCL and sockets say it.
+var peerErrors = []string{"connection reset by peer", "connection closed by peer", "broken pipe", "econnreset",
+	"connection refused", "socket closed", "remote end closed", "peer closed", "transport endpoint is not connected",
+	"read error", "nccl communicator was aborted", "connection was closed"}
+
+func deathKind(f *RankFacts) int {
+	switch {
+	case f.Raised && peerError(exceptionWords(f)):
+		return diedOfPeer
+	case f.Raised || f.EndedNS > 0:
+		return diedOwnCause
+	}
+	return diedUnrecorded
+}
+
+func peerError(s string) bool {
+	s = strings.ToLower(s)
+	for _, w := range peerErrors {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
+}
+
+func exceptionWords(f *RankFacts) string {
+	if f.Record != nil && f.Record.Exception != nil {
+		return f.Record.Exception.Type + ": " + f.Record.Exception.Message
+	}
+	return f.Ending
 }

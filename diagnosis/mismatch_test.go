@@ -146,6 +146,19 @@ func TestDeathOrder(t *testing.T) {
 	if n := len(rep.Hypotheses); n != 1 || strings.Count(allText(h), "wait for it in collectives") != 1 {
 		t.Errorf("%d hypotheses: %+v", n, rep.Hypotheses)
 	}
+	// Rank 5 killed by a signal (no record); ranks 1 and 4 died of the
+	// broken connection it left: rank 5 is the culprit, not the first to
+	// record a death.
+	k := scenario(everyoneBut(5, 4, "none", "pair"), 200)
+	k.Ranks[5].Alive = false
+	for _, r := range []int{4, 1} {
+		k.Ranks[r].Alive, k.Ranks[r].Raised, k.Ranks[r].EndedNS = false, true, 1_700_000_000_000_000_000+int64(r)*1e6
+		k.Ranks[r].Ending = "exited with code 1 after RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:29500"
+	}
+	h = Diagnose(k).Hypotheses[0]
+	if h.Category != CatDeadRank || h.Culprits != "5" || h.Confidence != Medium || !strings.Contains(allText(h), "killed by a signal") {
+		t.Fatalf("killed by a signal: %+v", h)
+	}
 	in.Ranks[5].EndedNS, in.Ranks[1].EndedNS = 0, 0
 	h = Diagnose(in).Hypotheses[0]
 	if h.Category != CatDeadRank || h.Confidence != Low || !strings.Contains(allText(h), "order of these deaths is not known") {
