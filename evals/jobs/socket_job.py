@@ -128,8 +128,11 @@ def native_preprocess(job, step, batch):
     if job.faulty and step == FAULT_STEP and job.scenario == "gil_held":
         job.comm.note("fault")
         # A C call made through PyDLL keeps the GIL for its whole duration:
-        # no other thread of the process (the agent's included) runs.
-        job.libc.sleep(10 ** 6)
+        # no other thread of the process (the agent's included) runs. A
+        # signal (the stack dump's) ends sleep() early, so it loops, as
+        # a native call that does not return would.
+        while True:
+            job.libc.sleep(10 ** 6)
     return batch
 
 
