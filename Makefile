@@ -3,7 +3,7 @@ GO     ?= go
 PYTHON ?= python3
 VENV   := .venv
 
-.PHONY: build demo test bench bench-sql fuzz clean
+.PHONY: build demo test eval bench bench-sql fuzz clean
 
 build:
 	$(GO) build -o bin/probing-mcp ./cmd/probing-mcp
@@ -24,6 +24,14 @@ test: $(VENV)/.installed
 	$(GO) vet ./...
 	PROBING_E2E_PYTHON=$(CURDIR)/$(VENV)/bin/python PROBING_E2E_REQUIRED=1 $(GO) test -race -count=1 ./...
 	$(PYTHON) -m pytest -q agent/python/tests
+
+# The scored corpus (docs/EVALS.md): real jobs that hang, die or straggle
+# with known answers, diagnosed through diagnose_hang by the official MCP
+# client. TORCH_PYTHON=/path/to/python adds the torch (gloo) jobs;
+# EVAL_ARGS passes more options (--only X, --markdown OUT, --json OUT).
+TORCH_PYTHON ?=
+eval: build $(VENV)/.installed
+	$(VENV)/bin/python evals/score.py $(if $(TORCH_PYTHON),--python-torch $(TORCH_PYTHON),--torch-free) $(EVAL_ARGS)
 
 # Decode + analyse synthetic dumps of 64..4096 ranks, side by side with
 # torch's fr_trace when PYTHON can import torch. See docs/BENCHMARKS.md.

@@ -67,6 +67,11 @@ func Stacks(ctx context.Context, a *Agent, opt StackOptions) *stacks.Process {
 			p = got
 		} else {
 			errs = append(errs, err.Error())
+			p.AgentErr = "error"
+			if ae, ok := errors.AsType[*Error](err); ok {
+				p.AgentErr = ae.Kind
+			}
+			p.OSThreads = sampleThreads(a.PID, 3, 20*time.Millisecond)
 		}
 	}
 	if p.Source == "" && a.Untrusted == "" && a.Identity != nil && a.Identity.FaulthandlerSignal > 0 && a.Identity.FaulthandlerFile != "" {
@@ -84,6 +89,38 @@ func Stacks(ctx context.Context, a *Agent, opt StackOptions) *stacks.Process {
 		p.Err = joinErrs(errs)
 	}
 	return p
+}
+
+// sampleThreads reads the process's kernel threads n times, every gap,
+// and keeps for each one its futex wait if any sample saw one: a thread
+// that waits for the GIL sleeps on a futex and wakes every few ms to
+// retry, so one sample may catch it running; only a thread seen outside a
+// futex in every sample is taken as not waiting (the GIL's holder, in its
+// C call or loop).
+func sampleThreads(pid, n int, gap time.Duration) []stacks.Thread {
+	var out []stacks.Thread
+	at := map[int]int{}
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			time.Sleep(gap)
+		}
+		pr, err := procfs.ReadProcess(pid)
+		if err != nil {
+			break
+		}
+		for _, t := range pr.Threads {
+			th := stacks.Thread{NativeID: t.TID, Name: t.Comm, State: t.State, WChan: t.WChan, IsMain: t.TID == pid}
+			k, seen := at[t.TID]
+			switch {
+			case !seen:
+				at[t.TID] = len(out)
+				out = append(out, th)
+			case !strings.Contains(out[k].WChan, "futex"):
+				out[k] = th
+			}
+		}
+	}
+	return out
 }
 
 // dropAgentThreads removes the agent's own threads (its server answering

@@ -54,6 +54,13 @@ func withFlightRecorder(hs []Hypothesis, in Input) []Hypothesis {
 			}
 			h.Collateral = rankset.Format(rest)
 			h = finish(h, in)
+			for _, o := range hs {
+				if o.Category == CatMismatch && slices.Equal(o.culprits, culprits) {
+					// The rings saw the same mismatch (mismatch.go): two
+					// sources, one answer.
+					h.Evidence, h.Confidence = append(h.Evidence, o.Evidence...), High
+				}
+			}
 			// It explains an "all inside" of that group, and replaces a
 			// graph hypothesis on the same ranks (which said less).
 			hs = slices.DeleteFunc(hs, func(o Hypothesis) bool {

@@ -10,6 +10,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
 // Categories of a hypothesis (issue 10's exact names).
@@ -48,6 +49,15 @@ type RankFacts struct {
 	Activity *evidence.RankActivity
 	// NowNS is the rank's clock (Unix ns) when its evidence was read.
 	NowNS int64
+	// Threads, StackSource, StackErr, AgentErr, OSThreads, Record and
+	// EndedNS are evidence.RankEvidence's (threads.go reads them).
+	Threads     []stacks.Thread
+	StackSource string
+	StackErr    string
+	AgentErr    string
+	OSThreads   []stacks.Thread
+	Record      *procfacts.Ending
+	EndedNS     int64
 }
 
 // Input is everything Diagnose weighs; the evidence service builds it.
@@ -99,6 +109,9 @@ type Hypothesis struct {
 
 	culprits, collateral []int
 	group                string // the group of an all-in-collective sink
+	// whereThread, when set, is the thread whose innermost user frame is
+	// the where (else the culprit's main thread).
+	whereThread *stacks.Thread
 }
 
 // Report is the verdict.
@@ -169,7 +182,7 @@ func diagnose(in Input) Report {
 	}
 	js := Classify(ps, in.State)
 	if js.State == StateHealthy || js.State == StateProgressing {
-		if slow, why := waitStragglers(in.Comm); len(slow) > 0 {
+		if slow, why := waitStragglers(in.Comm, js.Step); len(slow) > 0 {
 			js.State, js.Slow, js.Why = StateSlow, slow, js.Why+"; but "+why
 		}
 	}
@@ -222,21 +235,36 @@ func diagnose(in Input) Report {
 			// Post-mortem too, a rank that died of its own exception is
 			// dead, not stuck where its rings stopped.
 			rk.Status, rk.In = Dead, nil
-		case rk.Status == NoEvidence && f.Main != nil && len(f.Main.Frames) > 0:
+		case rk.Status == NoEvidence && hasThreads(f):
 			rk.Status = Running // its stack shows where it is, outside any recorded collective
 		}
 	}
 	g := WaitFor(m)
 	rep.doing = hangDoing(m, g, in)
 	rep.Ranks = groupDoing(rep.doing)
+	mismatches := FindMismatches(in.Comm, in.World)
 	for _, s := range g.Sinks {
-		h := finish(hypothesisOf(s, in, g), in)
-		if postMortem && h.Category == CatCPUStall {
-			// No process to ask: what it left says where it was.
-			h.Confirm = fmt.Sprintf("rank %d's last rows in python.comm_collective (query), and its stack if one was dumped on the way out (.stacks.txt, .signal.*.txt in its data dir entry, or the job's log)", s.Ranks[0])
-			h.Refute = fmt.Sprintf("rank %d's rings show it entered the collectives its peers wait in", s.Ranks[0])
+		h := hypothesisOf(s, in, g)
+		switch s.Kind {
+		case SinkCPU:
+			h = refineCPU(h, s, in) // threads.go: deadlock, GIL, main thread gone
+		case SinkAllIn:
+			h = refineAllIn(h, s, mismatches)
 		}
 		rep.Hypotheses = append(rep.Hypotheses, h)
+	}
+	rep.Hypotheses = orderDeaths(rep.Hypotheses, in)
+	rep.Hypotheses = mergeMismatches(rep.Hypotheses, mismatches)
+	rep.Hypotheses = mismatchDeaths(rep.Hypotheses, in, mismatches)
+	rep.Hypotheses = append(rep.Hypotheses, threadHypotheses(rep.Hypotheses, in, m)...)
+	for i := range rep.Hypotheses {
+		h := finish(rep.Hypotheses[i], in)
+		if postMortem && h.Category == CatCPUStall {
+			// No process to ask: what it left says where it was.
+			h.Confirm = fmt.Sprintf("rank %d's last rows in python.comm_collective (query), and its stack if one was dumped on the way out (.stacks.txt, .signal.*.txt in its data dir entry, or the job's log)", h.culprits[0])
+			h.Refute = fmt.Sprintf("rank %d's rings show it entered the collectives its peers wait in", h.culprits[0])
+		}
+		rep.Hypotheses[i] = h
 	}
 	rep.Hypotheses = withFlightRecorder(rep.Hypotheses, in)
 	if c := frCoverage(in); c != "" {
@@ -247,6 +275,11 @@ func diagnose(in Input) Report {
 			Evidence: []Evidence{{"comm_rings", "no rank is recorded inside a collective, and nothing shows who waits for whom"}},
 			Confirm:  "get_stacks on every rank, and snapshot_flight_recorder",
 			Refute:   "a rank recorded inside a collective"}
+		if postMortem {
+			h.Evidence[0].Text = "when the processes ended, no rank was recorded waiting for another: the job was moving (or between collectives) when it was stopped, so its end, not a hang, is the question"
+			h.Confirm = "list_processes {\"include_dead\":true}: how each rank ended; the job's log"
+			h.Refute = "a rank's rings show it inside a collective its peers never entered"
+		}
 		rep.Hypotheses = []Hypothesis{finish(h, in)}
 	}
 	if js.Young {
@@ -350,10 +383,18 @@ func finish(h Hypothesis, in Input) Hypothesis {
 		return h
 	}
 	f := in.Ranks[h.culprits[0]]
-	if f == nil || f.Main == nil {
+	if f == nil {
 		return h
 	}
-	h.Where = userFrame(f.Main)
+	if h.whereThread != nil {
+		h.Where = userFrame(h.whereThread)
+	}
+	if f.Main == nil {
+		return h
+	}
+	if h.Where == nil {
+		h.Where = userFrame(f.Main)
+	}
 	if h.Category == CatCPUStall && inCollective(f.Main) {
 		h.Confidence = Low
 		h.Evidence = append(h.Evidence, Evidence{"stacks", "but its main thread's stack is inside torch.distributed: the rings and the stack disagree"})
@@ -362,11 +403,12 @@ func finish(h Hypothesis, in Input) Hypothesis {
 }
 
 // userFrame is the innermost frame outside the standard library, site
-// packages and torch: the line of the job's own code.
+// packages, torch and our agent (wherever it is installed from): the line
+// of the job's own code.
 func userFrame(t *stacks.Thread) *Where {
 	for _, f := range t.Frames {
 		if f.File == "" || strings.Contains(f.File, "/site-packages/") || strings.Contains(f.File, "/dist-packages/") ||
-			strings.Contains(f.File, "/lib/python3") || strings.HasPrefix(f.File, "<") {
+			strings.Contains(f.File, "/lib/python3") || strings.HasPrefix(f.File, "<") || strings.Contains(f.File, "/probing_mcp_agent/") {
 			continue
 		}
 		return &Where{File: f.File, Line: f.Line, Function: f.Function}
@@ -403,10 +445,12 @@ func summary(h Hypothesis, js JobState) string {
 		who = "ranks " + h.Culprits
 	}
 	var s string
-	switch h.Category {
-	case CatMissing:
+	switch {
+	case len(h.culprits) == 0:
+		s = fmt.Sprintf("No culprit found (%s, %s confidence): %s", h.Category, h.Confidence, h.Evidence[0].Text)
+	case h.Category == CatMissing || h.Category == CatMismatch:
 		s = fmt.Sprintf("%s is the culprit (%s, %s confidence)%s: %s", who, h.Category, h.Confidence, where, h.Evidence[0].Text)
-	case CatAllIn:
+	case h.Category == CatAllIn:
 		s = fmt.Sprintf("Every rank is inside the same collective (%s, %s confidence): the hang is below the ranks", h.Category, h.Confidence)
 	default:
 		s = fmt.Sprintf("%s is the culprit (%s, %s confidence)%s", who, h.Category, h.Confidence, where)
@@ -448,7 +492,9 @@ func FromBundle(b *evidence.Bundle, st StateOptions) Input {
 	in := Input{World: b.World, Ranks: map[int]*RankFacts{}, Comm: b.Comm, Problems: b.Problems, Conflicts: b.Conflicts,
 		FR: b.FR, FRRanks: b.FRRanks, State: st}
 	for r, e := range b.Ranks {
-		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS}
+		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS,
+			Threads: evidence.WithLocks(e.Threads, e.Locks), StackSource: e.StackSource, StackErr: e.StackErr, AgentErr: e.AgentErr, OSThreads: e.OSThreads,
+			Record: e.Record, EndedNS: e.EndedNS}
 	}
 	return in
 }

@@ -171,3 +171,16 @@ func TestAbsentRanksAreSaid(t *testing.T) {
 		t.Errorf("huge world: %s, %d ranks listed", rep.Summary, len(rep.doing))
 	}
 }
+
+// TestUserFrameSkipsTheAgent: the agent's own frames are never the job's
+// line, installed or run from a source checkout.
+func TestUserFrameSkipsTheAgent(t *testing.T) {
+	th := &stacks.Thread{Frames: []stacks.Frame{
+		{File: "/src/probing-mcp/agent/python/probing_mcp_agent/exits.py", Line: 88, Function: "_shutdown"},
+		{File: "/src/probing-mcp/agent/python/probing_mcp_agent/collectives.py", Line: 319, Function: "wrapper"},
+		{File: "/job/train.py", Line: 41, Function: "step"},
+	}}
+	if w := userFrame(th); w == nil || w.File != "/job/train.py" || w.Line != 41 {
+		t.Errorf("%+v", w)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/probing-mcp/probing-mcp/evidence"
 )
@@ -17,11 +18,16 @@ const (
 	waitRatio    = 3.0 // a straggler waits this many times less than the median
 	minMedianMS  = 5.0 // below this nobody waits enough to tell
 	minWaitRanks = 4
+	// minStepShare: the others' median wait must be this share of the
+	// job's step, or the "straggler" costs the job little and may be the
+	// noise of a loaded machine (a rank 10-25% slower for a while).
+	minStepShare = 0.2
 )
 
 // waitStragglers names the ranks whose recent collectives return far
-// sooner than everyone else's, with the evidence line.
-func waitStragglers(rows []evidence.CommRow) ([]int, string) {
+// sooner than everyone else's, with the evidence line. step is the job's
+// typical step time (0 when unknown).
+func waitStragglers(rows []evidence.CommRow, step time.Duration) ([]int, string) {
 	byRank := map[int][]float64{}
 	for i := len(rows) - 1; i >= 0; i-- { // newest first: rows are by rank, then time
 		r := rows[i]
@@ -47,7 +53,7 @@ func waitStragglers(rows []evidence.CommRow) ([]int, string) {
 	}
 	sort.Float64s(means)
 	med := means[len(means)/2]
-	if med < minMedianMS {
+	if med < minMedianMS || (step > 0 && med < minStepShare*float64(step.Milliseconds())) {
 		return nil, ""
 	}
 	var slow []int

@@ -1,5 +1,9 @@
 // Package evals checks the diagnoses end to end against cases with known
 // answers: real Flight Recorder dumps of faulty gloo jobs (testdata/fr/real,
-// made with torch 2.15) and what torch's own fr_trace concluded about them.
-// It holds tests and the benchmark tools under bench/, no library code.
+// made with torch 2.15) and what torch's own fr_trace concluded about them;
+// and the scored corpus, real jobs that hang on purpose (jobs/: one fault per
+// scenario, its truth in the launcher's ready file) diagnosed through
+// diagnose_hang by score.py, whose torch-free part TestCorpusTorchFree runs.
+// It holds tests, the jobs, the harness and the benchmark tools under bench/,
+// no library code.
 package evals

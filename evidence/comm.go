@@ -6,7 +6,9 @@ package evidence
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -23,6 +25,11 @@ type CommRow struct {
 	GroupSeq int64
 	// DurationMS is -1 while the call has not returned.
 	DurationMS float64
+	// Shape ("(4, 3)", a list "[(4, 3), (4, 3)]"), Dtype
+	// ("torch.float32") and Bytes describe the tensor(s) it carried; ""
+	// and 0 when unknown (record_collective gives only the bytes).
+	Shape, Dtype string
+	Bytes        int64
 }
 
 // MaxCommRows bounds what ReadComm returns, whatever the job's size.
@@ -35,20 +42,39 @@ func ReadComm(ctx context.Context, e *sqlengine.Engine, perRank int) ([]CommRow,
 	if perRank <= 0 {
 		perRank = 64
 	}
-	var out []CommRow
-	q := fmt.Sprintf(`SELECT _rank, timestamp, op, participate_ranks, group_seq, duration_ms FROM (
-  SELECT _rank, timestamp, op, participate_ranks, group_seq, duration_ms,
-         row_number() OVER (PARTITION BY _rank ORDER BY timestamp DESC) AS rn
-  FROM python.comm_collective WHERE _rank >= 0)
-WHERE rn <= %d ORDER BY _rank, timestamp`, perRank)
-	err := pages(ctx, e, q, func(v []any) {
-		out = append(out, CommRow{Rank: int(asInt(v[0])), TimestampUS: asInt(v[1]), Op: asString(v[2]),
-			Ranks: asString(v[3]), GroupSeq: asInt(v[4]), DurationMS: asFloat(v[5])})
-	})
+	out, err := readComm(ctx, e, perRank, true)
+	var se *sqlengine.Error
+	if err != nil && errors.As(err, &se) && strings.Contains(se.Msg, "no such column") {
+		// Rings of an agent that records no tensor columns: the
+		// collectives without their sizes.
+		out, err = readComm(ctx, e, perRank, false)
+	}
 	if err != nil {
 		return out, fmt.Errorf("reading python.comm_collective: %w", err)
 	}
 	return out, nil
+}
+
+func readComm(ctx context.Context, e *sqlengine.Engine, perRank int, tensors bool) ([]CommRow, error) {
+	cols := "_rank, timestamp, op, participate_ranks, group_seq, duration_ms"
+	if tensors {
+		cols += ", tensor_shape, tensor_dtype, bytes"
+	}
+	var out []CommRow
+	q := fmt.Sprintf(`SELECT %s FROM (
+  SELECT %s,
+         row_number() OVER (PARTITION BY _rank ORDER BY timestamp DESC) AS rn
+  FROM python.comm_collective WHERE _rank >= 0)
+WHERE rn <= %d ORDER BY _rank, timestamp`, cols, cols, perRank)
+	err := pages(ctx, e, q, func(v []any) {
+		r := CommRow{Rank: int(asInt(v[0])), TimestampUS: asInt(v[1]), Op: asString(v[2]),
+			Ranks: asString(v[3]), GroupSeq: asInt(v[4]), DurationMS: asFloat(v[5])}
+		if len(v) >= 9 {
+			r.Shape, r.Dtype, r.Bytes = asString(v[6]), asString(v[7]), asInt(v[8])
+		}
+		out = append(out, r)
+	})
+	return out, err
 }
 
 func asInt(v any) int64 {

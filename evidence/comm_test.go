@@ -85,3 +85,35 @@ func TestReadActivity(t *testing.T) {
 		t.Errorf("%+v", a)
 	}
 }
+
+// TestReadCommTensors: rings with the tensor columns give each call's
+// shape, dtype and bytes.
+func TestReadCommTensors(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "999993")
+	cols := []memt.Column{{Name: "timestamp", Type: memt.I64}, {Name: "op", Type: memt.Str}, {Name: "participate_ranks", Type: memt.Str},
+		{Name: "tensor_shape", Type: memt.Str}, {Name: "tensor_dtype", Type: memt.Str}, {Name: "bytes", Type: memt.I64},
+		{Name: "duration_ms", Type: memt.F64}, {Name: "group_seq", Type: memt.I64}}
+	w, err := memt.Create(filepath.Join(dir, "python.comm_collective"), cols, memt.Options{ChunkSize: 65536, NumChunks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Row().I64(1000).Str("all_reduce").Str("[0, 1]").Str("(4, 3)").Str("torch.float32").I64(48).F64(-1).I64(7).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if err := os.WriteFile(filepath.Join(dir, ".identity.json"), []byte(`{"agent":"probing-mcp","pid":999993,"rank":1,"world_size":2}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e, err := sqlengine.New(sqlengine.Options{DataDir: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := ReadComm(context.Background(), e, 8)
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("%v %v", rows, err)
+	}
+	if r := rows[0]; r.Rank != 1 || r.Shape != "(4, 3)" || r.Dtype != "torch.float32" || r.Bytes != 48 || r.GroupSeq != 7 || r.DurationMS != -1 {
+		t.Errorf("%+v", r)
+	}
+}

@@ -7,11 +7,15 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 )
+
+// frDeadline bounds the live Flight Recorder snapshots.
+const frDeadline = 4 * time.Second
 
 // gatherFR reads the Flight Recorder of every rank that has one: a live
 // snapshot of each live rank that runs torch (a process without torch has
@@ -28,7 +32,12 @@ func gatherFR(ctx context.Context, live, dead []*agent.Agent, problem func(strin
 	}
 	loaded := &fr.Loaded{}
 	if len(torch) > 0 {
-		col := agent.CollectFlightRecorder(ctx, torch, false)
+		// A rank whose GIL is held answers neither its agent nor (gloo)
+		// a dump pipe: the recorder is a second source, not worth the
+		// whole deadline.
+		fctx, cancel := context.WithTimeout(ctx, frDeadline)
+		col := agent.CollectFlightRecorder(fctx, torch, false)
+		cancel()
 		for _, a := range torch {
 			if err := col.Errors[a.PID]; err != nil {
 				problem("rank %d's Flight Recorder: %v", a.Rank(), err)

@@ -12,6 +12,7 @@ import (
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
@@ -39,7 +40,30 @@ type RankEvidence struct {
 	Ending string
 	Raised bool
 	// Main is its main thread's stack, when one was captured.
-	Main     *stacks.Thread
+	Main *stacks.Thread
+	// Threads are all its threads as captured (the agent's own left out),
+	// StackSource where they came from (stacks.SourceAgent,
+	// SourceFaulthandler, SourceProc; "" when not captured), StackErr why
+	// the capture failed or is partial, and AgentErr the kind of the
+	// agent's failure to answer ("timeout": it did not answer in time).
+	Threads     []stacks.Thread
+	StackSource string
+	StackErr    string
+	AgentErr    string
+	// OSThreads are its kernel threads from /proc (tid, name, state,
+	// wchan), read when the agent did not answer, before the faulthandler
+	// signal: faulthandler's frames name no kernel thread but the main
+	// one, and these say which thread ran.
+	OSThreads []stacks.Thread
+	// Locks are what the agent read of its threads' locks (the lock each
+	// one is entering, those its with statements hold), by thread.
+	Locks []ThreadLocks `json:",omitempty"`
+	// Record is what its agent recorded about its ending (exceptions, the
+	// main thread's end, the exit), nil when nothing; EndedNS is when it
+	// failed or ended (Unix ns: its main thread's uncaught exception, else
+	// its exit record, else its main thread's end), 0 when no record says.
+	Record   *procfacts.Ending
+	EndedNS  int64
 	Activity *RankActivity
 	// NowNS is this node's clock when the rank's evidence was read.
 	NowNS int64
@@ -156,6 +180,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 		e := &RankEvidence{Rank: a.Rank(), PID: a.PID, UID: a.UID, Alive: a.Alive}
 		if a.Ending != nil {
 			e.Ending, e.Raised = a.Ending.Summary(a.Alive), a.Ending.Exception != nil
+			e.Record, e.EndedNS = a.Ending, EndedNS(a.Ending)
 		}
 		if prev := b.Ranks[e.Rank]; prev != nil && prev.Alive {
 			if e.Alive {
@@ -198,12 +223,15 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 		if e == nil {
 			continue
 		}
+		e.Threads, e.StackSource, e.StackErr, e.AgentErr = p.Threads, p.Source, p.Err, p.AgentErr
+		e.Locks = LocksOf(p.Threads)
 		for i := range p.Threads {
 			if p.Threads[i].IsMain {
 				t := p.Threads[i]
 				e.Main = &t
 			}
 		}
+		e.OSThreads = p.OSThreads
 		if p.Err != "" && e.Main == nil {
 			problem("rank %d's stacks: %s", p.Rank, p.Err)
 		}
@@ -227,9 +255,67 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 	return b
 }
 
+// EndedNS is when a process's trouble ended it, from its ending records:
+// its main thread's uncaught exception (the failure itself, before any
+// cleanup), else its exit, else its main thread's end; 0 when none says.
+// An exception of another thread does not end a process and is not used.
+func EndedNS(e *procfacts.Ending) int64 {
+	if e == nil {
+		return 0
+	}
+	if x := e.Exception; x != nil && x.TimeNS > 0 && (x.Thread == nil || x.Thread.IsMain) {
+		return x.TimeNS
+	}
+	if e.Exit != nil && e.Exit.TimeNS > 0 {
+		return e.Exit.TimeNS
+	}
+	if e.MainThreadExit != nil {
+		return e.MainThreadExit.TimeNS
+	}
+	return 0
+}
+
 func rankWords(rs []int) string {
 	if len(rs) == 1 {
 		return "rank " + rankset.Format(rs)
 	}
 	return "ranks " + rankset.Format(rs)
+}
+
+// ThreadLocks is one thread's locks as the agent read them (stacks.Thread
+// keeps them out of its JSON).
+type ThreadLocks struct {
+	Thread  uint64            `json:"thread"`
+	Waiting *stacks.LockWait  `json:"waiting,omitempty"`
+	Held    []stacks.HeldLock `json:"held,omitempty"`
+}
+
+// LocksOf collects the lock facts of threads that have any.
+func LocksOf(ts []stacks.Thread) []ThreadLocks {
+	var out []ThreadLocks
+	for _, t := range ts {
+		if t.LockWait != nil || len(t.LocksHeld) > 0 {
+			out = append(out, ThreadLocks{Thread: t.ID, Waiting: t.LockWait, Held: t.LocksHeld})
+		}
+	}
+	return out
+}
+
+// WithLocks is a copy of ts with the lock facts of locks put back on
+// their threads (by thread id).
+func WithLocks(ts []stacks.Thread, locks []ThreadLocks) []stacks.Thread {
+	if len(locks) == 0 {
+		return ts
+	}
+	by := map[uint64]ThreadLocks{}
+	for _, l := range locks {
+		by[l.Thread] = l
+	}
+	out := append([]stacks.Thread(nil), ts...)
+	for i := range out {
+		if l, ok := by[out[i].ID]; ok {
+			out[i].LockWait, out[i].LocksHeld = l.Waiting, l.Held
+		}
+	}
+	return out
 }

@@ -1,24 +1,61 @@
 package evidence
 
 import (
-	"fmt"
+	"encoding/json"
 	"testing"
+
+	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
-// TestWorldOfMajorityAndConflict: the world size most live ranks report
-// is used, and a disagreement is a conflict naming who said what.
-func TestWorldOfMajorityAndConflict(t *testing.T) {
-	var got []string
-	conflict := func(f string, a ...any) { got = append(got, fmt.Sprintf(f, a...)) }
-	if w := worldOf(map[int][]int{8: {0, 1, 2, 3, 4, 5, 6, 7}}, conflict); w != 8 || len(got) != 0 {
-		t.Errorf("agreeing: %d %v", w, got)
+// TestLocksRoundTrip: a thread's lock facts, out of stacks.Thread's JSON,
+// survive the bundle's JSON through ThreadLocks and come back on their
+// threads.
+func TestLocksRoundTrip(t *testing.T) {
+	ts := []stacks.Thread{
+		{ID: 1, IsMain: true, LockWait: &stacks.LockWait{Lock: "a", Kind: "lock", LockID: 10, Locked: true}, LocksHeld: []stacks.HeldLock{{Lock: "b", Kind: "lock", LockID: 11}}},
+		{ID: 2},
 	}
-	w := worldOf(map[int][]int{8: {0, 1, 2, 4, 5, 6, 7}, 4: {3}}, conflict)
-	want := "the ranks report different world sizes: 4 (rank 3), 8 (ranks 0-2,4-7); the size most report, 8, is used"
-	if w != 8 || len(got) != 1 || got[0] != want {
-		t.Errorf("disagreeing: %d %q", w, got)
+	e := RankEvidence{Threads: ts, Locks: LocksOf(ts)}
+	data, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if w := worldOf(nil, conflict); w != 0 {
-		t.Errorf("nobody said: %d", w)
+	var back RankEvidence
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Threads[0].LockWait != nil {
+		t.Fatalf("lock facts in the thread's own JSON: %s", data)
+	}
+	got := WithLocks(back.Threads, back.Locks)
+	if w := got[0].LockWait; w == nil || *w != *ts[0].LockWait || len(got[0].LocksHeld) != 1 || got[0].LocksHeld[0].LockID != 11 || got[1].LockWait != nil {
+		t.Errorf("%+v", got)
+	}
+	if back.Threads[0].LockWait != nil {
+		t.Error("WithLocks changed the bundle's threads")
+	}
+}
+
+// TestEndedNS: the main thread's exception first (the failure itself),
+// else the exit, else the main thread's end; another thread's exception
+// does not end a process.
+func TestEndedNS(t *testing.T) {
+	main := &procfacts.ExitThread{IsMain: true}
+	other := &procfacts.ExitThread{Name: "w"}
+	for _, c := range []struct {
+		e    *procfacts.Ending
+		want int64
+	}{
+		{nil, 0},
+		{&procfacts.Ending{}, 0},
+		{&procfacts.Ending{Exception: &procfacts.ExitRecord{TimeNS: 5, Thread: main}, Exit: &procfacts.ExitRecord{TimeNS: 9}}, 5},
+		{&procfacts.Ending{Exception: &procfacts.ExitRecord{TimeNS: 5, Thread: other}, Exit: &procfacts.ExitRecord{TimeNS: 9}}, 9},
+		{&procfacts.Ending{Exception: &procfacts.ExitRecord{TimeNS: 5, Thread: other}}, 0},
+		{&procfacts.Ending{MainThreadExit: &procfacts.ExitRecord{TimeNS: 7}}, 7},
+	} {
+		if got := EndedNS(c.e); got != c.want {
+			t.Errorf("%+v: %d, want %d", c.e, got, c.want)
+		}
 	}
 }

@@ -115,3 +115,19 @@ func TestTrainingHangSkillGivesTheDiagnosis(t *testing.T) {
 		}
 	}
 }
+
+// TestDiagnoseHangDeadWhileMoving: a job killed while it was stepping
+// (the straggler fixture, frozen mid-run) has no culprit, and says so
+// rather than naming an empty rank set.
+func TestDiagnoseHangDeadWhileMoving(t *testing.T) {
+	dir := "../testdata/diag/real/straggler"
+	e, err := sqlengine.New(sqlengine.Options{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := ResultText(callDiagnose(t, &Env{SQL: e, Agents: agent.Options{DataDir: dir, CtrlRoot: t.TempDir()}}, nil))
+	if !strings.HasPrefix(text, "No culprit found (unreachable_rank, low confidence): when the processes ended, no rank was recorded waiting") ||
+		strings.Contains(text, "rank  is") {
+		t.Errorf("%s", text)
+	}
+}

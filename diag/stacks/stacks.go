@@ -60,6 +60,37 @@ type Thread struct {
 	// kernel function the thread sleeps in.
 	State string `json:"state,omitempty"`
 	WChan string `json:"wchan,omitempty"`
+	// LockWait: the agent saw the innermost frame entering this lock (nil:
+	// not entering one, or not known). LocksHeld are the locks the thread
+	// holds through the with statements its frames are inside (locks taken
+	// with acquire() outside a with are not among them). Neither is in
+	// this type's JSON, which is get_stacks' output and has a size budget:
+	// the evidence bundle carries them (evidence.ThreadLocks).
+	LockWait  *LockWait  `json:"-"`
+	LocksHeld []HeldLock `json:"-"`
+}
+
+// HeldLock is one lock a thread holds.
+type HeldLock struct {
+	Lock   string `json:"lock"`
+	Kind   string `json:"kind"`
+	LockID uint64 `json:"lock_id"`
+}
+
+// LockWait is the lock a thread is entering, as the agent read it from
+// the frame's bytecode and names.
+type LockWait struct {
+	// Lock is the expression the code names it by ("self.lock").
+	Lock string `json:"lock"`
+	// Kind is "lock" (threading.Lock) or "rlock" (threading.RLock, or a
+	// Condition's).
+	Kind string `json:"kind"`
+	// LockID tells the same lock object apart across threads.
+	LockID uint64 `json:"lock_id"`
+	Locked bool   `json:"locked"`
+	// Owner is an RLock's holder (a Thread.ID); 0 when unknown (a plain
+	// Lock does not record who holds it).
+	Owner uint64 `json:"owner,omitempty"`
 }
 
 // Process is one process's capture.
@@ -74,6 +105,15 @@ type Process struct {
 	// Err says why the capture failed or is partial (the agent timed out,
 	// the process exited); Threads may still hold what was read.
 	Err string `json:"error,omitempty"`
+	// AgentErr is the kind of the agent's failure to answer ("timeout":
+	// it did not answer in time, as when a thread holds the GIL; "dead",
+	// "refused", …), "" when it answered or was not asked.
+	AgentErr string `json:"-"`
+	// OSThreads are the kernel threads from /proc read right when the
+	// agent failed, before any faulthandler signal (which wakes a thread
+	// out of its C call): who ran when the agent could not answer. Not in
+	// the JSON (get_stacks' output).
+	OSThreads []Thread `json:"-"`
 }
 
 // The /apis/stacks reply (agent/PROTOCOL.md).
@@ -92,6 +132,8 @@ type wireThread struct {
 	IsMain          bool        `json:"is_main"`
 	Frames          []wireFrame `json:"frames"`
 	FramesTruncated bool        `json:"frames_truncated"`
+	LockWait        *LockWait   `json:"lock_wait"`
+	LocksHeld       []HeldLock  `json:"locks_held"`
 }
 
 type wireFrame struct {
@@ -120,7 +162,7 @@ func ParseAgentJSON(b []byte) (*Process, error) {
 	}
 	for _, wt := range *w.Threads {
 		t := Thread{ID: wt.ID, NativeID: wt.NativeID, Name: wt.Name, Daemon: wt.Daemon, IsMain: wt.IsMain,
-			FramesTruncated: wt.FramesTruncated, Frames: make([]Frame, 0, len(wt.Frames))}
+			FramesTruncated: wt.FramesTruncated, Frames: make([]Frame, 0, len(wt.Frames)), LockWait: wt.LockWait, LocksHeld: wt.LocksHeld}
 		for _, f := range wt.Frames {
 			fr := Frame{File: f.File, Function: f.Function}
 			if f.Line != nil && *f.Line > 0 {

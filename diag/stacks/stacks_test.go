@@ -11,7 +11,8 @@ import (
 const agentReply = `{"pid": 1234, "captured_at_ns": 1760000000000000000, "gil_holder": null,
  "threads": [{"id": 139912, "native_id": 4321, "name": "MainThread", "daemon": false, "is_main": true,
               "frames": [{"file": "/x/train.py", "line": 12, "function": "step"}],
-              "frames_truncated": false},
+              "frames_truncated": false, "lock_wait": {"lock": "self.lock", "kind": "rlock", "lock_id": 140000, "locked": true, "owner": 18446744073709551615},
+              "locks_held": [{"lock": "stats_lock", "kind": "lock", "lock_id": 140001}]},
              {"id": 18446744073709551615, "native_id": 4322, "name": "Thread-1 (w)", "daemon": true, "is_main": false,
               "frames": [{"file": "/x/w.py", "line": null, "function": "w"}], "frames_truncated": true, "future": 1}]}`
 
@@ -28,8 +29,12 @@ func TestParseAgentJSON(t *testing.T) {
 		m.Frames[0] != (Frame{File: "/x/train.py", Line: 12, Function: "step"}) {
 		t.Errorf("main: %+v", m)
 	}
+	if lw := m.LockWait; lw == nil || *lw != (LockWait{Lock: "self.lock", Kind: "rlock", LockID: 140000, Locked: true, Owner: 1<<64 - 1}) ||
+		len(m.LocksHeld) != 1 || m.LocksHeld[0] != (HeldLock{Lock: "stats_lock", Kind: "lock", LockID: 140001}) {
+		t.Errorf("main's locks: %+v %+v", m.LockWait, m.LocksHeld)
+	}
 	w := p.Threads[1]
-	if w.ID != 1<<64-1 || !w.Daemon || !w.FramesTruncated || w.Frames[0].Line != 0 {
+	if w.ID != 1<<64-1 || !w.Daemon || !w.FramesTruncated || w.Frames[0].Line != 0 || w.LockWait != nil || w.LocksHeld != nil {
 		t.Errorf("worker: %+v", w)
 	}
 	for in, want := range map[string]string{

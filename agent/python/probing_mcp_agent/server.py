@@ -588,8 +588,15 @@ class TCPServer(_ServerMixin, socketserver.TCPServer):
         socketserver.TCPServer.__init__(self, addr, Handler, bind_and_activate=False)
 
 
+def _serve_forever(srv):
+    # A frame of the agent's own at the bottom of the thread: faulthandler's
+    # dump gives no thread names, and the server tells its threads from the
+    # job's by their outermost frame (agent/gather.go runsAgentCode).
+    srv.serve_forever(poll_interval=1.0)
+
+
 def _serve(srv, name):
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 1.0}, name=name, daemon=True)
+    t = threading.Thread(target=_serve_forever, args=(srv,), name=name, daemon=True)
     t.start()
     return t
 

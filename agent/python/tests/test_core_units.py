@@ -167,3 +167,78 @@ def test_core_stacks_capture_in_process():
     finally:
         ev.set()
         t.join(5)
+
+
+def test_core_stacks_lock_wait():
+    """A thread entering a held lock says which lock (and an RLock its owner),
+    one inside a with statement on a lock says it holds it; a condition
+    wait, a sleep and a plain line say nothing."""
+    import time
+
+    held, rheld = threading.Lock(), threading.RLock()
+
+    class Box(object):
+        def __init__(self):
+            self.lock = held
+
+    box = Box()
+    ev, stop = threading.Event(), threading.Event()
+    held.acquire()
+
+    def owner():
+        with rheld:
+            stop.wait(30)
+
+    def by_with():
+        with box.lock:
+            pass
+
+    def by_call():
+        rheld.acquire(True, 30)
+        rheld.release()
+
+    def sleeper():
+        ev.set(); time.sleep(0.2); stop.wait(30)
+
+    other = threading.Lock()
+
+    def idle():
+        while not stop.is_set():
+            time.sleep(0.01)
+
+    def holder():
+        with other:  # held by an outer frame; the innermost one has no with
+            idle()
+
+    ts = [threading.Thread(target=f, name="unit-" + f.__name__, daemon=True) for f in (owner, by_with, by_call, sleeper, holder)]
+    ts[0].start()
+    for _ in range(500):
+        if repr(rheld).startswith("<locked"):
+            break
+        time.sleep(0.01)
+    for t in ts[1:]:
+        t.start()
+    try:
+        want = {"unit-by_with": ("box.lock", "lock"), "unit-by_call": ("rheld", "rlock")}
+        for _ in range(500):
+            got = dict((t["name"], t) for t in stacks.capture()["threads"])
+            if all(got.get(n, {}).get("lock_wait") for n in want) and got.get("unit-holder", {}).get("frames", [{}])[0].get("function") == "idle":
+                break
+            time.sleep(0.01)
+        for name, (expr, kind) in want.items():
+            w = got[name]["lock_wait"]
+            assert w and w["lock"] == expr and w["kind"] == kind and w["locked"] is True, (name, w)
+        assert got["unit-by_with"]["lock_wait"]["lock_id"] == id(held)
+        assert got["unit-by_call"]["lock_wait"]["owner"] == ts[0].ident
+        assert got["unit-owner"]["lock_wait"] is None  # in Event.wait: not a lock's holder it waits for
+        # The with statement it is inside says what it holds; a lock taken
+        # with acquire() (the main thread's held) is not seen.
+        assert [(h["lock"], h["kind"], h["lock_id"]) for h in got["unit-owner"]["locks_held"]] == [("rheld", "rlock", id(rheld))]
+        assert got["unit-by_with"]["locks_held"] == [] and got["unit-sleeper"]["locks_held"] == []
+        assert [(h["lock"], h["lock_id"]) for h in got["unit-holder"]["locks_held"]] == [("other", id(other))]
+        assert got["unit-sleeper"]["lock_wait"] is None
+    finally:
+        held.release()
+        stop.set()
+        for t in ts:
+            t.join(5)
