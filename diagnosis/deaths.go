@@ -34,7 +34,7 @@ func orderDeaths(hs []Hypothesis, in Input) []Hypothesis {
 	for _, f := range sortedFacts(in.Ranks) {
 		// A rank gone without a word is part of the story when others
 		// died of a vanished peer: it may be that peer.
-		if !f.Alive && (f.Raised || f.EndedNS > 0 || inHyps(deadHs, f.Rank) || peerDeaths) {
+		if !f.Alive && (f.Raised || f.EndedNS > 0 || f.Crash != nil || inHyps(deadHs, f.Rank) || peerDeaths) {
 			dead = append(dead, f)
 			raised = raised || f.Raised
 		}
@@ -46,6 +46,7 @@ func orderDeaths(hs []Hypothesis, in Input) []Hypothesis {
 		h := deadHs[0]
 		if f := in.Ranks[h.culprits[0]]; f != nil && f.Record != nil {
 			h.whereThread = exceptionThread(f.Record.Exception)
+			mainThreadEnded(&h, f)
 		}
 		return append(rest, h)
 	}
@@ -91,6 +92,11 @@ func orderDeaths(hs []Hypothesis, in Input) []Hypothesis {
 		h.Evidence = append(h.Evidence, Evidence{"agent", fmt.Sprintf("then rank %d%s: %s", f.Rank, whenWords(f.EndedNS, first.EndedNS), endingWords(f))})
 	}
 	switch {
+	case deathKind(first) == diedOfPeer:
+		// Every recorded death says a peer went away (or the backend
+		// aborted on what a peer sent): the cause is not among them.
+		h.Confidence = Low
+		h.Evidence = append(h.Evidence, Evidence{"agent", "every death here says a peer went away (a broken connection, or the backend aborting on what it received): the first cause is not among them; a mismatched collective or a rank of another node are the suspects"})
 	case byPeer:
 		// The others' records say a peer vanished; this one left none.
 		h.Confidence = Medium
@@ -115,6 +121,7 @@ func orderDeaths(hs []Hypothesis, in Input) []Hypothesis {
 	if first.Record != nil {
 		h.whereThread = exceptionThread(first.Record.Exception)
 	}
+	mainThreadEnded(&h, first)
 	h.Confirm = "list_processes {\"include_dead\":true}: each rank's ending, with its time"
 	h.Refute = fmt.Sprintf("a rank that died before rank %d", first.Rank)
 	return append(rest, h)
@@ -176,7 +183,11 @@ func deathKind(f *RankFacts) int {
 	switch {
 	case f.Raised && peerError(exceptionWords(f)):
 		return diedOfPeer
-	case f.Raised || f.EndedNS > 0:
+	case f.Crash != nil && f.Crash.What == "Aborted" && f.Crash.Main != nil && inCollective(f.Crash.Main):
+		// The backend aborted inside a collective (gloo's enforce on a
+		// payload longer than it expected): it died of what a peer sent.
+		return diedOfPeer
+	case f.Raised || f.EndedNS > 0 || f.Crash != nil:
 		return diedOwnCause
 	}
 	return diedUnrecorded
@@ -197,4 +208,14 @@ func exceptionWords(f *RankFacts) string {
 		return f.Record.Exception.Type + ": " + f.Record.Exception.Message
 	}
 	return f.Ending
+}
+
+// mainThreadEnded: a rank whose main thread ended while threads kept it
+// alive, until it was killed, is main_thread_dead: that ending, not the
+// kill, is the story.
+func mainThreadEnded(h *Hypothesis, f *RankFacts) {
+	if r := f.Record; r != nil && r.MainThreadExit != nil {
+		h.Category = CatMainThreadDead
+		h.Evidence = append([]Evidence{{"agent", fmt.Sprintf("rank %d's main thread ended while non-daemon threads kept the process alive; it was killed later", f.Rank)}}, h.Evidence...)
+	}
 }

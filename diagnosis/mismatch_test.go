@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/probing-mcp/probing-mcp/diag/flightrecorder/frsynth"
+	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 )
@@ -219,7 +220,9 @@ func TestMismatchThatKilled(t *testing.T) {
 		!strings.Contains(allText(h), "rank 2 died first, inside this very call") {
 		t.Fatalf("%s\n%+v", rep.Summary, rep.Hypotheses)
 	}
-	if d := hypothesisFor(rep, CatDeadRank, "2"); d == nil || d.Confidence != Medium {
+	// Both deaths are of a broken connection: as a story of its own, the
+	// deaths are weak.
+	if d := hypothesisFor(rep, CatDeadRank, "2"); d == nil || d.Confidence != Low {
 		t.Errorf("the deaths: %+v", rep.Hypotheses)
 	}
 	// No mismatch in the rings (the culprit's last rows were lost), but
@@ -235,5 +238,30 @@ func TestMismatchThatKilled(t *testing.T) {
 	die(3, 1_700_000_001_000_000_000, "corrupt shard")
 	if h := Diagnose(in).Hypotheses[0]; h.Category != CatDeadRank || h.Culprits != "3" {
 		t.Fatalf("%+v", h)
+	}
+}
+
+// TestDeathsThatSayLittle: a rank the backend aborted inside a collective
+// died of what a peer sent, not of its own cause; a rank whose main
+// thread ended, kept alive by its threads until it was killed, is
+// main_thread_dead, post-mortem too.
+func TestDeathsThatSayLittle(t *testing.T) {
+	aborted := &RankFacts{Crash: &evidence.Crash{What: "Aborted", Main: &stacks.Thread{IsMain: true, Frames: []stacks.Frame{
+		{File: "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", Line: 2050, Function: "all_reduce"},
+		{File: "/job/train.py", Line: 77, Function: "dp_sync"}}}}}
+	if k := deathKind(aborted); k != diedOfPeer {
+		t.Errorf("aborted inside all_reduce: kind %d", k)
+	}
+	segv := &RankFacts{Crash: &evidence.Crash{What: "Segmentation fault", Main: &stacks.Thread{IsMain: true, Frames: []stacks.Frame{
+		{File: "/job/train.py", Line: 12, Function: "decode_sample"}}}}}
+	if k := deathKind(segv); k != diedOwnCause {
+		t.Errorf("segfault in the job's code: kind %d", k)
+	}
+	in := scenario(everyoneBut(5, 4, "none", "pair"), 200)
+	in.Ranks[5].Alive, in.Ranks[5].EndedNS = false, 1_700_000_000_000_000_000
+	in.Ranks[5].Record = &procfacts.Ending{MainThreadExit: &procfacts.ExitRecord{Kind: "main_thread_exit", TimeNS: 1_700_000_000_000_000_000}}
+	in.Ranks[5].Ending = "its main thread died of ValueError: bad batch while 1 non-daemon thread(s) kept it alive"
+	if h := Diagnose(in).Hypotheses[0]; h.Category != CatMainThreadDead || h.Culprits != "5" {
+		t.Errorf("main thread dead, then killed: %+v", h)
 	}
 }

@@ -57,6 +57,7 @@ type RankFacts struct {
 	AgentErr    string
 	OSThreads   []stacks.Thread
 	Record      *procfacts.Ending
+	Crash       *evidence.Crash // what faulthandler wrote as a fatal signal killed it
 	EndedNS     int64
 }
 
@@ -494,7 +495,7 @@ func FromBundle(b *evidence.Bundle, st StateOptions) Input {
 	for r, e := range b.Ranks {
 		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS,
 			Threads: evidence.WithLocks(e.Threads, e.Locks), StackSource: e.StackSource, StackErr: e.StackErr, AgentErr: e.AgentErr, OSThreads: e.OSThreads,
-			Record: e.Record, EndedNS: e.EndedNS}
+			Record: e.Record, EndedNS: e.EndedNS, Crash: e.Crash}
 	}
 	return in
 }

@@ -62,8 +62,10 @@ type RankEvidence struct {
 	// main thread's end, the exit), nil when nothing; EndedNS is when it
 	// failed or ended (Unix ns: its main thread's uncaught exception, else
 	// its exit record, else its main thread's end), 0 when no record says.
-	Record   *procfacts.Ending
-	EndedNS  int64
+	Record  *procfacts.Ending
+	EndedNS int64
+	// Crash is what faulthandler wrote as a fatal signal killed it.
+	Crash    *Crash
 	Activity *RankActivity
 	// NowNS is this node's clock when the rank's evidence was read.
 	NowNS int64
@@ -181,6 +183,21 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 		if a.Ending != nil {
 			e.Ending, e.Raised = a.Ending.Summary(a.Alive), a.Ending.Exception != nil
 			e.Record, e.EndedNS = a.Ending, EndedNS(a.Ending)
+		}
+		if !a.Alive {
+			c, err := readCrash(a)
+			if err != nil {
+				problem("rank %d's crash file: %v", a.Rank(), err)
+			}
+			if c != nil {
+				e.Crash = c
+				if c.Main != nil && e.Main == nil {
+					e.Main = c.Main // the stack it died with
+				}
+				if c.What != "" {
+					e.Ending = strings.TrimSpace("crashed: Fatal Python error: " + c.What + "; " + e.Ending)
+				}
+			}
 		}
 		if prev := b.Ranks[e.Rank]; prev != nil && prev.Alive {
 			if e.Alive {

@@ -45,6 +45,9 @@ type Identity struct {
 	// Recorder to <dump prefix><rank> from a C++ thread, without the GIL.
 	FRDumpPrefix string `json:"fr_dump_prefix"`
 	FRPipePrefix string `json:"fr_pipe_prefix"`
+	// CrashFile is where faulthandler writes the interpreter's last words
+	// on a fatal signal (SIGSEGV, SIGABRT, …): the stack it died with.
+	CrashFile string `json:"crash_file"`
 }
 
 // ReadIdentity reads an identity file, bounded, and returns it with the
