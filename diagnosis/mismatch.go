@@ -2,6 +2,7 @@ package diagnosis
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -20,6 +21,68 @@ type Mismatch struct {
 	Culprits []int
 	// Stuck: some member has not returned from this call.
 	Stuck bool
+	// ByHistory: the sides were even, and the culprits are the side whose
+	// call differs from its own earlier calls on this group (Why says
+	// so); the other side called what it always had.
+	ByHistory bool
+	Why       string
+}
+
+// key is one collective of one group.
+type key struct {
+	group string
+	seq   int64
+}
+
+// breakTie settles even sides (a two-member group has no majority) by
+// each side's own history on the group: the side whose call changed is
+// the culprit, when exactly one side changed.
+func breakTie(m *Mismatch, calls map[key][]evidence.CommRow, group string) {
+	sig := func(r evidence.CommRow) string { return r.Op + "|" + r.Dtype + "|" + sizeText(r) }
+	changed := make([]bool, len(m.Sides))
+	known := make([]bool, len(m.Sides))
+	now := map[int]evidence.CommRow{}
+	for _, r := range calls[key{group, m.Seq}] {
+		now[r.Rank] = r
+	}
+	// Each rank's latest earlier call of the same op on the group (an op
+	// it never called there before is a change too).
+	for i, side := range m.Sides {
+		for _, rank := range side.Ranks {
+			same := false
+			for seq := m.Seq - 1; seq >= max(1, m.Seq-16) && !same; seq-- {
+				for _, r := range calls[key{group, seq}] {
+					if r.Rank != rank {
+						continue
+					}
+					known[i] = true
+					if r.Op == now[rank].Op {
+						same = true
+						changed[i] = changed[i] || sig(r) != sig(now[rank])
+					}
+				}
+			}
+			if known[i] && !same {
+				changed[i] = true
+			}
+		}
+	}
+	n, which := 0, -1
+	for i := range m.Sides {
+		if !known[i] {
+			return // a side without history: nothing to compare
+		}
+		if changed[i] {
+			n, which = n+1, i
+		}
+	}
+	if n != 1 {
+		return
+	}
+	m.Culprits = append([]int(nil), m.Sides[which].Ranks...)
+	m.ByHistory = true
+	m.Why = fmt.Sprintf("the sides are even, but %s's call differs from %s own earlier calls on this group, the others' does not",
+		rankWords(m.Sides[which].Ranks), plural(len(m.Sides[which].Ranks), "its", "their"))
 }
 
 // CallSide is what some members of the group called.
@@ -45,10 +108,6 @@ var sizeOps = map[string]bool{"all_reduce": true, "broadcast": true, "reduce": t
 // repeat a group_seq within one rank (two process groups over the same
 // ranks, which the rings cannot tell apart), are left out.
 func FindMismatches(rows []evidence.CommRow, world int) []Mismatch {
-	type key struct {
-		group string
-		seq   int64
-	}
 	calls := map[key][]evidence.CommRow{}
 	skip := map[string]bool{}
 	seen := map[string]map[int]map[int64]bool{}
@@ -82,6 +141,9 @@ func FindMismatches(rows []evidence.CommRow, world int) []Mismatch {
 			continue
 		}
 		if m, ok := compareCalls(k.group, k.seq, rs); ok {
+			if len(m.Sides[0].Ranks) == len(m.Sides[1].Ranks) {
+				breakTie(&m, calls, k.group)
+			}
 			if prev, had := first[k.group]; !had || m.Seq < prev.Seq {
 				first[k.group] = m
 			}
@@ -185,9 +247,9 @@ func (m Mismatch) words() string {
 func mismatchHypothesis(m Mismatch, sink *Sink) Hypothesis {
 	h := Hypothesis{Category: CatMismatch, culprits: m.Culprits}
 	h.Evidence = []Evidence{{"comm_rings", m.words()}}
-	majority := len(m.Sides[0].Ranks) > len(m.Sides[1].Ranks)
+	decided := len(m.Sides[0].Ranks) > len(m.Sides[1].Ranks) || m.ByHistory
 	switch {
-	case sink != nil && majority:
+	case sink != nil && decided:
 		h.Confidence = High
 	case sink != nil || m.Stuck:
 		h.Confidence = Medium
@@ -202,10 +264,20 @@ func mismatchHypothesis(m Mismatch, sink *Sink) Hypothesis {
 	default:
 		h.Evidence = append(h.Evidence, Evidence{"comm_rings", "this call returned on every member (a backend may let a mismatch through, with wrong results, and hang later)"})
 	}
-	if !majority {
+	switch {
+	case m.ByHistory:
+		h.Evidence = append(h.Evidence, Evidence{"comm_rings", m.Why})
+		var rest []int
+		for _, side := range m.Sides {
+			if !slices.Equal(side.Ranks, m.Culprits) {
+				rest = append(rest, side.Ranks...)
+			}
+		}
+		sort.Ints(rest)
+		h.collateral, h.Collateral = rest, rankset.Format(rest)
+	case !decided:
 		h.Evidence = append(h.Evidence, Evidence{"comm_rings", "no side is larger than the other: which one is wrong cannot be told from the calls"})
-	}
-	if majority {
+	default:
 		h.Collateral = rankset.Format(m.Sides[0].Ranks)
 	}
 	h.Confirm = fmt.Sprintf("snapshot_flight_recorder: collective #%d of group %s, each rank's op, sizes and dtype", m.Seq, m.Group)
@@ -309,22 +381,20 @@ func mismatchDeaths(hs []Hypothesis, in Input, ms []Mismatch) []Hypothesis {
 	var h Hypothesis
 	if m != nil {
 		h = mismatchHypothesis(*m, nil)
-		if len(m.Sides[0].Ranks) == len(m.Sides[1].Ranks) {
-			// Even sides: the first to fail is the side blamed.
-			h.culprits = append([]int(nil), m.Sides[sideOf(*m, c)].Ranks...)
-			var rest []int
-			for k, s := range m.Sides {
-				if k != sideOf(*m, c) {
-					rest = append(rest, s.Ranks...)
-				}
-			}
-			sort.Ints(rest)
-			h.collateral, h.Collateral = rest, rankset.Format(rest)
-		}
+		even := len(m.Sides[0].Ranks) == len(m.Sides[1].Ranks)
 		h.Evidence = h.Evidence[:1]
+		if m.ByHistory {
+			h.Evidence = append(h.Evidence, Evidence{"comm_rings", m.Why})
+		}
 		h.Evidence = append(h.Evidence, Evidence{"agent", fmt.Sprintf("rank %d died first, inside this very call: %s", c, endingWords(f))})
 		h.Confidence = Medium
-		if len(m.Sides[0].Ranks) > len(m.Sides[1].Ranks) || said != "" {
+		switch {
+		case even && !m.ByHistory:
+			// Who died first does not say who called wrong: in gloo the
+			// rank that receives the longer payload aborts first.
+			h.Confidence = Low
+			h.Evidence = append(h.Evidence, Evidence{"comm_rings", "the sides are even and their own histories do not tell which call changed: either side may be wrong (the first to die may be the one that received the wrong payload)"})
+		case !even || m.ByHistory || said != "":
 			h.Confidence = High
 		}
 	} else {

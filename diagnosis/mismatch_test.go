@@ -73,8 +73,10 @@ func TestMismatchSizesAndDtypes(t *testing.T) {
 	}
 }
 
-// TestMismatchTie: two members, two different calls: which is wrong is
-// not known; both are named, and that is said.
+// TestMismatchTie: two members, two different calls. Their own earlier
+// calls on the group tell which changed (rank 1 called broadcast where it
+// always called all_reduce, like rank 0); when they cannot (both changed,
+// or no history), both are named, and that is said.
 func TestMismatchTie(t *testing.T) {
 	in := rounds(2, 4, func(r int, row *evidence.CommRow) {
 		if r == 1 {
@@ -82,8 +84,28 @@ func TestMismatchTie(t *testing.T) {
 		}
 	})
 	h := Diagnose(in).Hypotheses[0]
+	if h.Category != CatMismatch || h.Culprits != "1" || h.Collateral != "0" || h.Confidence != High || !strings.Contains(allText(h), "differs from its own earlier calls") {
+		t.Fatalf("history: %+v", h)
+	}
+	// A size change on rank 0, a dtype change on rank 1: both changed.
+	in = rounds(2, 4, func(r int, row *evidence.CommRow) {
+		if r == 0 {
+			row.Shape, row.Bytes = "(3,)", 12
+		} else {
+			row.Dtype = "torch.float64"
+		}
+	})
+	h = Diagnose(in).Hypotheses[0]
 	if h.Category != CatMismatch || h.Culprits != "0-1" || h.Confidence != Medium || !strings.Contains(allText(h), "cannot be told") {
-		t.Fatalf("%+v", h)
+		t.Fatalf("both changed: %+v", h)
+	}
+	in = rounds(2, 1, func(r int, row *evidence.CommRow) {
+		if r == 1 {
+			row.Op = "broadcast"
+		}
+	})
+	if h := Diagnose(in).Hypotheses[0]; h.Category == CatMismatch && h.Culprits != "0-1" {
+		t.Fatalf("no history: %+v", h)
 	}
 }
 
