@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -39,15 +40,52 @@ const MaxCommRows = 200000
 // pages of the engine's row limit. A data dir without the table has no
 // rows and no error: a job without torch records none.
 func ReadComm(ctx context.Context, e *sqlengine.Engine, perRank int) ([]CommRow, error) {
+	return ReadCommFor(ctx, e, perRank, nil)
+}
+
+// commWindows are the recent spans tried first: ranking a long job's
+// whole ring to keep its last calls costs about a second per million
+// rows, while the engine skips the chunks older than a time bound.
+var commWindows = []time.Duration{10 * time.Second, 2 * time.Minute, 30 * time.Minute, 6 * time.Hour}
+
+// ReadCommFor is ReadComm for a job whose ranks are known: it reads the
+// most recent window in which every one of them has its perRank calls,
+// and the whole rings only when none has (a rank that stopped long
+// before the others, or rings without identities).
+func ReadCommFor(ctx context.Context, e *sqlengine.Engine, perRank int, ranks []int) ([]CommRow, error) {
 	if perRank <= 0 {
 		perRank = 64
 	}
-	out, err := readComm(ctx, e, perRank, true)
+	if len(ranks) > 0 {
+		now := time.Now().UnixMicro()
+		for _, w := range commWindows {
+			out, err := readCommCols(ctx, e, perRank, now-w.Microseconds())
+			if err != nil {
+				return out, err
+			}
+			n := map[int]int{}
+			for _, r := range out {
+				n[r.Rank]++
+			}
+			full := true
+			for _, r := range ranks {
+				full = full && n[r] >= perRank
+			}
+			if full {
+				return out, nil
+			}
+		}
+	}
+	return readCommCols(ctx, e, perRank, 0)
+}
+
+// readCommCols reads with the tensor columns, or without them from rings
+// of an agent that records none.
+func readCommCols(ctx context.Context, e *sqlengine.Engine, perRank int, sinceUS int64) ([]CommRow, error) {
+	out, err := readComm(ctx, e, perRank, true, sinceUS)
 	var se *sqlengine.Error
 	if err != nil && errors.As(err, &se) && strings.Contains(se.Msg, "no such column") {
-		// Rings of an agent that records no tensor columns: the
-		// collectives without their sizes.
-		out, err = readComm(ctx, e, perRank, false)
+		out, err = readComm(ctx, e, perRank, false, sinceUS)
 	}
 	if err != nil {
 		return out, fmt.Errorf("reading python.comm_collective: %w", err)
@@ -55,7 +93,7 @@ func ReadComm(ctx context.Context, e *sqlengine.Engine, perRank int) ([]CommRow,
 	return out, nil
 }
 
-func readComm(ctx context.Context, e *sqlengine.Engine, perRank int, tensors bool) ([]CommRow, error) {
+func readComm(ctx context.Context, e *sqlengine.Engine, perRank int, tensors bool, sinceUS int64) ([]CommRow, error) {
 	cols := "_rank, timestamp, op, participate_ranks, group_seq, duration_ms"
 	if tensors {
 		cols += ", tensor_shape, tensor_dtype, bytes"
@@ -64,8 +102,8 @@ func readComm(ctx context.Context, e *sqlengine.Engine, perRank int, tensors boo
 	q := fmt.Sprintf(`SELECT %s FROM (
   SELECT %s,
          row_number() OVER (PARTITION BY _rank ORDER BY timestamp DESC) AS rn
-  FROM python.comm_collective WHERE _rank >= 0)
-WHERE rn <= %d ORDER BY _rank, timestamp`, cols, cols, perRank)
+  FROM python.comm_collective WHERE _rank >= 0 AND timestamp >= %d)
+WHERE rn <= %d ORDER BY _rank, timestamp`, cols, cols, sinceUS, perRank)
 	err := pages(ctx, e, q, func(v []any) {
 		r := CommRow{Rank: int(asInt(v[0])), TimestampUS: asInt(v[1]), Op: asString(v[2]),
 			Ranks: asString(v[3]), GroupSeq: asInt(v[4]), DurationMS: asFloat(v[5])}

@@ -138,11 +138,23 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 	}
 	var wg sync.WaitGroup
 	var acts map[int]*RankActivity
+	// The agents first (they are quick): their ranks let the rings be
+	// read from a recent window instead of whole.
+	found, err := agent.Discover(opt.Agents)
+	if err != nil {
+		problem("agents: %v", err)
+	}
+	var known []int
+	for _, a := range found {
+		if a.Untrusted == "" && a.OtherDataDir == "" && a.Rank() >= 0 {
+			known = append(known, a.Rank())
+		}
+	}
 	if opt.SQL != nil {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			rows, err := ReadComm(ctx, opt.SQL, opt.CommPerRank)
+			rows, err := ReadCommFor(ctx, opt.SQL, opt.CommPerRank, known)
 			if err != nil {
 				problem("comm rings: %v", err)
 			}
@@ -160,10 +172,6 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 			acts = a
 			mu.Unlock()
 		}()
-	}
-	found, err := agent.Discover(opt.Agents)
-	if err != nil {
-		problem("agents: %v", err)
 	}
 	var live, dead []*agent.Agent
 	sizes := map[int][]int{} // world size → the ranks that report it
