@@ -164,7 +164,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 		}()
 		go func() {
 			defer wg.Done()
-			a, err := ReadActivity(ctx, opt.SQL, 10)
+			a, err := readSteps(ctx, opt.SQL, 10)
 			if err != nil {
 				problem("activity from the rings: %v", err)
 			}
@@ -261,6 +261,10 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 			problem("rank %d's stacks: %s", p.Rank, p.Err)
 		}
 	}
+	if acts == nil {
+		acts = map[int]*RankActivity{}
+	}
+	activityFromComm(acts, b.Comm)
 	for r, e := range b.Ranks {
 		e.Activity, e.NowNS = acts[r], now
 	}

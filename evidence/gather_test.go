@@ -1,11 +1,13 @@
 package evidence
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
 // TestLocksRoundTrip: a thread's lock facts, out of stacks.Thread's JSON,
@@ -56,6 +58,39 @@ func TestEndedNS(t *testing.T) {
 	} {
 		if got := EndedNS(c.e); got != c.want {
 			t.Errorf("%+v: %d, want %d", c.e, got, c.want)
+		}
+	}
+}
+
+// TestActivityFromCommMatchesTheRings: each rank's last collective
+// activity taken from its last calls is what a scan of the whole comm
+// ring says (real rings of an 8-rank gloo job).
+func TestActivityFromCommMatchesTheRings(t *testing.T) {
+	e, err := sqlengine.New(sqlengine.Options{DataDir: "../testdata/diag/real/skip_tp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	whole, err := ReadActivity(ctx, e, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := ReadComm(ctx, e, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acts, err := readSteps(ctx, e, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	activityFromComm(acts, rows)
+	if len(whole) != 8 || len(acts) != 8 {
+		t.Fatalf("%d and %d ranks", len(whole), len(acts))
+	}
+	for r, w := range whole {
+		a := acts[r]
+		if a == nil || a.LastComm != w.LastComm || a.LastCommDone != w.LastCommDone || len(a.Steps) != len(w.Steps) {
+			t.Errorf("rank %d: %+v, whole ring %+v", r, a, w)
 		}
 	}
 }

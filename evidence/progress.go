@@ -24,6 +24,46 @@ type RankActivity struct {
 // ReadActivity reads every rank's recent steps and its last collective
 // activity. Missing tables give no activity, not an error.
 func ReadActivity(ctx context.Context, e *sqlengine.Engine, steps int) (map[int]*RankActivity, error) {
+	out, err := readSteps(ctx, e, steps)
+	errs := []error{err}
+	get := func(r int) *RankActivity {
+		a := out[r]
+		if a == nil {
+			a = &RankActivity{Rank: r}
+			out[r] = a
+		}
+		return a
+	}
+	q := `SELECT _rank, max(timestamp), max(CASE WHEN duration_ms >= 0 THEN timestamp + CAST(duration_ms * 1000 AS INTEGER) END)
+FROM python.comm_collective WHERE _rank >= 0 GROUP BY _rank ORDER BY _rank`
+	if err := pages(ctx, e, q, func(v []any) {
+		a := get(int(asInt(v[0])))
+		a.LastComm, a.LastCommDone = asInt(v[1]), asInt(v[2])
+	}); err != nil {
+		errs = append(errs, fmt.Errorf("reading python.comm_collective: %w", err))
+	}
+	return out, errors.Join(errs...)
+}
+
+// activityFromComm sets each rank's last collective activity from its
+// last calls (ReadComm's rows hold them), sparing a scan of the whole
+// comm ring.
+func activityFromComm(acts map[int]*RankActivity, rows []CommRow) {
+	for _, r := range rows {
+		a := acts[r.Rank]
+		if a == nil {
+			a = &RankActivity{Rank: r.Rank}
+			acts[r.Rank] = a
+		}
+		a.LastComm = max(a.LastComm, r.TimestampUS)
+		if r.DurationMS >= 0 {
+			a.LastCommDone = max(a.LastCommDone, r.TimestampUS+int64(r.DurationMS*1000))
+		}
+	}
+}
+
+// readSteps reads every rank's last step completions.
+func readSteps(ctx context.Context, e *sqlengine.Engine, steps int) (map[int]*RankActivity, error) {
 	if steps <= 0 {
 		steps = 10
 	}
@@ -43,14 +83,6 @@ func ReadActivity(ctx context.Context, e *sqlengine.Engine, steps int) (map[int]
 WHERE rn <= %d ORDER BY _rank, timestamp`, steps)
 	if err := pages(ctx, e, q, func(v []any) { a := get(int(asInt(v[0]))); a.Steps = append(a.Steps, asInt(v[1])) }); err != nil {
 		errs = append(errs, fmt.Errorf("reading python.torch_step_timing: %w", err))
-	}
-	q = `SELECT _rank, max(timestamp), max(CASE WHEN duration_ms >= 0 THEN timestamp + CAST(duration_ms * 1000 AS INTEGER) END)
-FROM python.comm_collective WHERE _rank >= 0 GROUP BY _rank ORDER BY _rank`
-	if err := pages(ctx, e, q, func(v []any) {
-		a := get(int(asInt(v[0])))
-		a.LastComm, a.LastCommDone = asInt(v[1]), asInt(v[2])
-	}); err != nil {
-		errs = append(errs, fmt.Errorf("reading python.comm_collective: %w", err))
 	}
 	return out, errors.Join(errs...)
 }
