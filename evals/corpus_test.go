@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/probing-mcp/probing-mcp/internal/testpython"
 )
 
 // The scored corpus, torch-free part: evals/score.py runs every case of
@@ -31,40 +32,13 @@ const (
 	corpusRunTimeout = 15 * time.Minute
 )
 
-func corpusRequired() bool {
-	switch strings.ToLower(strings.TrimSpace(os.Getenv("PROBING_E2E_REQUIRED"))) {
-	case "1", "true", "yes", "on":
-		return true
-	}
-	return false
-}
+func corpusRequired() bool { return testpython.Required() }
 
 // corpusPython picks the interpreter and checks it has the MCP SDK;
 // problem says why not.
 func corpusPython(root string) (python, problem string) {
-	python, from := os.Getenv("PROBING_E2E_PYTHON"), "PROBING_E2E_PYTHON"
-	if python == "" {
-		python, from = "python3", "PATH"
-		if venv := filepath.Join(root, ".venv", "bin", "python"); fileExists(venv) {
-			python, from = venv, "the repository's .venv"
-		}
-	}
-	path, err := exec.LookPath(python)
-	if err != nil {
-		return python, fmt.Sprintf("Python interpreter %q (from %s) not found: %v", python, from, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, path, "-c", "import anyio\nfrom mcp import ClientSession, StdioServerParameters\nfrom mcp.client.stdio import stdio_client\n")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return path, fmt.Sprintf("%s (from %s) cannot import the MCP Python SDK (pip package mcp): %v: %s", path, from, err, lastLine(string(out)))
-	}
-	return path, ""
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
+	path, _, problem := testpython.Find(root, "import anyio\nfrom mcp import ClientSession, StdioServerParameters\nfrom mcp.client.stdio import stdio_client\n", nil)
+	return path, problem
 }
 
 func lastLine(s string) string {

@@ -37,6 +37,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/probing-mcp/probing-mcp/internal/testpython"
 	"github.com/probing-mcp/probing-mcp/tools"
 )
 
@@ -76,13 +77,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func e2eRequired() bool {
-	switch strings.ToLower(strings.TrimSpace(os.Getenv("PROBING_E2E_REQUIRED"))) {
-	case "1", "true", "yes", "on":
-		return true
-	}
-	return false
-}
+func e2eRequired() bool { return testpython.Required() }
 
 // e2eSetup returns the harness, skipping the test (or failing it when
 // PROBING_E2E_REQUIRED is set) if the Python SDK is unavailable.
@@ -139,33 +134,15 @@ func e2eInit() {
 // e2eFindPython picks the interpreter and checks that it has the SDK; problem
 // says why not.
 func e2eFindPython(root string) (python, version, problem string) {
-	python, from := os.Getenv("PROBING_E2E_PYTHON"), "PROBING_E2E_PYTHON"
-	if python == "" {
-		python, from = "python3", "PATH"
-		if venv := filepath.Join(root, ".venv", "bin", "python"); e2eExists(venv) {
-			python, from = venv, "the repository's .venv"
-		}
-	}
-	path, err := exec.LookPath(python)
-	if err != nil {
-		return python, "", fmt.Sprintf("Python interpreter %q (from %s) not found: %v", python, from, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	const probe = "import importlib.metadata as md\n" +
 		"import anyio, httpx2\n" +
 		"from mcp import ClientSession, StdioServerParameters\n" +
 		"from mcp.client.stdio import stdio_client\n" +
 		"from mcp.client.streamable_http import streamable_http_client\n" +
 		"print(md.version('mcp'))\n"
-	cmd := exec.CommandContext(ctx, path, "-c", probe)
-	cmd.Env = e2eEnv()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return path, "", fmt.Sprintf("%s (from %s) cannot import the MCP Python SDK (pip package mcp): %v: %s",
-			path, from, err, lastLines(stderr.String(), 3))
+	path, out, problem := testpython.Find(root, probe, e2eEnv())
+	if problem != "" {
+		return path, "", problem
 	}
 	version = strings.TrimSpace(string(out))
 	pin := e2ePinnedVersion(root)
@@ -197,10 +174,7 @@ func e2eExists(path string) bool {
 	return err == nil
 }
 
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
+func lastLines(s string, n int) string { return testpython.LastLines(s, n) }
 
 // e2eEnv is this process's environment without any PROBING_* variable (so a
 // developer's shell cannot change what is tested), plus kv ("K=V"), which
