@@ -26,18 +26,10 @@ type RankActivity struct {
 func ReadActivity(ctx context.Context, e *sqlengine.Engine, steps int) (map[int]*RankActivity, error) {
 	out, err := readSteps(ctx, e, steps)
 	errs := []error{err}
-	get := func(r int) *RankActivity {
-		a := out[r]
-		if a == nil {
-			a = &RankActivity{Rank: r}
-			out[r] = a
-		}
-		return a
-	}
 	q := `SELECT _rank, max(timestamp), max(CASE WHEN duration_ms >= 0 THEN timestamp + CAST(duration_ms * 1000 AS INTEGER) END)
 FROM python.comm_collective WHERE _rank >= 0 GROUP BY _rank ORDER BY _rank`
 	if err := pages(ctx, e, q, func(v []any) {
-		a := get(int(asInt(v[0])))
+		a := activityOf(out, int(asInt(v[0])))
 		a.LastComm, a.LastCommDone = asInt(v[1]), asInt(v[2])
 	}); err != nil {
 		errs = append(errs, fmt.Errorf("reading python.comm_collective: %w", err))
@@ -50,16 +42,22 @@ FROM python.comm_collective WHERE _rank >= 0 GROUP BY _rank ORDER BY _rank`
 // comm ring.
 func activityFromComm(acts map[int]*RankActivity, rows []CommRow) {
 	for _, r := range rows {
-		a := acts[r.Rank]
-		if a == nil {
-			a = &RankActivity{Rank: r.Rank}
-			acts[r.Rank] = a
-		}
+		a := activityOf(acts, r.Rank)
 		a.LastComm = max(a.LastComm, r.TimestampUS)
 		if r.DurationMS >= 0 {
 			a.LastCommDone = max(a.LastCommDone, r.TimestampUS+int64(r.DurationMS*1000))
 		}
 	}
+}
+
+// activityOf is rank r's entry in m, made when absent.
+func activityOf(m map[int]*RankActivity, r int) *RankActivity {
+	a := m[r]
+	if a == nil {
+		a = &RankActivity{Rank: r}
+		m[r] = a
+	}
+	return a
 }
 
 // readSteps reads every rank's last step completions.
@@ -68,20 +66,12 @@ func readSteps(ctx context.Context, e *sqlengine.Engine, steps int) (map[int]*Ra
 		steps = 10
 	}
 	out := map[int]*RankActivity{}
-	get := func(r int) *RankActivity {
-		a := out[r]
-		if a == nil {
-			a = &RankActivity{Rank: r}
-			out[r] = a
-		}
-		return a
-	}
 	var errs []error
 	q := fmt.Sprintf(`SELECT _rank, timestamp FROM (
   SELECT _rank, timestamp, row_number() OVER (PARTITION BY _rank ORDER BY timestamp DESC) AS rn
   FROM python.torch_step_timing WHERE _rank >= 0)
 WHERE rn <= %d ORDER BY _rank, timestamp`, steps)
-	if err := pages(ctx, e, q, func(v []any) { a := get(int(asInt(v[0]))); a.Steps = append(a.Steps, asInt(v[1])) }); err != nil {
+	if err := pages(ctx, e, q, func(v []any) { a := activityOf(out, int(asInt(v[0]))); a.Steps = append(a.Steps, asInt(v[1])) }); err != nil {
 		errs = append(errs, fmt.Errorf("reading python.torch_step_timing: %w", err))
 	}
 	return out, errors.Join(errs...)
