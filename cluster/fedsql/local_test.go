@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/probing-mcp/probing-mcp/storage/memt"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
@@ -153,10 +154,8 @@ func FuzzLiteral(f *testing.F) {
 			if len(rows.Columns) != 1 || len(rows.Rows) != 1 {
 				t.Fatalf("%q: %v %v", lit, rows.Columns, rows.Rows)
 			}
-			if str, ok := v.(string); ok && rows.Rows[0][0] != str && len(str) < 4096 {
-				if _, bad := rows.Rows[0][0].(string); bad {
-					t.Logf("%q round-tripped as %q (cell cleaning)", str, rows.Rows[0][0])
-				}
+			if str, ok := v.(string); ok && utf8.ValidString(str) && len(str) < 4096 && rows.Rows[0][0] != str {
+				t.Fatalf("%q came back as %q", str, rows.Rows[0][0])
 			}
 		}
 	})
