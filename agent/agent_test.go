@@ -70,7 +70,7 @@ func startAgentIn(t testing.TB, opt agent.Options, code string, env ...string) *
 	p := &proc{opt: opt, done: make(chan struct{})}
 	script := "import site, sys\nsite.addsitedir(sys.argv[1])\n" + code
 	p.cmd = exec.Command(python(t), "-c", script, site)
-	p.cmd.Env = append(os.Environ(), "PROBING=1", "PROBING_DATA_DIR="+p.opt.DataDir, "PROBING_CTRL_ROOT="+ctrl, "PYTHONUNBUFFERED=1")
+	p.cmd.Env = append(os.Environ(), "PROBING=1", "PROBING_MCP_NODE=0", "PROBING_DATA_DIR="+p.opt.DataDir, "PROBING_CTRL_ROOT="+ctrl, "PYTHONUNBUFFERED=1")
 	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stderr = os.Stderr
 	stdout, err := p.cmd.StdoutPipe()

@@ -66,11 +66,22 @@ type pythonInfo struct {
 	Purelib    string `json:"purelib"`
 	UserSite   string `json:"user"`
 	EnableUser *bool  `json:"enable_user"`
+	// Scripts and UserScripts are where console scripts go (pip's bin
+	// dirs), for the system and the user install.
+	Scripts     string `json:"scripts"`
+	UserScripts string `json:"user_scripts"`
 }
 
-const infoScript = `import json, site, sys, sysconfig
+const infoScript = `import json, os, site, sys, sysconfig
+def user_scripts():
+    try:
+        f = getattr(sysconfig, "get_preferred_scheme", None)  # 3.10+
+        return sysconfig.get_path("scripts", f("user") if f else os.name + "_user")
+    except Exception:
+        return ""
 print(json.dumps({"exe": sys.executable, "version": "%d.%d.%d" % sys.version_info[:3],
-  "purelib": sysconfig.get_paths()["purelib"], "user": site.getusersitepackages(), "enable_user": site.ENABLE_USER_SITE}))`
+  "purelib": sysconfig.get_paths()["purelib"], "user": site.getusersitepackages(), "enable_user": site.ENABLE_USER_SITE,
+  "scripts": sysconfig.get_paths().get("scripts", ""), "user_scripts": user_scripts()}))`
 
 func inspectPython(ctx context.Context, python string) (*pythonInfo, error) {
 	out, err := exec.CommandContext(ctx, python, "-c", infoScript).Output()
@@ -94,8 +105,9 @@ func inspectPython(ctx context.Context, python string) (*pythonInfo, error) {
 }
 
 // Install writes the agent and its start-up hook into the site-packages of
-// python (the user site with user), checks that the interpreter imports
-// it, and returns one line per thing it did.
+// python (the user site with user), places the running probing-mcp binary
+// in the matching scripts dir (installbin.go), checks that the interpreter
+// imports the agent, and returns one line per thing it did.
 func Install(python string, user bool, version string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -103,22 +115,24 @@ func Install(python string, user bool, version string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	site := info.Purelib
+	site, scripts := info.Purelib, info.Scripts
 	if user {
 		if info.EnableUser != nil && !*info.EnableUser {
 			return nil, fmt.Errorf("%s has user site-packages disabled (ENABLE_USER_SITE is false, e.g. in a virtualenv): install without --user", info.Exe)
 		}
-		site = info.UserSite
+		site, scripts = info.UserSite, info.UserScripts
 	}
 	var did []string
 	if err := os.MkdirAll(site, 0o755); err != nil {
 		return nil, fmt.Errorf("site-packages %s: %w", site, err)
 	}
 	target := filepath.Join(site, pkgName)
+	var prev *binRecord
 	if _, err := os.Stat(target); err == nil {
 		if _, err := os.Stat(filepath.Join(target, markerName)); err != nil {
 			return nil, fmt.Errorf("%s exists and was not installed by probing-mcp: remove it first", target)
 		}
+		prev = readBinRecord(target)
 		if err := os.RemoveAll(target); err != nil {
 			return nil, err
 		}
@@ -129,6 +143,11 @@ func Install(python string, user bool, version string) ([]string, error) {
 	}
 	did = append(did, fmt.Sprintf("wrote the agent package %s (Python %s, %s)", target, info.Version, info.Exe),
 		fmt.Sprintf("wrote the start-up hook %s: %q", filepath.Join(site, pthName), strings.TrimSpace(pthLine)))
+	placed, err := placeBinary(scripts, target, version, prev)
+	did = append(did, placed...)
+	if err != nil {
+		return did, err
+	}
 	check := exec.CommandContext(ctx, info.Exe, "-c", "import probing_mcp_agent, sys; sys.stdout.write(getattr(probing_mcp_agent, '__version__', '?'))")
 	check.Env = append(os.Environ(), "PROBING=0")
 	out, err := check.CombinedOutput()
@@ -141,7 +160,8 @@ func Install(python string, user bool, version string) ([]string, error) {
 }
 
 // Uninstall removes what Install wrote from both the system and the user
-// site of python, and only that.
+// site of python, and only that: the binary only while it is the file
+// Install wrote (its recorded hash).
 func Uninstall(python string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -156,6 +176,13 @@ func Uninstall(python string) ([]string, error) {
 		}
 		target := filepath.Join(site, pkgName)
 		if _, err := os.Stat(filepath.Join(target, markerName)); err == nil {
+			line, err := removeBinary(target)
+			if err != nil {
+				return did, err
+			}
+			if line != "" {
+				did = append(did, line)
+			}
 			if err := os.RemoveAll(target); err != nil {
 				return did, err
 			}

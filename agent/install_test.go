@@ -26,6 +26,13 @@ func TestInstallIntoAVirtualenv(t *testing.T) {
 	if err != nil {
 		t.Fatalf("install: %v (%v)", err, did)
 	}
+	if b, err := os.ReadFile(filepath.Join(venv, "bin", "probing-mcp")); err != nil {
+		t.Errorf("install did not place the binary in the venv's bin: %v (%v)", err, did)
+	} else if self, _ := os.Executable(); self != "" {
+		if want, _ := os.ReadFile(self); string(b) != string(want) {
+			t.Error("the placed binary is not a copy of the running executable")
+		}
+	}
 	if !strings.Contains(strings.Join(did, "\n"), "imports probing_mcp_agent") {
 		t.Errorf("install did not report its check: %v", did)
 	}
@@ -35,7 +42,9 @@ func TestInstallIntoAVirtualenv(t *testing.T) {
 	}
 	opt := newDirs(t)
 	cmd := exec.Command(vpy, "-c", "import time; time.sleep(20)")
-	cmd.Env = append(os.Environ(), "PROBING=1", "PROBING_DATA_DIR="+opt.DataDir, "PROBING_CTRL_ROOT="+opt.CtrlRoot)
+	// PROBING_MCP_NODE=0: the binary placed beside it is this test binary,
+	// which must not be started as a node daemon.
+	cmd.Env = append(os.Environ(), "PROBING=1", "PROBING_MCP_NODE=0", "PROBING_DATA_DIR="+opt.DataDir, "PROBING_CTRL_ROOT="+opt.CtrlRoot)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +70,11 @@ func TestInstallIntoAVirtualenv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(did) != 2 {
-		t.Errorf("uninstall: %v", did)
+	if len(did) != 3 || !strings.Contains(did[0], filepath.Join(venv, "bin", "probing-mcp")) {
+		t.Errorf("uninstall (binary, package, hook): %v", did)
+	}
+	if _, err := os.Stat(filepath.Join(venv, "bin", "probing-mcp")); err == nil {
+		t.Error("the placed binary is still there after uninstall")
 	}
 	if err := exec.Command(vpy, "-c", "import probing_mcp_agent").Run(); err == nil {
 		t.Error("the agent is still importable after uninstall")

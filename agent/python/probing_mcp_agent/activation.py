@@ -1,6 +1,6 @@
 """Starts the agent in this process (idempotent): config, faulthandler,
 control server, identity file, then the optional table/Flight Recorder
-modules, then the identity watcher.
+modules, then the identity watcher, then (local rank 0) the node daemon.
 
 Every step is guarded: a failing step is logged and the others still run;
 nothing here raises into the training process.
@@ -306,6 +306,9 @@ def _activate(st):
 
     _step("identity watcher", lambda: threading.Thread(target=_watch, name="probing-mcp-identity",
                                                        daemon=True).start())
+    # Last: the node daemon (local rank 0 only; nodestart.py), from a daemon
+    # thread, so activation does not wait for it.
+    _optional("nodestart", "start")
     st.ready = True
     runtime.logger.info("active (%s): socket %s%s, data dir %s", st.activation_mode, st.socket_path or "none",
                         (", tcp " + st.tcp_address) if st.tcp_address else "", st.data_dir)

@@ -57,6 +57,9 @@ class Env(object):
         e["PROBING_DATA_DIR"] = self.data
         e["PROBING_CTRL_ROOT"] = self.ctrl
         e["PYTHONUNBUFFERED"] = "1"
+        # No child starts a node daemon unless its test asks for one
+        # (PROBING_MCP_NODE=None): test_core_nodestart.py.
+        e["PROBING_MCP_NODE"] = "0"
         for k, v in extra.items():
             if v is None:
                 e.pop(k, None)
