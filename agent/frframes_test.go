@@ -17,7 +17,7 @@ func TestDropAgentFRFrames(t *testing.T) {
 	}
 	plain := []fr.Frame{{Name: "wrapper", Filename: "/job/train.py", Line: 3}}
 	d := &fr.Dump{Entries: []fr.Entry{{Frames: shared}, {Frames: shared}, {Frames: plain}, {}}}
-	dropAgentFRFrames(d)
+	DropAgentFRFrames(d)
 	for i := 0; i < 2; i++ {
 		f := d.Entries[i].Frames
 		if len(f) != 2 || f[0].Name != "all_reduce" || f[1].Name != "train_step" {

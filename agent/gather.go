@@ -156,11 +156,12 @@ func dropAgentWrappers(ts []stacks.Thread) {
 	}
 }
 
-// dropAgentFRFrames removes the agent's collective wrapper from the
+// DropAgentFRFrames removes the agent's collective wrapper from the
 // Python stacks torch recorded with each Flight Recorder entry, as from
 // live stacks: it is the agent's frame, not the job's. Entries may share
-// one interned stack, so a filtered copy replaces it.
-func dropAgentFRFrames(d *fr.Dump) {
+// one interned stack, so a filtered copy replaces it. Exported for the
+// coordinator, which decodes the dumps its nodes shipped raw.
+func DropAgentFRFrames(d *fr.Dump) {
 	seen := map[*fr.Frame][]fr.Frame{}
 	for i := range d.Entries {
 		fs := d.Entries[i].Frames
@@ -402,7 +403,7 @@ func CollectFlightRecorder(ctx context.Context, agents []*Agent, onlyActive bool
 		if err != nil {
 			return fmt.Errorf("pid %d: its dump does not decode: %w", a.PID, err)
 		}
-		dropAgentFRFrames(d)
+		DropAgentFRFrames(d)
 		d.Rank = s.Rank
 		if d.Rank < 0 {
 			d.Rank = a.Rank()

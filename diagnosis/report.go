@@ -76,6 +76,9 @@ type Input struct {
 	FR      *fr.Report
 	FRRanks []int
 	State   StateOptions
+	// Unreachable: ranks no source could reach (their node did not
+	// answer), and why.
+	Unreachable map[int]string
 }
 
 // Evidence is one line of proof and where it came from.
@@ -354,7 +357,11 @@ func hypothesisOf(s Sink, in Input, g Graph) Hypothesis {
 		h.Refute = "the process is alive after all"
 	case SinkNoData:
 		h.Category, h.Confidence = CatUnreachable, Medium
-		h.Evidence = []Evidence{{"membership", s.Why}, {"comm_rings", waiters}}
+		why := s.Why
+		if u := in.Unreachable[s.Ranks[0]]; u != "" {
+			why = fmt.Sprintf("rank %d could not be reached: %s", s.Ranks[0], u)
+		}
+		h.Evidence = []Evidence{{"membership", why}, {"comm_rings", waiters}}
 		h.Confirm = fmt.Sprintf("list_processes; get_stacks {\"ranks\":\"%d\"}", s.Ranks[0])
 		h.Refute = "the rank answers and is inside the collective its peers wait in"
 	case SinkAllIn:
@@ -491,7 +498,7 @@ func sortedFacts(m map[int]*RankFacts) []*RankFacts {
 // FromBundle is the Input of the evidence the service gathered.
 func FromBundle(b *evidence.Bundle, st StateOptions) Input {
 	in := Input{World: b.World, Ranks: map[int]*RankFacts{}, Comm: b.Comm, Problems: b.Problems, Conflicts: b.Conflicts,
-		FR: b.FR, FRRanks: b.FRRanks, State: st}
+		FR: b.FR, FRRanks: b.FRRanks, State: st, Unreachable: b.Unreachable}
 	for r, e := range b.Ranks {
 		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS,
 			Threads: evidence.WithLocks(e.Threads, e.Locks), StackSource: e.StackSource, StackErr: e.StackErr, AgentErr: e.AgentErr, OSThreads: e.OSThreads,

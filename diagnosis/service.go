@@ -12,6 +12,9 @@ import (
 type RunOptions struct {
 	Evidence evidence.Options
 	State    StateOptions
+	// Gather, when set, gathers the bundle instead of evidence.Gather
+	// over Evidence (the coordinator: every node's, merged).
+	Gather func(context.Context) *evidence.Bundle
 }
 
 // Run is the evidence service's one entry point for a verdict: it gathers
@@ -19,7 +22,12 @@ type RunOptions struct {
 // line of each culprit frame. The MCP tool, the CLI, the skills and the
 // evals all call it, so they all give the same answer.
 func Run(ctx context.Context, opt RunOptions) Report {
-	b := evidence.Gather(ctx, opt.Evidence)
+	var b *evidence.Bundle
+	if opt.Gather != nil {
+		b = opt.Gather(ctx)
+	} else {
+		b = evidence.Gather(ctx, opt.Evidence)
+	}
 	rep := Diagnose(FromBundle(b, opt.State))
 	for i := range rep.Hypotheses {
 		h := &rep.Hypotheses[i]
@@ -27,7 +35,7 @@ func Run(ctx context.Context, opt RunOptions) Report {
 			continue
 		}
 		e := b.Ranks[h.culprits[0]]
-		if e == nil {
+		if e == nil || e.Node != "" { // another node's file: not read from here
 			continue
 		}
 		owner := procfacts.Owner{UID: e.UID, GID: -1}

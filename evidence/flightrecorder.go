@@ -3,6 +3,8 @@ package evidence
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"path/filepath"
 	"sort"
@@ -17,20 +19,41 @@ import (
 // frDeadline bounds the live Flight Recorder snapshots.
 const frDeadline = 4 * time.Second
 
-// gatherFR reads the Flight Recorder of every rank that has one: a live
+// FRDump is one rank's Flight Recorder dump as its source gave it.
+type FRDump struct {
+	Rank int `json:"rank"`
+	// From says where it came from (the pid snapshotted, the dump file).
+	From string `json:"from"`
+	Data []byte `json:"data"`
+}
+
+// maxFRBytes bounds the raw dumps one gathering keeps.
+const maxFRBytes = 512 << 20
+
+// collectFR reads the Flight Recorder of every rank that has one: a live
 // snapshot of each live rank that runs torch (a process without torch has
 // none, and asking it would only cost the deadline), else the dump file a
 // dead rank left (torch writes <prefix><rank> on a watchdog timeout; the
-// prefix is in its identity). They are analysed together. A rank whose
-// snapshot or dump fails is a problem; the others are still analysed.
-func gatherFR(ctx context.Context, live, dead []*agent.Agent, problem func(string, ...any)) (*fr.Report, []int) {
+// prefix is in its identity). A rank whose snapshot or dump fails is a
+// problem; the others are kept.
+func collectFR(ctx context.Context, live, dead []*agent.Agent, problem func(string, ...any)) []FRDump {
 	var torch []*agent.Agent
 	for _, a := range live {
 		if a.Identity != nil && a.Identity.Torch != "" {
 			torch = append(torch, a)
 		}
 	}
-	loaded := &fr.Loaded{}
+	var out []FRDump
+	total := 0
+	keep := func(d FRDump) {
+		if total+len(d.Data) > maxFRBytes {
+			problem("rank %d's Flight Recorder (%d bytes) left out: the dumps kept already hold %d of the %d bytes allowed", d.Rank, len(d.Data), total, maxFRBytes)
+			return
+		}
+		total += len(d.Data)
+		out = append(out, d)
+	}
+	snapped := map[int]bool{}
 	if len(torch) > 0 {
 		// A rank whose GIL is held answers neither its agent nor (gloo)
 		// a dump pipe: the recorder is a second source, not worth the
@@ -42,12 +65,15 @@ func gatherFR(ctx context.Context, live, dead []*agent.Agent, problem func(strin
 			if err := col.Errors[a.PID]; err != nil {
 				problem("rank %d's Flight Recorder: %v", a.Rank(), err)
 			}
+			if s := col.Snapshots[a.PID]; s != nil {
+				r := s.Rank
+				if r < 0 {
+					r = a.Rank()
+				}
+				snapped[r] = true
+				keep(FRDump{Rank: r, From: fmt.Sprintf("pid %d (rank %d)", a.PID, r), Data: s.Data})
+			}
 		}
-		loaded.Dumps = append(loaded.Dumps, col.Loaded.Dumps...)
-	}
-	snapped := map[int]bool{}
-	for _, d := range loaded.Dumps {
-		snapped[d.Rank] = true
 	}
 	var gone []*agent.Agent
 	for _, a := range dead {
@@ -55,31 +81,63 @@ func gatherFR(ctx context.Context, live, dead []*agent.Agent, problem func(strin
 			gone = append(gone, a)
 		}
 	}
-	if paths, rankOf := deadDumps(gone, problem); len(paths) > 0 {
-		l, err := fr.LoadContext(ctx, paths, fr.LoadOptions{RankOf: rankOf})
+	paths, rankOf := deadDumps(gone, problem)
+	for _, p := range paths {
+		b, err := readBounded(p, agent.MaxSnapshotBytes)
 		if err != nil {
-			problem("dead ranks' Flight Recorder dumps: %v", err)
-		} else {
-			loaded.Dumps = append(loaded.Dumps, l.Dumps...)
-			for _, p := range l.Problems {
-				problem("Flight Recorder dump %s: %s", p.Path, p.Problem)
-			}
+			problem("rank %d's Flight Recorder dump %s: %v", rankOf[p], p, err)
+			continue
 		}
+		keep(FRDump{Rank: rankOf[p], From: p, Data: b})
+	}
+	return out
+}
+
+// readBounded reads a regular file of at most max bytes.
+func readBounded(p string, max int64) ([]byte, error) {
+	f, fi, err := procfacts.OpenRegular(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi.Size() > max {
+		return nil, fmt.Errorf("%d bytes, more than the %d read", fi.Size(), max)
+	}
+	return io.ReadAll(io.LimitReader(f, max+1))
+}
+
+// AnalyzeFR decodes the bundle's raw dumps and analyses them together
+// (every node's, on the coordinator), setting FR and FRRanks; a dump that
+// does not decode is a problem.
+func AnalyzeFR(ctx context.Context, b *Bundle) {
+	if len(b.FRDumps) == 0 {
+		return
+	}
+	loaded := &fr.Loaded{}
+	for _, d := range b.FRDumps {
+		dump, err := fr.DecodeContext(ctx, d.Data, fr.Limits{})
+		if err != nil {
+			b.Problems = append(b.Problems, fmt.Sprintf("rank %d's Flight Recorder (%s) does not decode: %v", d.Rank, d.From, err))
+			continue
+		}
+		agent.DropAgentFRFrames(dump)
+		dump.Rank, dump.Path = d.Rank, d.From
+		loaded.Dumps = append(loaded.Dumps, dump)
 	}
 	if len(loaded.Dumps) == 0 {
-		return nil, nil
+		return
 	}
+	sort.Slice(loaded.Dumps, func(i, j int) bool { return loaded.Dumps[i].Rank < loaded.Dumps[j].Rank })
 	rep, err := fr.AnalyzeLoadedContext(ctx, loaded, fr.Options{})
 	if err != nil {
-		problem("Flight Recorder analysis: %v", err)
-		return nil, nil
+		b.Problems = append(b.Problems, fmt.Sprintf("Flight Recorder analysis: %v", err))
+		return
 	}
-	var ranks []int
+	b.FR = rep
+	b.FRRanks = b.FRRanks[:0]
 	for _, d := range loaded.Dumps {
-		ranks = append(ranks, d.Rank)
+		b.FRRanks = append(b.FRRanks, d.Rank)
 	}
-	sort.Ints(ranks)
-	return rep, ranks
 }
 
 // deadDumps finds the dump file of each dead rank, trusted like the

@@ -26,6 +26,10 @@ type Options struct {
 	// CommPerRank is how many recent collectives of each rank are read
 	// (default 64).
 	CommPerRank int
+	// RawFR keeps the Flight Recorder dumps as they came (FRDumps) and
+	// leaves their analysis out: a node daemon ships them to the
+	// coordinator, which analyses every node's together (AnalyzeFR).
+	RawFR bool
 }
 
 // RankEvidence is what is known of one rank.
@@ -69,6 +73,9 @@ type RankEvidence struct {
 	Activity *RankActivity
 	// NowNS is this node's clock when the rank's evidence was read.
 	NowNS int64
+	// Node is the node daemon (its address) that gave this evidence;
+	// "" when it was read here.
+	Node string `json:",omitempty"`
 }
 
 // Bundle is the evidence for one scope (this node).
@@ -84,8 +91,13 @@ type Bundle struct {
 	Conflicts []string
 	// FR is the analysis of the live ranks' Flight Recorder snapshots
 	// (torch ranks only), FRRanks the ranks it covers; nil when none.
-	FR      *fr.Report
-	FRRanks []int
+	FR      *fr.Report `json:"-"`
+	FRRanks []int      `json:",omitempty"`
+	// FRDumps are the raw dumps when Options.RawFR asked for them.
+	FRDumps []FRDump `json:",omitempty"`
+	// Unreachable names the ranks no source could reach (a node daemon
+	// that did not answer) and why; their absence is evidence, not proof.
+	Unreachable map[int]string `json:",omitempty"`
 	// GPU is the slot for the node's GPU state (a later issue fills it).
 	GPU *GPUState
 }
@@ -235,9 +247,9 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		rep, ranks := gatherFR(ctx, live, dead, problem)
+		dumps := collectFR(ctx, live, dead, problem)
 		mu.Lock()
-		b.FR, b.FRRanks = rep, ranks
+		b.FRDumps = dumps
 		mu.Unlock()
 	}()
 	procs := agent.CollectStacks(ctx, live, agent.StackOptions{})
@@ -260,6 +272,9 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 		if p.Err != "" && e.Main == nil {
 			problem("rank %d's stacks: %s", p.Rank, p.Err)
 		}
+	}
+	if !opt.RawFR {
+		AnalyzeFR(ctx, b)
 	}
 	if acts == nil {
 		acts = map[int]*RankActivity{}

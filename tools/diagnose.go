@@ -68,8 +68,23 @@ func Diagnose(ctx context.Context, env *Env, p DiagnoseHangParams) (DiagnoseHang
 		st.MinStall = time.Duration(p.StallSeconds) * time.Second
 		st.NoHistoryStall = st.MinStall
 	}
-	rep := diagnosis.Run(ctx, diagnosis.RunOptions{Evidence: evidence.Options{Agents: env.Agents, SQL: env.SQL}, State: st})
-	if rep.State == diagnosis.StateUnknown {
+	ro := diagnosis.RunOptions{Evidence: evidence.Options{Agents: env.Agents, SQL: env.SQL}, State: st}
+	var cov *CoverageView
+	if env.Cluster != nil {
+		// The whole job: every node's bundle, merged.
+		ro.Gather = func(ctx context.Context) *evidence.Bundle {
+			b, c := env.Cluster.Evidence(ctx, 0)
+			cov = coverageView(c)
+			return b
+		}
+	}
+	rep := diagnosis.Run(ctx, ro)
+	if cov != nil {
+		if err := env.Cluster.StrictError(cov.raw); err != nil {
+			return DiagnoseHangResult{}, &UserError{msg: err.Error()}
+		}
+		rep.DataQuality = append([]string{"scope: the whole job, " + cov.Text}, rep.DataQuality...)
+	} else if rep.State == diagnosis.StateUnknown {
 		rep.DataQuality = append(rep.DataQuality, "looked for agents in data dir "+env.Agents.DataDir+" and control sockets in "+env.Agents.CtrlRoot)
 	}
 	res := DiagnoseHangResult{}

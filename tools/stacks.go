@@ -11,6 +11,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/storage/history"
 )
@@ -27,11 +28,14 @@ type GetStacksParams struct {
 // GetStacksResult is the merged account, bounded.
 type GetStacksResult struct {
 	stacks.Merged
-	// Sources says how each process's stacks were obtained: agent (the
+	// Sources says how each process's stacks were obtained (by pid; in
+	// the whole-job scope, each source with its ranks): agent (the
 	// in-process agent answered), faulthandler (the agent did not answer;
 	// the GIL-free signal dump was read), proc (no Python frames: kernel
 	// thread states only), probing (the original agent: main thread only).
 	Sources map[string]string `json:"sources"`
+	// Coverage says which nodes answered (the whole-job scope only).
+	Coverage *CoverageView `json:"coverage,omitempty"`
 	// HistoryIDs are the rows of history.stack_captures written.
 	HistoryIDs []int64 `json:"history_ids,omitempty"`
 	// Processes lists every thread per process when merge is false.
@@ -53,16 +57,35 @@ func getStacks(env *Env) Def {
 		if p.MaxGroups < 0 || p.MaxGroups > 50 || p.MaxFrames < 0 || p.MaxFrames > 200 {
 			return GetStacksResult{}, userErrorf("max_groups must be 0..50 and max_frames 0..200")
 		}
-		targets, _, err := agentsFor(env, p.Target)
-		if err != nil {
-			return GetStacksResult{}, err
-		}
-		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		defer cancel()
-		procs := agent.CollectStacks(ctx, targets, agent.StackOptions{})
 		res := GetStacksResult{Sources: map[string]string{}}
-		for _, pr := range procs {
-			res.Sources[fmt.Sprint(pr.PID)] = pr.Source
+		var procs []stacks.Process
+		if env.Cluster != nil && len(p.PIDs) == 0 {
+			// The whole job: each node's daemon captures its ranks.
+			ps, cov, err := env.Cluster.Stacks(ctx, p.Ranks)
+			if err != nil {
+				return GetStacksResult{}, &UserError{msg: err.Error()}
+			}
+			procs, res.Coverage = ps, coverageView(cov)
+			// Thousands of processes: each source with its ranks as
+			// ranges, not one entry per pid.
+			by := map[string][]int{}
+			for _, pr := range procs {
+				by[pr.Source] = append(by[pr.Source], pr.Rank)
+			}
+			for src, rs := range by {
+				res.Sources[src] = "ranks " + rankset.Format(rs)
+			}
+		} else {
+			targets, _, err := agentsFor(env, p.Target)
+			if err != nil {
+				return GetStacksResult{}, err
+			}
+			ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			procs = agent.CollectStacks(ctx, targets, agent.StackOptions{})
+			for _, pr := range procs {
+				res.Sources[fmt.Sprint(pr.PID)] = pr.Source
+			}
 		}
 		res.Merged = stacks.Merge(procs, stacks.MergeOptions{MaxGroups: p.MaxGroups, MaxFrames: p.MaxFrames, IncludeIdle: p.IncludeIdle})
 		if p.Merge != nil && !*p.Merge {

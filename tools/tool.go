@@ -14,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/cluster/fanout"
 	"github.com/probing-mcp/probing-mcp/storage/history"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -39,6 +40,9 @@ type Env struct {
 	// History persists verdicts and captures; nil when it cannot be
 	// opened (the tools still answer, they just do not record).
 	History *history.Store
+	// Cluster, when set, makes the whole job every tool's default scope
+	// (serve --job/--peers): the node daemons are asked, not this node.
+	Cluster *fanout.Job
 }
 
 // Def is one tool and how the server must treat it.
@@ -62,6 +66,9 @@ func All(env *Env) []Def {
 	}
 	if env.Skills != nil {
 		defs = append(defs, listSkills(env), planSkill(env), runSkill(env))
+	}
+	if env.Cluster != nil {
+		defs = append(defs, listClusterNodes(env))
 	}
 	return append(defs, setConfig(env), evalPython(env))
 }
@@ -107,6 +114,7 @@ func typed[P, R any](fn func(ctx context.Context, p P) (R, error)) (server.ToolH
 		if err := req.BindArguments(&p); err != nil {
 			return mcplib.NewToolResultError(fmt.Sprintf("invalid arguments for %s: %v; check the tool's input schema", req.Params.Name, err)), nil
 		}
+		ctx = withProgress(ctx, req)
 		r, err := fn(ctx, p)
 		if err != nil {
 			var ue *UserError
@@ -130,3 +138,22 @@ type Call func(ctx context.Context, args map[string]any) (any, error)
 // modelTexter is a result whose text content is a rendering written for
 // a model rather than its JSON.
 type modelTexter interface{ ModelText() string }
+
+// withProgress has the whole-job fan-outs under ctx send MCP progress
+// notifications when the client asked for them (a progressToken in the
+// request's _meta).
+func withProgress(ctx context.Context, req mcplib.CallToolRequest) context.Context {
+	if req.Params.Meta == nil || req.Params.Meta.ProgressToken == nil {
+		return ctx
+	}
+	srv := server.ServerFromContext(ctx)
+	if srv == nil {
+		return ctx
+	}
+	token := req.Params.Meta.ProgressToken
+	return fanout.WithProgress(ctx, func(done, total int, msg string) {
+		// Best effort: a client that went away is no reason to fail.
+		_ = srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
+			"progressToken": token, "progress": done, "total": total, "message": msg})
+	})
+}

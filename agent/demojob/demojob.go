@@ -39,6 +39,17 @@ type Options struct {
 	Version string // the binary's version, recorded with the agent
 	// Env is added to every rank's environment (tests set PROBING_* here).
 	Env []string
+	// Nodes simulates a multi-node job on this machine (default 1): the
+	// ranks are split evenly, each node with its own data dir, control
+	// root, PROBING_NODE_HOST (node<i>), GROUP_RANK and local ranks.
+	Nodes int
+}
+
+// Node is one simulated node of the job.
+type Node struct {
+	Host              string
+	DataDir, CtrlRoot string
+	Ranks             []int
 }
 
 // Job is a running demo job.
@@ -49,6 +60,9 @@ type Job struct {
 	Torch    bool
 	TorchVer string
 	Opt      Options
+	// NodeDirs are the simulated nodes (one, DataDir and CtrlRoot, unless
+	// Options.Nodes asked for more).
+	NodeDirs []Node
 	procs    []*exec.Cmd
 	done     []chan struct{} // closed when the rank has exited (and was reaped)
 	logs     []string
@@ -76,6 +90,18 @@ func (o *Options) defaults() {
 	if o.Torch == "" {
 		o.Torch = "auto"
 	}
+	if o.Nodes <= 0 {
+		o.Nodes = 1
+	}
+	if o.Nodes > o.Ranks {
+		o.Nodes = o.Ranks
+	}
+}
+
+// nodeOf is the simulated node of rank r.
+func (o *Options) nodeOf(r int) int {
+	per := (o.Ranks + o.Nodes - 1) / o.Nodes
+	return r / per
 }
 
 // torchVersion says whether python imports torch with torch.distributed.
@@ -121,6 +147,13 @@ func Start(ctx context.Context, opt Options) (*Job, error) {
 		return nil, err
 	}
 	j.Dir, j.DataDir, j.CtrlRoot = dir, filepath.Join(dir, "data"), filepath.Join(dir, "ctrl")
+	for n := 0; n < opt.Nodes; n++ {
+		nd := Node{Host: "node" + strconv.Itoa(n), DataDir: j.DataDir, CtrlRoot: j.CtrlRoot}
+		if opt.Nodes > 1 {
+			nd.DataDir, nd.CtrlRoot = filepath.Join(dir, nd.Host, "data"), filepath.Join(dir, nd.Host, "ctrl")
+		}
+		j.NodeDirs = append(j.NodeDirs, nd)
+	}
 	site := filepath.Join(dir, "site")
 	if err := agent.ExtractTo(site, opt.Version); err != nil {
 		j.Stop()
@@ -151,14 +184,18 @@ func Start(ctx context.Context, opt Options) (*Job, error) {
 		cmd := exec.Command(opt.Python, scriptPath)
 		cmd.Dir = dir
 		cmd.Stdout, cmd.Stderr = logf, logf
+		ni := opt.nodeOf(r)
+		nd := &j.NodeDirs[ni]
+		nd.Ranks = append(nd.Ranks, r)
+		per := (opt.Ranks + opt.Nodes - 1) / opt.Nodes
 		cmd.Env = append(os.Environ(),
 			"PYTHONPATH="+site, "PYTHONUNBUFFERED=1", "PROBING_MCP_AGENT=1",
-			"PROBING_DATA_DIR="+j.DataDir, "PROBING_CTRL_ROOT="+j.CtrlRoot,
+			"PROBING_DATA_DIR="+nd.DataDir, "PROBING_CTRL_ROOT="+nd.CtrlRoot,
 			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(opt.Ranks),
-			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(opt.Ranks), "GROUP_RANK=0",
+			"LOCAL_RANK="+strconv.Itoa(r-ni*per), "LOCAL_WORLD_SIZE="+strconv.Itoa(min(per, opt.Ranks-ni*per)), "GROUP_RANK="+strconv.Itoa(ni),
 			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "GLOO_SOCKET_IFNAME=lo",
 			"DEMO_HANG_STEP="+strconv.Itoa(opt.HangStep), "DEMO_CULPRIT="+strconv.Itoa(opt.Culprit),
-			"OMP_NUM_THREADS=1")
+			"OMP_NUM_THREADS=1", "PROBING_MCP_NODE=0", "PROBING_NODE_HOST="+nd.Host) // the tests start any node daemon themselves
 		cmd.Env = append(cmd.Env, opt.Env...)
 		// Its own process group: Stop kills the ranks and anything they
 		// started, even if this process dies first (Pdeathsig).
@@ -213,7 +250,8 @@ func (j *Job) WaitHung(ctx context.Context, settle time.Duration) error {
 			if fi, err := os.Stat(l); err == nil && fi.Size() != last[i] {
 				last[i], changed = fi.Size(), true
 			}
-			if _, err := os.Stat(filepath.Join(j.DataDir, strconv.Itoa(j.procs[i].Process.Pid), storage.IdentityFile)); err == nil {
+			dd := j.NodeDirs[j.Opt.nodeOf(i)].DataDir
+			if _, err := os.Stat(filepath.Join(dd, strconv.Itoa(j.procs[i].Process.Pid), storage.IdentityFile)); err == nil {
 				registered++
 			}
 		}

@@ -1,0 +1,179 @@
+// Package fanout is the coordinator's side of the whole-job view: a
+// client of the node daemons (long-lived connections, a token, bounded
+// replies, classified errors) and the fan-out over every node (bounded
+// concurrency, a per-peer timeout inside one overall deadline, progress,
+// and an account of who answered). No MCP imports.
+package fanout
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/probing-mcp/probing-mcp/cluster"
+	"github.com/probing-mcp/probing-mcp/cluster/node"
+)
+
+// Kinds of peer failure.
+const (
+	KindUnreachable = "unreachable" // nothing listens, or the host is gone
+	KindTimeout     = "timeout"     // no answer within its time
+	KindAuth        = "auth"        // the token was refused, or none can be sent
+	KindGarbage     = "garbage"     // the answer is not the node API's
+	KindRefused     = "refused"     // the node answered with an error
+	KindNotDaemon   = "not_daemon"  // an original Probing agent: listed, not queried
+)
+
+// PeerError is why one node gave no answer.
+type PeerError struct {
+	Addr, Kind, Msg string
+}
+
+func (e *PeerError) Error() string { return e.Msg }
+
+// MaxReply bounds one node's answer (its evidence holds every rank's
+// threads and raw Flight Recorder dumps).
+const MaxReply = 256 << 20
+
+// Client calls node daemons.
+type Client struct {
+	hc    *http.Client
+	token string
+}
+
+// NewClient keeps connections to the daemons open between calls: a
+// fan-out over hundreds of nodes pays the handshakes once.
+func NewClient(token string, concurrency int) *Client {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        max(concurrency*2, 64),
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     2 * time.Minute,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+		Proxy:               nil, // a proxy must never see the token or the job
+	}
+	return &Client{hc: &http.Client{Transport: tr}, token: token}
+}
+
+// Close drops the idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// loopback is whether addr's host is a loopback address or name.
+func loopback(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Do calls one node: method and path of the node API, req as the JSON
+// body (nil for none), the answer decoded into resp.
+func (c *Client) Do(ctx context.Context, n cluster.Node, method, path string, req, resp any) error {
+	pe := func(kind, format string, args ...any) error {
+		return &PeerError{Addr: n.Addr, Kind: kind, Msg: fmt.Sprintf(format, args...)}
+	}
+	if n.Kind == cluster.KindProbing {
+		return pe(KindNotDaemon, "an original Probing agent, not a node daemon: run `probing-mcp node` on %s to include its ranks", n.Host)
+	}
+	if c.token == "" && !loopback(n.Addr) {
+		return pe(KindAuth, "not asked: this coordinator has no PROBING_AUTH_TOKEN, and a node daemon off loopback serves only with one; run the coordinator with the job's token")
+	}
+	var body io.Reader
+	if req != nil {
+		b, err := json.Marshal(req)
+		if err != nil {
+			return pe(KindGarbage, "request does not encode: %v", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	hr, err := http.NewRequestWithContext(ctx, method, "http://"+n.Addr+path, body)
+	if err != nil {
+		return pe(KindUnreachable, "address %q: %v", n.Addr, err)
+	}
+	if c.token != "" {
+		hr.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if req != nil {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		ms := time.Until(dl).Milliseconds()
+		if ms <= 0 {
+			return pe(KindTimeout, "no time left to ask it")
+		}
+		hr.Header.Set(node.TimeoutHeader, strconv.FormatInt(ms, 10))
+	}
+	res, err := c.hc.Do(hr)
+	if err != nil {
+		return classify(ctx, n.Addr, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, MaxReply+1))
+	if err != nil {
+		return classify(ctx, n.Addr, err)
+	}
+	if len(b) > MaxReply {
+		return pe(KindGarbage, "its answer is over %d MiB: cut off", MaxReply>>20)
+	}
+	if res.StatusCode != http.StatusOK {
+		var ae struct {
+			Error string `json:"error"`
+		}
+		msg := "no explanation"
+		if json.Unmarshal(b, &ae) == nil && ae.Error != "" {
+			msg = bound(ae.Error, 300)
+		}
+		if res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden {
+			return pe(KindAuth, "the token was refused (HTTP %d): the coordinator's PROBING_AUTH_TOKEN must be the daemons'", res.StatusCode)
+		}
+		if res.StatusCode == http.StatusGatewayTimeout {
+			return pe(KindTimeout, "%s", msg)
+		}
+		return pe(KindRefused, "HTTP %d: %s", res.StatusCode, msg)
+	}
+	if err := json.Unmarshal(b, resp); err != nil {
+		return pe(KindGarbage, "its answer is not the node API's JSON: %v", err)
+	}
+	return nil
+}
+
+func classify(ctx context.Context, addr string, err error) error {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, os.ErrDeadlineExceeded):
+		return &PeerError{Addr: addr, Kind: KindTimeout, Msg: "no answer in time"}
+	case errors.Is(err, context.Canceled):
+		return &PeerError{Addr: addr, Kind: KindTimeout, Msg: "the request was cancelled"}
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return &PeerError{Addr: addr, Kind: KindUnreachable, Msg: "connection refused: no node daemon listens there (is `probing-mcp node` running on that node?)"}
+	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return &PeerError{Addr: addr, Kind: KindUnreachable, Msg: "the connection broke mid-answer (the daemon died?)"}
+	}
+	if strings.Contains(err.Error(), "malformed HTTP") {
+		return &PeerError{Addr: addr, Kind: KindGarbage, Msg: "it does not speak HTTP"}
+	}
+	return &PeerError{Addr: addr, Kind: KindUnreachable, Msg: bound(err.Error(), 200)}
+}
+
+func bound(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}

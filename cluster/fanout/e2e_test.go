@@ -1,0 +1,227 @@
+package fanout_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/agent/demojob"
+	"github.com/probing-mcp/probing-mcp/cluster"
+	"github.com/probing-mcp/probing-mcp/cluster/fanout"
+	"github.com/probing-mcp/probing-mcp/cluster/node"
+	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/diagnosis"
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
+)
+
+const token = "e2e-secret"
+
+// daemon is one node daemon of a test: a real HTTP server on its own
+// loopback address (127.0.0.x) over a real node.Source.
+type daemon struct {
+	node cluster.Node
+	srv  *http.Server
+	ln   net.Listener
+}
+
+func startDaemon(t *testing.T, ip string, self cluster.Node, src node.Source, tok string) *daemon {
+	t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Skipf("cannot listen on %s (a loopback alias this system lacks?): %v", ip, err)
+	}
+	self.Addr, self.Kind = ln.Addr().String(), cluster.KindDaemon
+	if l, ok := src.(*node.Local); ok {
+		l.Self = self
+	}
+	d := &daemon{node: self, ln: ln, srv: &http.Server{Handler: node.Handler(node.Config{Source: src, Token: tok, Version: "test"})}}
+	go d.srv.Serve(ln)
+	t.Cleanup(func() { d.srv.Close() })
+	return d
+}
+
+func staticMembers(ns ...cluster.Node) fanout.Members {
+	return func(context.Context) ([]cluster.Node, []string, error) {
+		return append([]cluster.Node(nil), ns...), nil, nil
+	}
+}
+
+// TestWholeJobOnTwoNodes runs the torch-free demo job split over two
+// simulated nodes (each its own data dir, control root and node host,
+// a real daemon on its own 127.0.0.x address) and asks the whole job
+// through the coordinator's fan-out: every rank's stacks, and the
+// verdict, whose culprit (rank 2) is on the second node. Then the second
+// daemon dies: its ranks become unreachable evidence, not a failure.
+func TestWholeJobOnTwoNodes(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3: the demo job needs it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	job, err := demojob.Start(ctx, demojob.Options{Torch: "no", Python: "python3", Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer job.Stop()
+	if err := job.WaitHung(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var ds []*daemon
+	for i, nd := range job.NodeDirs {
+		e, err := sqlengine.New(sqlengine.Options{DataDir: nd.DataDir, Host: nd.Host})
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := &node.Local{Agents: agent.Options{DataDir: nd.DataDir, CtrlRoot: nd.CtrlRoot}, SQL: e, Version: "test"}
+		ds = append(ds, startDaemon(t, fmt.Sprintf("127.0.0.%d", i+2), cluster.Node{Host: nd.Host, NodeRank: i, Source: "peers"}, src, token))
+	}
+	j := fanout.NewJob(staticMembers(ds[0].node, ds[1].node), fanout.NewClient(token, 8),
+		fanout.Options{Concurrency: 8, PeerTimeout: 30 * time.Second, Deadline: 60 * time.Second})
+
+	ns, cov, err := j.Nodes(ctx)
+	if err != nil || !cov.Complete() || len(ns) != 2 || ns[0].Live != "0-1" || ns[1].Live != "2-3" {
+		t.Fatalf("nodes %+v, %s, %v", ns, cov.Text(), err)
+	}
+	procs, cov, err := j.Stacks(ctx, "")
+	if err != nil || !cov.Complete() || len(procs) != 4 {
+		t.Fatalf("stacks: %d processes, %s, %v", len(procs), cov.Text(), err)
+	}
+	m := stacks.Merge(procs, stacks.MergeOptions{})
+	if m.Ranks != "0-3" || !strings.Contains(m.Summary, "fake_data_loader") {
+		t.Fatalf("merged: %s (%s)", m.Summary, m.Ranks)
+	}
+	if procs[2].Host != "node1" {
+		t.Errorf("rank 2's host %q, want node1", procs[2].Host)
+	}
+	var rep diagnosis.Report
+	for {
+		b, cov := j.Evidence(ctx, 0)
+		if !cov.Complete() || len(b.Ranks) != 4 || b.World != 4 {
+			t.Fatalf("evidence: %s, %d ranks, world %d, problems %v", cov.Text(), len(b.Ranks), b.World, b.Problems)
+		}
+		rep = diagnosis.Diagnose(diagnosis.FromBundle(b, diagnosis.StateOptions{MinStall: time.Second}))
+		if rep.State == diagnosis.StateStalled || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	h := rep.Hypotheses[0]
+	if h.Category != diagnosis.CatCPUStall || h.Culprits != "2" || h.Where == nil || h.Where.Function != "fake_data_loader" {
+		t.Fatalf("%s\n%+v", rep.Summary, h)
+	}
+	t.Log(rep.Summary)
+
+	// The second node's daemon dies: its ranks are unreachable.
+	ds[1].srv.Close()
+	b, cov := j.Evidence(ctx, 0)
+	if cov.Complete() || cov.Answered != 1 || len(b.Ranks) != 2 || !strings.Contains(b.Unreachable[2], "node1") || !strings.Contains(b.Unreachable[3], "unreachable") {
+		t.Fatalf("after node1 died: %s, ranks %d, unreachable %v", cov.Text(), len(b.Ranks), b.Unreachable)
+	}
+	rep = diagnosis.Diagnose(diagnosis.FromBundle(b, diagnosis.StateOptions{MinStall: time.Second}))
+	if rep.Hypotheses[0].Category != diagnosis.CatUnreachable || rep.Hypotheses[0].Confidence == diagnosis.High {
+		t.Fatalf("with node1 gone: %s\n%+v", rep.Summary, rep.Hypotheses[0])
+	}
+	strict := fanout.NewJob(staticMembers(ds[0].node, ds[1].node), fanout.NewClient(token, 8), fanout.Options{Concurrency: 8, PeerTimeout: 5 * time.Second, Deadline: 10 * time.Second, Strict: true})
+	if _, _, err := strict.Stacks(ctx, ""); err == nil || !strings.Contains(err.Error(), "1/2 node(s) answered") {
+		t.Fatalf("strict mode: %v", err)
+	}
+}
+
+// fakeSource is a node that answers what a test says.
+type fakeSource struct {
+	node.Local // unused methods
+	info       node.Info
+	procs      []stacks.Process
+	block      chan struct{}
+}
+
+func (f *fakeSource) Info(ctx context.Context) (*node.Info, error) { return &f.info, nil }
+func (f *fakeSource) Stacks(ctx context.Context, _ node.StacksRequest) (*node.StacksReply, error) {
+	if f.block != nil {
+		select {
+		case <-f.block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return &node.StacksReply{Processes: f.procs}, nil
+}
+
+func proc(rank int, fn string) stacks.Process {
+	return stacks.Process{PID: 1000 + rank, Rank: rank, Source: "agent",
+		Threads: []stacks.Thread{{Name: "MainThread", IsMain: true, Frames: []stacks.Frame{{File: "train.py", Line: 10 + rank, Function: fn}}}}}
+}
+
+// TestBadPeers: a wrong token, a peer that answers garbage, one that never
+// answers, one that lies about its ranks and a node listed twice: each a
+// flagged part of the answer, within the deadline.
+func TestBadPeers(t *testing.T) {
+	ctx := context.Background()
+	good := startDaemon(t, "127.0.0.2", cluster.Node{Host: "good", NodeRank: 0, Ranks: "0-1", Source: "store"},
+		&fakeSource{procs: []stacks.Process{proc(0, "step"), proc(1, "step")}}, token)
+	liar := startDaemon(t, "127.0.0.3", cluster.Node{Host: "liar", NodeRank: 1, Ranks: "2-3", Source: "store"},
+		&fakeSource{procs: []stacks.Process{proc(2, "step"), proc(0, "forged")}}, token)
+	wrongTok := startDaemon(t, "127.0.0.4", cluster.Node{Host: "locked", NodeRank: 2, Ranks: "4-5", Source: "store"},
+		&fakeSource{procs: []stacks.Process{proc(4, "step")}}, "another-token")
+	block := make(chan struct{})
+	defer close(block)
+	silent := startDaemon(t, "127.0.0.5", cluster.Node{Host: "silent", NodeRank: 3, Ranks: "6-7", Source: "store"},
+		&fakeSource{block: block}, token)
+	// Garbage: a TCP peer that answers anything but HTTP.
+	gl, err := net.Listen("tcp", "127.0.0.6:0")
+	if err != nil {
+		t.Skip(err)
+	}
+	var wg sync.WaitGroup
+	defer func() { gl.Close(); wg.Wait() }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := gl.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("\x00\x01garbage, not HTTP\r\n\r\n"))
+			c.Close()
+		}
+	}()
+	garbage := cluster.Node{Host: "garbage", Addr: gl.Addr().String(), NodeRank: 4, Ranks: "8-9", Kind: cluster.KindDaemon, Source: "store"}
+	j := fanout.NewJob(staticMembers(good.node, liar.node, wrongTok.node, silent.node, garbage, good.node), fanout.NewClient(token, 8),
+		fanout.Options{Concurrency: 8, PeerTimeout: 2 * time.Second, Deadline: 20 * time.Second})
+	procs, cov, err := j.Stacks(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]string{}
+	for _, m := range cov.Missing {
+		kinds[m.Node.Host] = m.Err.Kind
+	}
+	if kinds["locked"] != fanout.KindAuth || kinds["silent"] != fanout.KindTimeout || kinds["garbage"] != fanout.KindGarbage {
+		t.Errorf("missing: %v (%s)", kinds, cov.Text())
+	}
+	var ranks []int
+	for _, p := range procs {
+		ranks = append(ranks, p.Rank)
+		if p.Threads[0].Frames[0].Function == "forged" {
+			t.Errorf("the liar's forged rank 0 was kept")
+		}
+	}
+	if fmt.Sprint(ranks) != "[0 1 2]" {
+		t.Errorf("ranks %v, want [0 1 2]", ranks)
+	}
+	all := strings.Join(cov.Problems, "\n")
+	if !strings.Contains(all, "liar") || !strings.Contains(all, "answered for ranks 0") {
+		t.Errorf("the lie is not said: %q", all)
+	}
+	if strings.Contains(cov.Text(), token) || strings.Contains(all, token) {
+		t.Errorf("the token leaks into the answer")
+	}
+}

@@ -1,0 +1,252 @@
+package fanout
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+
+	"github.com/probing-mcp/probing-mcp/cluster"
+	"github.com/probing-mcp/probing-mcp/cluster/node"
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/evidence"
+)
+
+// ranksOf are a node's ranks as membership or its last answer said.
+func ranksOf(n cluster.Node) []int {
+	rs, _ := rankset.Parse(n.Ranks)
+	return rs
+}
+
+// owners keeps one node per rank: the first that spoke for it; a second
+// is a conflict.
+type owners struct {
+	mu        sync.Mutex
+	by        map[int]string
+	conflicts []string
+	lies      []string
+}
+
+func (o *owners) claim(n cluster.Node, ranks []int) []int {
+	ok, lies := claims(n, ranks)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(lies) > 0 {
+		o.lies = append(o.lies, fmt.Sprintf("%s (%s) answered for ranks %s, which membership registered to no rank of it (%s): dropped", n.Host, n.Addr, rankset.Format(lies), n.Ranks))
+	}
+	var kept []int
+	for _, r := range ok {
+		if prev, dup := o.by[r]; dup && prev != n.Addr {
+			o.conflicts = append(o.conflicts, fmt.Sprintf("rank %d is claimed by two nodes, %s and %s: the first is used", r, prev, n.Addr))
+			continue
+		}
+		o.by[r] = n.Addr
+		kept = append(kept, r)
+	}
+	return kept
+}
+
+// Stacks captures every rank's threads through its node's daemon.
+func (j *Job) Stacks(ctx context.Context, ranks string) ([]stacks.Process, Coverage, error) {
+	ns, problems, err := j.nodes(ctx)
+	if err != nil {
+		return nil, Coverage{Problems: problems}, err
+	}
+	var mu sync.Mutex
+	var procs []stacks.Process
+	own := &owners{by: map[int]string{}}
+	cov := j.each(ctx, ns, func(ctx context.Context, n cluster.Node) error {
+		var rep node.StacksReply
+		if err := j.Client.Do(ctx, n, http.MethodPost, node.PathStacks, node.StacksRequest{Ranks: ranks}, &rep); err != nil {
+			return err
+		}
+		var rs []int
+		for _, p := range rep.Processes {
+			if p.Rank >= 0 {
+				rs = append(rs, p.Rank)
+			}
+		}
+		keep := map[int]bool{}
+		for _, r := range own.claim(n, rs) {
+			keep[r] = true
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range rep.Processes {
+			if p.Rank >= 0 && !keep[p.Rank] {
+				continue
+			}
+			if p.Host == "" {
+				p.Host = n.Host
+			}
+			procs = append(procs, p)
+		}
+		for _, pr := range rep.Problems {
+			problems = append(problems, n.Host+": "+pr)
+		}
+		return nil
+	})
+	cov.Problems = append(append(append(problems, cov.Problems...), own.lies...), own.conflicts...)
+	sort.Slice(procs, func(a, b int) bool {
+		if procs[a].Rank != procs[b].Rank {
+			return procs[a].Rank < procs[b].Rank
+		}
+		return procs[a].PID < procs[b].PID
+	})
+	return procs, cov, j.strict(cov)
+}
+
+// FlightRecorder snapshots every torch rank through its node's daemon.
+func (j *Job) FlightRecorder(ctx context.Context, ranks string, onlyActive bool) ([]evidence.FRDump, Coverage, error) {
+	ns, problems, err := j.nodes(ctx)
+	if err != nil {
+		return nil, Coverage{Problems: problems}, err
+	}
+	var mu sync.Mutex
+	var dumps []evidence.FRDump
+	own := &owners{by: map[int]string{}}
+	total := 0
+	cov := j.each(ctx, ns, func(ctx context.Context, n cluster.Node) error {
+		var rep node.FRReply
+		if err := j.Client.Do(ctx, n, http.MethodPost, node.PathFR, node.FRRequest{Ranks: ranks, OnlyActive: onlyActive}, &rep); err != nil {
+			return err
+		}
+		var rs []int
+		for _, d := range rep.Dumps {
+			rs = append(rs, d.Rank)
+		}
+		keep := map[int]bool{}
+		for _, r := range own.claim(n, rs) {
+			keep[r] = true
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, d := range rep.Dumps {
+			if !keep[d.Rank] {
+				continue
+			}
+			if total+len(d.Data) > maxDumpBytes {
+				problems = append(problems, fmt.Sprintf("rank %d's Flight Recorder left out: the dumps already hold %d MiB", d.Rank, total>>20))
+				continue
+			}
+			total += len(d.Data)
+			dumps = append(dumps, d)
+		}
+		for _, pr := range rep.Problems {
+			problems = append(problems, n.Host+": "+pr)
+		}
+		return nil
+	})
+	cov.Problems = append(append(append(problems, cov.Problems...), own.lies...), own.conflicts...)
+	sort.Slice(dumps, func(a, b int) bool { return dumps[a].Rank < dumps[b].Rank })
+	return dumps, cov, j.strict(cov)
+}
+
+// maxDumpBytes bounds the Flight Recorder dumps one fan-out holds.
+const maxDumpBytes = 1 << 30
+
+// Evidence gathers every node's bundle and merges them into one: the
+// whole job's. A node that does not answer makes its ranks unreachable
+// (said per rank), never a failure; the Flight Recorder dumps of every
+// node are analysed together.
+func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, Coverage) {
+	merged := &evidence.Bundle{Ranks: map[int]*evidence.RankEvidence{}, Unreachable: map[int]string{}}
+	ns, problems, err := j.nodes(ctx)
+	if err != nil {
+		merged.Problems = append(problems, "membership: "+err.Error())
+		return merged, Coverage{Problems: merged.Problems}
+	}
+	var mu sync.Mutex
+	own := &owners{by: map[int]string{}}
+	worlds := map[int]int{} // world size → ranks reporting it
+	total := 0
+	cov := j.each(ctx, ns, func(ctx context.Context, n cluster.Node) error {
+		var rep node.EvidenceReply
+		if err := j.Client.Do(ctx, n, http.MethodPost, node.PathEvidence, node.EvidenceRequest{CommPerRank: commPerRank}, &rep); err != nil {
+			return err
+		}
+		b := rep.Bundle
+		if b == nil {
+			return &PeerError{Addr: n.Addr, Kind: KindGarbage, Msg: "its answer holds no evidence bundle"}
+		}
+		var rs []int
+		for r, e := range b.Ranks {
+			if e == nil || e.Rank != r || r < 0 || r >= evidence.MaxWorld {
+				return &PeerError{Addr: n.Addr, Kind: KindGarbage, Msg: fmt.Sprintf("its bundle's rank %d is malformed", r)}
+			}
+			rs = append(rs, r)
+		}
+		sort.Ints(rs)
+		kept := own.claim(n, rs)
+		keep := map[int]bool{}
+		for _, r := range kept {
+			keep[r] = true
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range kept {
+			e := b.Ranks[r]
+			e.Node = n.Addr
+			merged.Ranks[r] = e
+		}
+		for _, c := range b.Comm {
+			if keep[c.Rank] {
+				merged.Comm = append(merged.Comm, c)
+			}
+		}
+		if b.World > 0 {
+			worlds[b.World] += len(kept)
+		}
+		for _, d := range b.FRDumps {
+			if keep[d.Rank] && total+len(d.Data) <= maxDumpBytes {
+				total += len(d.Data)
+				merged.FRDumps = append(merged.FRDumps, d)
+			}
+		}
+		for _, p := range b.Problems {
+			merged.Problems = append(merged.Problems, n.Host+": "+p)
+		}
+		for _, c := range b.Conflicts {
+			merged.Conflicts = append(merged.Conflicts, n.Host+": "+c)
+		}
+		return nil
+	})
+	for _, m := range cov.Missing {
+		rs := ranksOf(m.Node)
+		for _, r := range rs {
+			if merged.Ranks[r] == nil {
+				merged.Unreachable[r] = fmt.Sprintf("its node %s (%s) did not answer: %s: %s", m.Node.Host, m.Node.Addr, m.Err.Kind, m.Err.Msg)
+			}
+		}
+		if len(rs) == 0 {
+			merged.Problems = append(merged.Problems, fmt.Sprintf("%s (%s) did not answer (%s: %s) and its ranks are not known", m.Node.Host, m.Node.Addr, m.Err.Kind, m.Err.Msg))
+		}
+	}
+	best, n := 0, -1
+	for ws, c := range worlds {
+		if c > n || (c == n && ws > best) {
+			best, n = ws, c
+		}
+	}
+	if len(worlds) > 1 {
+		merged.Conflicts = append(merged.Conflicts, fmt.Sprintf("the nodes report different world sizes; %d, which most ranks report, is used", best))
+	}
+	merged.World = best
+	merged.Problems = append(append(problems, merged.Problems...), own.lies...)
+	merged.Conflicts = append(merged.Conflicts, own.conflicts...)
+	if !cov.Complete() {
+		merged.Problems = append(merged.Problems, "partial: "+cov.Text())
+	}
+	sort.SliceStable(merged.Comm, func(a, b int) bool {
+		if merged.Comm[a].Rank != merged.Comm[b].Rank {
+			return merged.Comm[a].Rank < merged.Comm[b].Rank
+		}
+		return merged.Comm[a].TimestampUS < merged.Comm[b].TimestampUS
+	})
+	evidence.AnalyzeFR(ctx, merged)
+	merged.FRDumps = nil
+	cov.Problems = append(cov.Problems, problems...)
+	return merged, cov
+}

@@ -1,0 +1,101 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// ErrRunning: another daemon holds this node's lock.
+var ErrRunning = errors.New("a node daemon already runs for this data dir")
+
+// DaemonOptions shape a running daemon.
+type DaemonOptions struct {
+	Handler http.Handler
+	// Listener is where it serves (the command binds it, checking the
+	// token rule first).
+	Listener net.Listener
+	// LockPath is the per-node lock (one daemon per data dir).
+	LockPath string
+	// IdleExit: exit after the node has had no live agent this long
+	// (0: never). Live is what Alive reports.
+	IdleExit time.Duration
+	Alive    func(context.Context) bool
+	// Poll is how often Alive is asked (default 10 s).
+	Poll   time.Duration
+	Logger *slog.Logger
+}
+
+// Lock takes the per-node lock; the file stays locked while the process
+// lives (a kill -9 releases it with the process).
+func Lock(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("node lock %s: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("node lock %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, ErrRunning
+		}
+		return nil, fmt.Errorf("node lock %s: %w", path, err)
+	}
+	f.Truncate(0)
+	fmt.Fprintf(f, "%d\n", os.Getpid())
+	return f, nil
+}
+
+// Run serves until ctx ends or the node has been idle for IdleExit.
+func Run(ctx context.Context, opt DaemonOptions) error {
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Poll <= 0 {
+		opt.Poll = 10 * time.Second
+	}
+	srv := &http.Server{Handler: opt.Handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(opt.Listener) }()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if opt.IdleExit > 0 && opt.Alive != nil {
+		go func() {
+			last := time.Now()
+			t := time.NewTicker(opt.Poll)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				if opt.Alive(ctx) {
+					last = time.Now()
+				} else if idle := time.Since(last); idle >= opt.IdleExit {
+					opt.Logger.Info("no live agent on this node: the daemon exits", "idle", idle.Round(time.Second))
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	srv.Shutdown(sctx)
+	return nil
+}

@@ -1,0 +1,193 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/cluster"
+	"github.com/probing-mcp/probing-mcp/cluster/fedsql"
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
+)
+
+// Local serves this node: its agents (agent.Discover), the fallbacks of
+// agent.Stacks, the evidence service's Gather and the ring tables.
+type Local struct {
+	Self    cluster.Node
+	Version string
+	Agents  agent.Options
+	// SQL is the node's ring tables; nil serves no tables.
+	SQL *sqlengine.Engine
+}
+
+// errNoSQL answers table requests of a node without an engine.
+var errNoSQL = errors.New("this node daemon has no SQL engine (its data dir could not be opened)")
+
+// ours is whether an agent speaks for a rank of this job on this node.
+func ours(a *agent.Agent) bool {
+	return a.Untrusted == "" && a.OtherDataDir == "" && a.Rank() >= 0
+}
+
+// Info lists the node's ranks.
+func (l *Local) Info(ctx context.Context) (*Info, error) {
+	as, err := agent.Discover(l.Agents)
+	in := &Info{Node: l.Self, Version: l.Version, NowNS: time.Now().UnixNano(), Ranks: []RankInfo{}}
+	if err != nil {
+		in.Problems = append(in.Problems, "agents: "+err.Error())
+	}
+	sizes := map[int]int{}
+	for _, a := range as {
+		if !ours(a) {
+			continue
+		}
+		ri := RankInfo{Rank: a.Rank(), LocalRank: -1, PID: a.PID, Alive: a.Alive, Kind: a.Kind}
+		if id := a.Identity; id != nil {
+			ri.LocalRank, ri.Role = id.LocalRank, id.Role
+			if a.Alive && id.WorldSize > 0 && id.WorldSize <= evidence.MaxWorld {
+				sizes[id.WorldSize]++
+			}
+		}
+		in.Ranks = append(in.Ranks, ri)
+	}
+	for ws, n := range sizes {
+		if n > sizes[in.World] || (n == sizes[in.World] && ws > in.World) {
+			in.World = ws
+		}
+	}
+	sort.Slice(in.Ranks, func(i, j int) bool {
+		if in.Ranks[i].Rank != in.Ranks[j].Rank {
+			return in.Ranks[i].Rank < in.Ranks[j].Rank
+		}
+		return in.Ranks[i].PID < in.Ranks[j].PID
+	})
+	var live []int
+	for _, r := range in.Ranks {
+		if r.Alive {
+			live = append(live, r.Rank)
+		}
+	}
+	if in.Node.Ranks == "" {
+		in.Node.Ranks = rankset.Format(live)
+	}
+	return in, nil
+}
+
+// selected are the live agents of the node for a rank selection.
+func (l *Local) selected(ranks string) ([]*agent.Agent, error) {
+	all, err := agent.Discover(l.Agents)
+	if err != nil {
+		return nil, err
+	}
+	sel := agent.Selection{}
+	if strings.TrimSpace(ranks) != "" {
+		rs, err := rankset.Parse(ranks)
+		if err != nil {
+			return nil, fmt.Errorf("ranks %q: %v", ranks, err)
+		}
+		// Only the ones this node holds: the coordinator sends the whole
+		// selection to every node.
+		held := map[int]bool{}
+		for _, a := range all {
+			if ours(a) && a.Alive {
+				held[a.Rank()] = true
+			}
+		}
+		for _, r := range rs {
+			if held[r] {
+				sel.Ranks = append(sel.Ranks, r)
+			}
+		}
+		if len(sel.Ranks) == 0 {
+			return nil, nil
+		}
+	}
+	return agent.Select(all, sel)
+}
+
+// Stacks captures every selected process's threads.
+func (l *Local) Stacks(ctx context.Context, req StacksRequest) (*StacksReply, error) {
+	as, err := l.selected(req.Ranks)
+	if err != nil {
+		return nil, err
+	}
+	procs := agent.CollectStacks(ctx, as, agent.StackOptions{})
+	for i := range procs {
+		procs[i].Host = l.Self.Host // the node's name (PROBING_NODE_HOST), as the job's membership knows it
+	}
+	return &StacksReply{Processes: procs}, nil
+}
+
+// Evidence is the node's bundle for the diagnosis, its Flight Recorder
+// raw: the coordinator analyses every node's dumps together.
+func (l *Local) Evidence(ctx context.Context, req EvidenceRequest) (*EvidenceReply, error) {
+	d := 15 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		d = time.Until(dl)
+	}
+	b := evidence.Gather(ctx, evidence.Options{Agents: l.Agents, SQL: l.SQL, Deadline: d, CommPerRank: req.CommPerRank, RawFR: true})
+	return &EvidenceReply{Bundle: b}, nil
+}
+
+// FlightRecorder snapshots the selected torch ranks.
+func (l *Local) FlightRecorder(ctx context.Context, req FRRequest) (*FRReply, error) {
+	as, err := l.selected(req.Ranks)
+	if err != nil {
+		return nil, err
+	}
+	var torch []*agent.Agent
+	for _, a := range as {
+		if a.Identity != nil && a.Identity.Torch != "" {
+			torch = append(torch, a)
+		}
+	}
+	col := agent.CollectFlightRecorder(ctx, torch, req.OnlyActive)
+	rep := &FRReply{Dumps: []evidence.FRDump{}}
+	for _, a := range torch {
+		if err := col.Errors[a.PID]; err != nil {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("rank %d (pid %d): %v", a.Rank(), a.PID, err))
+		}
+		if s := col.Snapshots[a.PID]; s != nil {
+			r := s.Rank
+			if r < 0 {
+				r = a.Rank()
+			}
+			rep.Dumps = append(rep.Dumps, evidence.FRDump{Rank: r, From: fmt.Sprintf("%s pid %d", l.Self.Host, a.PID), Data: s.Data})
+		}
+	}
+	if n := len(as) - len(torch); n > 0 {
+		rep.Problems = append(rep.Problems, fmt.Sprintf("%d process(es) without torch have no Flight Recorder", n))
+	}
+	return rep, nil
+}
+
+func (l *Local) fed() (*fedsql.Local, error) {
+	if l.SQL == nil {
+		return nil, errNoSQL
+	}
+	return &fedsql.Local{Engine: l.SQL, NodeID: l.Self.Addr,
+		NodeTags: fedsql.NodeTags{Host: l.Self.Host, Addr: l.Self.Addr, NodeRank: l.Self.NodeRank}}, nil
+}
+
+// Tables lists the node's ring tables.
+func (l *Local) Tables(ctx context.Context) ([]fedsql.Table, error) {
+	f, err := l.fed()
+	if err != nil {
+		return nil, err
+	}
+	return f.Tables(ctx)
+}
+
+// Scan reads one table's rows matching the pushed-down filters.
+func (l *Local) Scan(ctx context.Context, req fedsql.ScanRequest) (*fedsql.ScanReply, error) {
+	f, err := l.fed()
+	if err != nil {
+		return nil, err
+	}
+	return f.Scan(ctx, req)
+}

@@ -1,0 +1,149 @@
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/probing-mcp/probing-mcp/cluster/fedsql"
+)
+
+// Source is what a daemon serves: one node's evidence. Local is the real
+// one; scale tests serve synthetic nodes through the same daemon.
+type Source interface {
+	Info(ctx context.Context) (*Info, error)
+	Stacks(ctx context.Context, req StacksRequest) (*StacksReply, error)
+	Evidence(ctx context.Context, req EvidenceRequest) (*EvidenceReply, error)
+	FlightRecorder(ctx context.Context, req FRRequest) (*FRReply, error)
+	Tables(ctx context.Context) ([]fedsql.Table, error)
+	Scan(ctx context.Context, req fedsql.ScanRequest) (*fedsql.ScanReply, error)
+}
+
+// Config shapes a daemon's handler.
+type Config struct {
+	Source Source
+	// Token is PROBING_AUTH_TOKEN; "" allows loopback binds only (the
+	// command refuses another), and every caller then passes.
+	Token   string
+	Version string
+	// MaxTime bounds one request (default 60 s); a caller's TimeoutHeader
+	// shortens it.
+	MaxTime time.Duration
+	Logger  *slog.Logger
+	// Extra routes (the heartbeat registry's PUT /apis/nodes).
+	Extra map[string]http.Handler
+}
+
+// maxRequest bounds a request body: requests are small selections.
+const maxRequest = 1 << 20
+
+// margin is kept of the caller's time for the answer's way back.
+func margin(d time.Duration) time.Duration {
+	return min(d/10+20*time.Millisecond, time.Second)
+}
+
+// Handler serves the node API.
+func Handler(cfg Config) http.Handler {
+	if cfg.MaxTime <= 0 {
+		cfg.MaxTime = 60 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	sum := sha256.Sum256([]byte(cfg.Token))
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+PathHealth, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "version": cfg.Version})
+	})
+	mux.Handle("GET "+PathInfo, call(cfg, func(ctx context.Context, _ *struct{}) (any, error) { return cfg.Source.Info(ctx) }))
+	mux.Handle("POST "+PathStacks, call(cfg, func(ctx context.Context, q *StacksRequest) (any, error) { return cfg.Source.Stacks(ctx, *q) }))
+	mux.Handle("POST "+PathEvidence, call(cfg, func(ctx context.Context, q *EvidenceRequest) (any, error) { return cfg.Source.Evidence(ctx, *q) }))
+	mux.Handle("POST "+PathFR, call(cfg, func(ctx context.Context, q *FRRequest) (any, error) { return cfg.Source.FlightRecorder(ctx, *q) }))
+	mux.Handle("POST "+PathTables, call(cfg, func(ctx context.Context, _ *struct{}) (any, error) { return cfg.Source.Tables(ctx) }))
+	mux.Handle("POST "+PathScan, call(cfg, func(ctx context.Context, q *fedsql.ScanRequest) (any, error) { return cfg.Source.Scan(ctx, *q) }))
+	for p, h := range cfg.Extra {
+		mux.Handle(p, h)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path+" (the node API: GET /v1/node, POST /v1/stacks, /v1/evidence, /v1/flight_recorder, /v1/tables, /v1/scan)")
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Token != "" && r.URL.Path != PathHealth {
+			scheme, cred, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+			got := sha256.Sum256([]byte(strings.TrimSpace(cred)))
+			if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], sum[:]) != 1 {
+				cfg.Logger.Warn("node API request refused: wrong or missing token", "remote", r.RemoteAddr, "path", r.URL.Path)
+				writeError(w, http.StatusUnauthorized, "a bearer token is required: the coordinator must run with the same PROBING_AUTH_TOKEN as this node daemon")
+				return
+			}
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxRequest)
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// call decodes the request, bounds the handler by the caller's time left
+// and encodes the answer.
+func call[Q any](cfg Config, fn func(context.Context, *Q) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var q Q
+		if r.Method == http.MethodPost {
+			dec := json.NewDecoder(r.Body)
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&q); err != nil && !errors.Is(err, io.EOF) {
+				writeError(w, http.StatusBadRequest, "request body: "+err.Error())
+				return
+			}
+		}
+		d := cfg.MaxTime
+		if v := r.Header.Get(TimeoutHeader); v != "" {
+			ms, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || ms <= 0 {
+				writeError(w, http.StatusBadRequest, fmt.Sprintf("%s %q: want a positive number of milliseconds", TimeoutHeader, v))
+				return
+			}
+			if t := time.Duration(ms) * time.Millisecond; t < d {
+				d = t
+			}
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), d-margin(d))
+		defer cancel()
+		res, err := fn(ctx, &q)
+		if err != nil && ctx.Err() != nil {
+			writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("this node could not answer within the caller's %s", d))
+			return
+		}
+		if err != nil {
+			writeError(w, http.StatusUnprocessableEntity, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
+}
+
+type apiError struct {
+	Error string `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, apiError{msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"the answer does not encode"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b)
+}

@@ -1,0 +1,140 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	mcplib "github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/probing-mcp/probing-mcp/cluster/fanout"
+)
+
+// CoverageView says, in a whole-job answer, which nodes answered and
+// why the others did not.
+type CoverageView struct {
+	Text     string   `json:"text"`
+	Asked    int      `json:"nodes_asked"`
+	Answered int      `json:"nodes_answered"`
+	Missing  []string `json:"missing,omitempty"`
+	Problems []string `json:"problems,omitempty"`
+	raw      fanout.Coverage
+}
+
+// maxCoverageLines bounds the missing nodes and problems listed.
+const maxCoverageLines = 20
+
+func coverageView(c fanout.Coverage) *CoverageView {
+	v := &CoverageView{Text: c.Text(), Asked: c.Asked, Answered: c.Answered, raw: c}
+	for i, m := range c.Missing {
+		if i == maxCoverageLines {
+			v.Missing = append(v.Missing, fmt.Sprintf("… and %d more (truncated)", len(c.Missing)-i))
+			break
+		}
+		v.Missing = append(v.Missing, m.Words())
+	}
+	for i, p := range c.Problems {
+		if i == maxCoverageLines {
+			v.Problems = append(v.Problems, fmt.Sprintf("… and %d more (truncated)", len(c.Problems)-i))
+			break
+		}
+		v.Problems = append(v.Problems, p)
+	}
+	return v
+}
+
+// ListClusterNodesParams are the arguments of list_cluster_nodes.
+type ListClusterNodesParams struct {
+	Status string `json:"status,omitempty" jsonschema:"Only nodes with this status (ok, timeout, unreachable, auth, garbage, refused, not_daemon); default every node"`
+	Offset int    `json:"offset,omitempty" jsonschema:"First node to list (default 0)"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"Nodes to list (default 100, max 1000)"`
+}
+
+// ListClusterNodesResult is the job's nodes, paged.
+type ListClusterNodesResult struct {
+	Summary    string              `json:"summary"`
+	Nodes      []fanout.NodeStatus `json:"nodes"`
+	Total      int                 `json:"total"`
+	NextOffset *int                `json:"next_offset,omitempty"`
+	Coverage   *CoverageView       `json:"coverage"`
+}
+
+// ModelText is one line per node, the failing ones first.
+func (r ListClusterNodesResult) ModelText() string {
+	var b strings.Builder
+	b.WriteString(r.Summary + "\n")
+	for _, n := range r.Nodes {
+		fmt.Fprintf(&b, "  %s %s node_rank %d ranks %s: %s", n.Host, n.Addr, n.NodeRank, orDash(n.Ranks), n.Status)
+		if n.Why != "" {
+			b.WriteString(" (" + n.Why + ")")
+		}
+		if n.Dead != "" {
+			b.WriteString("; dead ranks " + n.Dead)
+		}
+		if n.ClockOffsetMS != 0 {
+			fmt.Fprintf(&b, "; clock %+d ms from the coordinator's", n.ClockOffsetMS)
+		}
+		b.WriteString("\n")
+	}
+	if r.NextOffset != nil {
+		fmt.Fprintf(&b, "More nodes: call again with offset %d.\n", *r.NextOffset)
+	}
+	return b.String()
+}
+
+func listClusterNodes(env *Env) Def {
+	tool := mcplib.NewTool("list_cluster_nodes",
+		mcplib.WithDescription("The job's nodes as membership knows them (the job's TCPStore, --peers, Slurm, the last known membership on disk): "+
+			"each node daemon's address, node rank, its ranks as ranges, live and dead ranks, status (ok, or why it did not answer) and last seen. "+
+			"Failing nodes first."),
+		mcplib.WithInputSchema[ListClusterNodesParams](),
+		mcplib.WithOutputSchema[ListClusterNodesResult](),
+		hints(true, false, true, false),
+	)
+	h, call := typed(func(ctx context.Context, p ListClusterNodesParams) (ListClusterNodesResult, error) {
+		if p.Offset < 0 || p.Limit < 0 || p.Limit > 1000 {
+			return ListClusterNodesResult{}, userErrorf("offset must be >= 0 and limit 0..1000")
+		}
+		if p.Limit == 0 {
+			p.Limit = 100
+		}
+		ns, cov, err := env.Cluster.Nodes(ctx)
+		if err != nil {
+			return ListClusterNodesResult{}, &UserError{msg: err.Error()}
+		}
+		var sel []fanout.NodeStatus
+		statuses := map[string]int{}
+		for _, n := range ns {
+			statuses[n.Status]++
+			if p.Status == "" || n.Status == p.Status {
+				sel = append(sel, n)
+			}
+		}
+		if p.Status != "" && len(sel) == 0 {
+			return ListClusterNodesResult{}, userErrorf("no node has status %q; the statuses now: %v", p.Status, statuses)
+		}
+		// Failing nodes first: they are what the caller looks for.
+		var bad, good []fanout.NodeStatus
+		for _, n := range sel {
+			if n.Status == "ok" {
+				good = append(good, n)
+			} else {
+				bad = append(bad, n)
+			}
+		}
+		sel = append(bad, good...)
+		res := ListClusterNodesResult{Total: len(sel), Coverage: coverageView(cov),
+			Summary: fmt.Sprintf("%d node(s): %d answered, %d did not.", len(ns), cov.Answered, len(ns)-cov.Answered)}
+		end := min(len(sel), p.Offset+p.Limit)
+		if p.Offset < end {
+			res.Nodes = sel[p.Offset:end]
+		}
+		if end < len(sel) {
+			res.NextOffset = &end
+		}
+		return res, nil
+	})
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
+		Summary: "the job's nodes (daemon address, ranks as ranges, status, last seen), the failing ones first"}
+}
