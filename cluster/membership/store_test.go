@@ -37,7 +37,7 @@ func torchStore(t *testing.T, setup string, steps ...string) (addr string, step 
 		t.Skip("no interpreter with torch.distributed (set PROBING_TORCH_PYTHON): the real store cannot run here")
 	}
 	script := "import sys, json, torch.distributed as d\n" +
-		"s = d.TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False)\n" + setup + "\n" +
+		"import datetime\ns = d.TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=30))\n" + setup + "\n" +
 		"print(s.port, flush=True)\n"
 	for _, st := range steps {
 		script += "sys.stdin.readline()\nprint(" + st + ", flush=True)\n"
