@@ -34,8 +34,9 @@ func StaleAfter(getenv func(string) string) (time.Duration, error) {
 	return time.Duration(f * float64(time.Second)), nil
 }
 
-// probingMember is what Probing's heartbeat carries per process; only the
-// fields membership reads are named, the whole object is echoed back.
+// probingMember is what Probing's heartbeat carries per process (its
+// probing_proto Node: host, addr, ranks, role, status, timestamp); only
+// the fields membership reads are named, the whole object is echoed back.
 type probingMember struct {
 	Host      string `json:"host"`
 	Addr      string `json:"addr"`
@@ -53,7 +54,6 @@ type member struct {
 
 type tombstone struct {
 	id      string
-	rank    *int
 	version uint64
 }
 
@@ -66,6 +66,7 @@ type Registry struct {
 	mu      sync.Mutex
 	version uint64
 	members map[string]*member
+	byRank  map[int]string // rank → member key: a rank lives at one endpoint
 	tombs   []tombstone
 	floor   uint64 // deltas from before this version are not answerable
 }
@@ -78,24 +79,31 @@ func NewRegistry(stale time.Duration, now func() time.Time) *Registry {
 	if now == nil {
 		now = time.Now
 	}
-	return &Registry{stale: stale, now: now, members: map[string]*member{}}
+	return &Registry{stale: stale, now: now, members: map[string]*member{}, byRank: map[int]string{}}
 }
 
-// memberKey: Probing merges heartbeats by rank; without one, by address.
-func memberKey(m probingMember) string {
-	if m.Rank != nil {
-		return "rank:" + strconv.Itoa(*m.Rank)
+// memberKey is Probing's: "host:addr" (its removed list names these).
+func memberKey(m probingMember) string { return m.Host + ":" + m.Addr }
+
+// drop removes a member and remembers it for the next deltas.
+func (r *Registry) drop(id string) {
+	m, ok := r.members[id]
+	if !ok {
+		return
 	}
-	return "addr:" + m.Addr
+	delete(r.members, id)
+	if m.m.Rank != nil && r.byRank[*m.m.Rank] == id {
+		delete(r.byRank, *m.m.Rank)
+	}
+	r.version++
+	r.tombs = append(r.tombs, tombstone{id, r.version})
 }
 
 // expire removes members silent for twice the stale time.
 func (r *Registry) expire(now time.Time) {
 	for id, m := range r.members {
 		if now.Sub(m.seen) >= 2*r.stale {
-			r.version++
-			delete(r.members, id)
-			r.tombs = append(r.tombs, tombstone{id, m.m.Rank, r.version})
+			r.drop(id)
 		}
 	}
 	if over := len(r.tombs) - maxTombstones; over > 0 {
@@ -113,7 +121,7 @@ type putReply struct {
 	OK      bool              `json:"ok"`
 	Version uint64            `json:"version"`
 	Nodes   []json.RawMessage `json:"nodes"`
-	Removed []int             `json:"removed"`
+	Removed []string          `json:"removed"`
 }
 
 // Handler serves PUT /apis/nodes (a report, answered with what changed
@@ -122,11 +130,20 @@ func (r *Registry) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		switch req.Method {
 		case http.MethodGet:
+			// Probing's paginated list: {version, total, offset, nodes}.
+			offset, _ := strconv.Atoi(req.URL.Query().Get("offset"))
+			limit, err := strconv.Atoi(req.URL.Query().Get("limit"))
+			if err != nil || limit <= 0 || limit > 4096 {
+				limit = 4096
+			}
 			r.mu.Lock()
 			r.expire(r.now())
 			all := r.sorted(0)
+			version := r.version
 			r.mu.Unlock()
-			writeJSON(w, http.StatusOK, all)
+			offset = max(0, min(offset, len(all)))
+			page := all[offset:min(len(all), offset+limit)]
+			writeJSON(w, http.StatusOK, map[string]any{"version": version, "total": len(all), "offset": offset, "nodes": page})
 			return
 		case http.MethodPut, http.MethodPost:
 		default:
@@ -178,8 +195,15 @@ func (r *Registry) Handler() http.Handler {
 			nm.seen = now
 			m := nm
 			r.members[nm.memberID] = &m
+			// A rank that moved to another endpoint leaves the old one.
+			if m.m.Rank != nil {
+				if prev, ok := r.byRank[*m.m.Rank]; ok && prev != m.memberID {
+					r.drop(prev)
+				}
+				r.byRank[*m.m.Rank] = m.memberID
+			}
 		}
-		rep := putReply{OK: true, Version: r.version, Nodes: []json.RawMessage{}, Removed: []int{}}
+		rep := putReply{OK: true, Version: r.version, Nodes: []json.RawMessage{}, Removed: []string{}}
 		since := in.SeenVersion
 		if since < r.floor || since > r.version {
 			since = 0 // too old (or from another registry's life): all of it
@@ -188,8 +212,10 @@ func (r *Registry) Handler() http.Handler {
 			rep.Nodes = append(rep.Nodes, m)
 		}
 		for _, t := range r.tombs {
-			if t.version > since && t.rank != nil {
-				rep.Removed = append(rep.Removed, *t.rank)
+			if t.version > since {
+				if _, back := r.members[t.id]; !back {
+					rep.Removed = append(rep.Removed, t.id)
+				}
 			}
 		}
 		writeJSON(w, http.StatusOK, rep)

@@ -68,7 +68,7 @@ func TestRegistryHeartbeats(t *testing.T) {
 	}
 	clk.add(20 * time.Second)
 	code, rep, body = put(t, srv.URL, `{"nodes":[`+n0+`,`+n2+`],"seen_version":3}`)
-	if len(rep.Removed) != 1 || rep.Removed[0] != 1 || len(rep.Nodes) != 0 || rep.Version != 4 {
+	if len(rep.Removed) != 1 || rep.Removed[0] != "node-a:10.0.0.1:9923" || len(rep.Nodes) != 0 || rep.Version != 4 {
 		t.Errorf("removal: %s", body)
 	}
 	if ns, _ := reg.Nodes(); len(ns) != 2 {
@@ -79,12 +79,25 @@ func TestRegistryHeartbeats(t *testing.T) {
 	if len(rep.Nodes) != 2 {
 		t.Errorf("future seen_version: %d nodes", len(rep.Nodes))
 	}
-	resp, _ := http.Get(srv.URL + "/apis/nodes")
-	var all []json.RawMessage
-	json.NewDecoder(resp.Body).Decode(&all)
+	resp, _ := http.Get(srv.URL + "/apis/nodes?offset=1&limit=5")
+	var list struct {
+		Version       uint64
+		Total, Offset int
+		Nodes         []json.RawMessage
+	}
+	json.NewDecoder(resp.Body).Decode(&list)
 	resp.Body.Close()
-	if len(all) != 2 {
-		t.Errorf("GET: %d", len(all))
+	if list.Total != 2 || list.Offset != 1 || len(list.Nodes) != 1 || list.Version != 4 {
+		t.Errorf("GET: %+v", list)
+	}
+	// Rank 2 moves to another endpoint: the old one is removed at once.
+	n2moved := strings.Replace(n2, "10.0.0.2:9922", "10.0.0.2:9930", 1)
+	_, rep, body = put(t, srv.URL, `{"nodes":[`+n2moved+`],"seen_version":4}`)
+	if len(rep.Nodes) != 1 || len(rep.Removed) != 1 || rep.Removed[0] != "node-b:10.0.0.2:9922" {
+		t.Errorf("moved rank: %s", body)
+	}
+	if ns, _ := reg.Nodes(); len(ns) != 2 || ns[1].Addr != "10.0.0.2:9930" {
+		t.Errorf("after move: %+v", ns)
 	}
 }
 
