@@ -35,9 +35,11 @@ func slotKey(runID string, slot int64) string {
 	return "probing-mcp/" + runID + "/node/" + strconv.FormatInt(slot, 10)
 }
 
-// Probing's torchrun keys (its git main, probing-server's torchrun
-// cluster module): global rank 0 writes master, each node's local rank 0
-// writes node/<group_rank>/local0.
+// Probing's torchrun keys (its git main, the server's torchrun cluster
+// module): global rank 0 writes master, each node's local rank 0 writes
+// node/<group_rank>/local0, both {addr, http_base, bound}, local0 with
+// node_rank. Read here through torch's "/" key prefix, as torch's own
+// clients (and Probing's Python side) see them.
 func probingMasterKey(runID string) string { return "probing/torchrun/" + runID + "/master" }
 func probingLocal0Key(runID string, g int) string {
 	return "probing/torchrun/" + runID + "/node/" + strconv.Itoa(g) + "/local0"
