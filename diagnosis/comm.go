@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/evidence"
@@ -33,12 +34,13 @@ func FromComm(rows []evidence.CommRow, world int) (Model, []string) {
 	})
 	last := map[int]evidence.CommRow{}
 	bad := 0
+	groups := groupCache{}
 	for _, row := range sorted {
 		if row.Rank < 0 || row.GroupSeq <= 0 {
 			bad++
 			continue
 		}
-		g, members, err := groupOf(row.Ranks, world)
+		g, members, err := groups.of(row.Ranks, world)
 		if err != nil {
 			bad++
 			continue
@@ -72,6 +74,30 @@ func FromComm(rows []evidence.CommRow, world int) (Model, []string) {
 		}
 	}
 	return m, problems
+}
+
+// groupCache remembers groupOf's answers for one pass over the rows: a
+// large job's rows name the same few groups thousands of times, and each
+// naming costs the group's size.
+type groupCache map[string]groupEntry
+
+type groupEntry struct {
+	name    string
+	members []int // shared: read only
+	err     error
+}
+
+func (c groupCache) of(ranks string, world int) (string, []int, error) {
+	k := ranks
+	if ranks == "" {
+		k = "\x00" + strconv.Itoa(world)
+	}
+	if e, ok := c[k]; ok {
+		return e.name, e.members, e.err
+	}
+	name, members, err := groupOf(ranks, world)
+	c[k] = groupEntry{name, members, err}
+	return name, members, err
 }
 
 // groupOf names a group by its members.

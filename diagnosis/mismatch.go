@@ -111,11 +111,12 @@ func FindMismatches(rows []evidence.CommRow, world int) []Mismatch {
 	calls := map[key][]evidence.CommRow{}
 	skip := map[string]bool{}
 	seen := map[string]map[int]map[int64]bool{}
+	groups := groupCache{}
 	for _, r := range rows {
 		if r.Rank < 0 || r.GroupSeq <= 0 {
 			continue
 		}
-		g, _, err := groupOf(r.Ranks, world)
+		g, _, err := groups.of(r.Ranks, world)
 		if err != nil {
 			continue
 		}
@@ -356,11 +357,12 @@ func mismatchDeaths(hs []Hypothesis, in Input, ms []Mismatch) []Hypothesis {
 	last := map[string]int64{}
 	var lastTS int64
 	lastGroup := ""
+	groups := groupCache{}
 	for _, r := range in.Comm {
 		if r.Rank != c || r.GroupSeq <= 0 {
 			continue
 		}
-		g, _, err := groupOf(r.Ranks, in.World)
+		g, _, err := groups.of(r.Ranks, in.World)
 		if err != nil {
 			continue
 		}

@@ -3,6 +3,8 @@ package diagnosis
 import (
 	"fmt"
 	"strings"
+
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
 )
 
 // Bounds of the default answer: what a model reads first must stay small
@@ -80,7 +82,7 @@ func (r *Report) Text() string {
 		b.WriteByte('\n')
 		line("Ranks:")
 		for _, g := range r.Ranks {
-			line("  %s: %s", g.Ranks, g.Doing)
+			line("  %s: %s", shortSet(g.Ranks), g.Doing)
 		}
 	}
 	if len(r.DataQuality) > 0 {
@@ -99,7 +101,28 @@ func (r *Report) Text() string {
 // setWords is "rank 3" or "ranks 0-2,5" for a formatted rank set.
 func setWords(set string) string {
 	if strings.ContainsAny(set, ",-") {
-		return "ranks " + set
+		return "ranks " + shortSet(set)
 	}
 	return "rank " + set
+}
+
+// maxSetText is how much of a rank set the text shows: a large job's
+// sets with holes (every tenth node down) run to kilobytes.
+const maxSetText = 120
+
+// shortSet cuts a long rank set at a range boundary and says how many
+// ranks it holds in all (the JSON keeps the whole set).
+func shortSet(set string) string {
+	if len(set) <= maxSetText {
+		return set
+	}
+	cut := strings.LastIndexByte(set[:maxSetText], ',')
+	if cut < 0 {
+		return set
+	}
+	n := 0
+	if rs, err := rankset.Parse(set); err == nil {
+		n = len(rs)
+	}
+	return fmt.Sprintf("%s,… (%d ranks in all)", set[:cut], n)
 }

@@ -261,6 +261,7 @@ func diagnose(in Input) Report {
 	rep.Hypotheses = mergeMismatches(rep.Hypotheses, mismatches)
 	rep.Hypotheses = mismatchDeaths(rep.Hypotheses, in, mismatches)
 	rep.Hypotheses = append(rep.Hypotheses, threadHypotheses(rep.Hypotheses, in, m)...)
+	rep.Hypotheses = mergeUnreachable(rep.Hypotheses, in)
 	for i := range rep.Hypotheses {
 		h := finish(rep.Hypotheses[i], in)
 		if postMortem && h.Category == CatCPUStall {
@@ -330,7 +331,7 @@ func collectiveCadence(rows []evidence.CommRow) map[int][]int64 {
 
 func hypothesisOf(s Sink, in Input, g Graph) Hypothesis {
 	h := Hypothesis{culprits: s.Ranks, collateral: g.Collateral, Collateral: rankset.Format(g.Collateral)}
-	waiters := fmt.Sprintf("%d rank(s) wait for it in collectives (%s)", len(g.Collateral), rankset.Format(g.Collateral))
+	waiters := fmt.Sprintf("%d rank(s) wait for it in collectives (%s)", len(g.Collateral), shortSet(rankset.Format(g.Collateral)))
 	switch s.Kind {
 	case SinkDiverged:
 		h.Category, h.Confidence = CatMissing, High
@@ -464,7 +465,7 @@ func summary(h Hypothesis, js JobState) string {
 		s = fmt.Sprintf("%s is the culprit (%s, %s confidence)%s", who, h.Category, h.Confidence, where)
 	}
 	if h.Collateral != "" {
-		s += "; ranks " + h.Collateral + " wait for it"
+		s += "; ranks " + shortSet(h.Collateral) + " wait for it"
 	}
 	return s + ". The job is " + js.State + ": " + js.Why + "."
 }
@@ -483,7 +484,7 @@ func rankWords(rs []int) string {
 	if len(rs) == 1 {
 		return "rank " + rankset.Format(rs)
 	}
-	return "ranks " + rankset.Format(rs)
+	return "ranks " + shortSet(rankset.Format(rs))
 }
 
 func sortedFacts(m map[int]*RankFacts) []*RankFacts {
@@ -525,4 +526,54 @@ func atMostMedium(hs []Hypothesis) {
 			hs[i].Confidence = Medium
 		}
 	}
+}
+
+// mergeUnreachable folds the hypotheses of ranks whose node did not
+// answer into one: a dead node of a large job is one fact (its ranks
+// could not be asked), not one hypothesis per rank crowding out the rest.
+func mergeUnreachable(hs []Hypothesis, in Input) []Hypothesis {
+	var out []Hypothesis
+	var merged *Hypothesis
+	why := map[string][]int{}
+	var order []string
+	for _, h := range hs {
+		if h.Category != CatUnreachable || len(h.culprits) != 1 || in.Unreachable[h.culprits[0]] == "" {
+			out = append(out, h)
+			continue
+		}
+		r := h.culprits[0]
+		u := in.Unreachable[r]
+		if why[u] == nil {
+			order = append(order, u)
+		}
+		why[u] = append(why[u], r)
+		if merged == nil {
+			m := h
+			m.culprits = nil
+			m.Evidence = nil
+			merged = &m
+			for _, e := range h.Evidence {
+				if e.Source != "membership" {
+					m.Evidence = append(m.Evidence, e)
+				}
+			}
+		}
+		merged.culprits = append(merged.culprits, r)
+	}
+	if merged == nil {
+		return hs
+	}
+	var lines []Evidence
+	for i, u := range order {
+		if i == 3 {
+			lines = append(lines, Evidence{"membership", fmt.Sprintf("and %d more node(s) that did not answer", len(order)-i)})
+			break
+		}
+		lines = append(lines, Evidence{"membership", fmt.Sprintf("ranks %s could not be reached: %s", rankset.Format(why[u]), u)})
+	}
+	merged.Evidence = append(lines, merged.Evidence...)
+	sort.Ints(merged.culprits)
+	merged.Confirm = "list_cluster_nodes: why those nodes do not answer; get_stacks on their ranks once their daemons answer"
+	merged.Refute = "the nodes answer, and their ranks are inside the collective their peers wait in"
+	return append(out, *merged)
 }

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -84,6 +85,9 @@ func Diagnose(ctx context.Context, env *Env, p DiagnoseHangParams) (DiagnoseHang
 			return DiagnoseHangResult{}, &UserError{msg: err.Error()}
 		}
 		rep.DataQuality = append([]string{"scope: the whole job, " + cov.Text}, rep.DataQuality...)
+		if rep.State == diagnosis.StateUnknown {
+			rep.Summary = fmt.Sprintf("No rank of a training job was found on the %d of %d node(s) that answered: nothing to diagnose (are the nodes' agents running with PROBING=1, and do the daemons share the job's PROBING_DATA_DIR?).", cov.Answered, cov.Asked)
+		}
 	} else if rep.State == diagnosis.StateUnknown {
 		rep.DataQuality = append(rep.DataQuality, "looked for agents in data dir "+env.Agents.DataDir+" and control sockets in "+env.Agents.CtrlRoot)
 	}

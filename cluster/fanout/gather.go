@@ -221,7 +221,7 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 			}
 		}
 		if len(rs) == 0 {
-			merged.Problems = append(merged.Problems, fmt.Sprintf("%s (%s) did not answer (%s: %s) and its ranks are not known", m.Node.Host, m.Node.Addr, m.Err.Kind, m.Err.Msg))
+			merged.Problems = append(merged.Problems, fmt.Sprintf("%s (%s) never answered, so which ranks it holds is not known", m.Node.Host, m.Node.Addr))
 		}
 	}
 	best, n := 0, -1
@@ -236,9 +236,6 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 	merged.World = best
 	merged.Problems = append(append(problems, merged.Problems...), own.lies...)
 	merged.Conflicts = append(merged.Conflicts, own.conflicts...)
-	if !cov.Complete() {
-		merged.Problems = append(merged.Problems, "partial: "+cov.Text())
-	}
 	sort.SliceStable(merged.Comm, func(a, b int) bool {
 		if merged.Comm[a].Rank != merged.Comm[b].Rank {
 			return merged.Comm[a].Rank < merged.Comm[b].Rank

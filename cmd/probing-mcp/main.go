@@ -65,8 +65,13 @@ func tuneGC(oneShot bool) {
 const usage = `probing-mcp: diagnose hung, slow or crashed distributed PyTorch jobs.
 
 Usage:
-  probing-mcp serve [--http ADDR] [--log-file PATH]
+  probing-mcp serve [--http ADDR] [--log-file PATH] [--job HOST:PORT | --peers ADDR,... | --slurm-port N]
       Serve MCP over stdio (default), or Streamable HTTP at http://ADDR/mcp.
+      With --job/--peers the whole job is every tool's scope, through the
+      node daemons.
+  probing-mcp node [--http ADDR] [--idle-exit DURATION] [--no-register]
+      The node daemon: serves this node's ranks to the job's coordinator
+      (started by local rank 0's agent, or by hand: srun, a DaemonSet).
   probing-mcp diagnose [--json] [--stall-seconds N] [--ranks]
       Is the job on this node hung, and which rank is the culprit, in which
       category, at which line (the diagnose_hang tool's verdict).
@@ -97,6 +102,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return serve(args[1:], stderr)
+	case "node":
+		return nodeCmd(args[1:], stderr)
 	case "diagnose", "diagnose-hang":
 		return diagnose(args[1:], stdout, stderr)
 	case "analyze", "analyse":
@@ -172,6 +179,9 @@ func serve(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	httpAddr := fs.String("http", "", "serve Streamable HTTP on `ADDR` (e.g. 127.0.0.1:8080) instead of stdio")
 	logFile := fs.String("log-file", "", "append logs to `PATH` instead of stderr")
+	job := fs.String("job", "", "the whole job: its c10d TCPStore `HOST:PORT` (default MASTER_ADDR:MASTER_PORT when set; off: this node only)")
+	peers := fs.String("peers", "", "the whole job: its node daemons as `ADDR,...`")
+	slurmPort := fs.Int("slurm-port", 0, "the whole job: a node daemon at `PORT` on every node of SLURM_JOB_NODELIST")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return 2
 	}
@@ -193,6 +203,10 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	cfg, err := mcp.ConfigFromEnv(os.Getenv, versionString(), level, logger)
 	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
+		return 2
+	}
+	if cfg.Env.Cluster, err = clusterJob(*job, *peers, *slurmPort, cfg.DataDir, logger); err != nil {
 		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
 		return 2
 	}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/cluster"
+	"github.com/probing-mcp/probing-mcp/cluster/fanout"
+	"github.com/probing-mcp/probing-mcp/cluster/membership"
+	"github.com/probing-mcp/probing-mcp/cluster/node"
+	"github.com/probing-mcp/probing-mcp/storage"
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
+)
+
+// defaultNodePort is where node daemons listen unless told otherwise.
+const defaultNodePort = 9781
+
+// isLoopbackHost: a bind host only this machine reaches.
+func isLoopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// nodeCmd runs the node daemon.
+func nodeCmd(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	port := defaultNodePort
+	if v := os.Getenv("PROBING_MCP_NODE_PORT"); v != "" {
+		p, err := strconv.Atoi(v)
+		if err != nil || p < 0 || p > 65535 {
+			fmt.Fprintf(stderr, "probing-mcp node: PROBING_MCP_NODE_PORT=%q: want a port number\n", v)
+			return 2
+		}
+		port = p
+	}
+	addr := fs.String("http", "127.0.0.1:"+strconv.Itoa(port), "serve the node API on `ADDR`; off loopback PROBING_AUTH_TOKEN is required")
+	idle := fs.Duration("idle-exit", 10*time.Minute, "exit after the node has had no live agent for `DURATION` (0: never)")
+	noRegister := fs.Bool("no-register", false, "do not write this daemon's address into the job's TCPStore (MASTER_ADDR:MASTER_PORT)")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return 2
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	host, _, err := net.SplitHostPort(*addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp node: --http %q: want host:port (e.g. 127.0.0.1:%d)\n", *addr, defaultNodePort)
+		return 2
+	}
+	token := os.Getenv(cluster.EnvAuthToken)
+	if token == "" && !isLoopbackHost(host) {
+		fmt.Fprintf(stderr, "probing-mcp node: --http %s is reachable from other hosts, and without PROBING_AUTH_TOKEN anyone could read this node's jobs: set PROBING_AUTH_TOKEN (the coordinator uses the same), or bind 127.0.0.1\n", *addr)
+		return 2
+	}
+	dataDir := storage.DataDir(os.Getenv)
+	lock, err := node.Lock(filepath.Join(dataDir, "probing-mcp", "node.lock"))
+	if errors.Is(err, node.ErrRunning) {
+		fmt.Fprintf(stderr, "probing-mcp node: a node daemon already runs for data dir %s; nothing to do\n", dataDir)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
+		return 1
+	}
+	defer lock.Close()
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
+		return 1
+	}
+	self, err := membership.SelfNode(os.Getenv, ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
+		return 2
+	}
+	engine, err := sqlengine.New(sqlengine.Options{DataDir: dataDir, Host: self.Host})
+	if err != nil {
+		logger.Warn("no SQL over this node's rings", "err", err)
+		engine = nil
+	}
+	src := &node.Local{Self: self, Version: versionString(), Agents: agent.OptionsFromEnv(os.Getenv), SQL: engine}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if ma, mp := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"); ma != "" && mp != "" && !*noRegister {
+		store := net.JoinHostPort(ma, mp)
+		go func() {
+			if err := membership.Register(ctx, store, membership.RunID(os.Getenv), self, 10*time.Second); err != nil {
+				logger.Warn("not registered in the job's TCPStore: the coordinator needs --peers to find this node", "store", store, "err", err)
+			} else {
+				logger.Info("registered in the job's TCPStore", "store", store, "run", membership.RunID(os.Getenv))
+			}
+		}()
+	}
+	logger.Info("node daemon serving", "addr", self.Addr, "host", self.Host, "node_rank", self.NodeRank, "data_dir", dataDir, "auth", token != "")
+	alive := func(ctx context.Context) bool {
+		in, err := src.Info(ctx)
+		if err != nil {
+			return true // not knowing is no reason to leave
+		}
+		for _, r := range in.Ranks {
+			if r.Alive {
+				return true
+			}
+		}
+		return false
+	}
+	err = node.Run(ctx, node.DaemonOptions{Handler: node.Handler(node.Config{Source: src, Token: token, Version: versionString(), Logger: logger}),
+		Listener: ln, IdleExit: *idle, Alive: alive, Logger: logger})
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// clusterJob builds the coordinator's view from --job / --peers /
+// --slurm-port, or nil for this node's scope.
+func clusterJob(job, peers string, slurmPort int, dataDir string, logger *slog.Logger) (*fanout.Job, error) {
+	if job == "" && peers == "" && slurmPort == 0 {
+		if ma, mp := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"); ma != "" && mp != "" {
+			job = net.JoinHostPort(ma, mp)
+		}
+	}
+	if job == "off" {
+		job = ""
+	}
+	if job == "" && peers == "" && slurmPort == 0 {
+		return nil, nil
+	}
+	opt, err := fanout.OptionsFromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	var static []cluster.Node
+	var staticProblems []string
+	if peers != "" {
+		if static, staticProblems, err = membership.ParsePeers(peers); err != nil {
+			return nil, fmt.Errorf("--peers: %w", err)
+		}
+	}
+	if slurmPort > 0 {
+		ns, err := membership.FromSlurm(os.Getenv, slurmPort)
+		if err != nil {
+			return nil, fmt.Errorf("--slurm-port: %w", err)
+		}
+		static = append(static, ns...)
+	}
+	if job != "" {
+		if _, _, err := net.SplitHostPort(job); err != nil {
+			return nil, fmt.Errorf("--job %q: want the job's TCPStore as host:port (MASTER_ADDR:MASTER_PORT), or off", job)
+		}
+	}
+	runID := membership.RunID(os.Getenv)
+	saved := membership.DefaultPath(dataDir, runID)
+	members := func(ctx context.Context) ([]cluster.Node, []string, error) {
+		problems := append([]string(nil), staticProblems...)
+		lists := [][]cluster.Node{static}
+		if job != "" {
+			ns, ps, err := membership.ReadStore(ctx, job, runID, 5*time.Second)
+			problems = append(problems, ps...)
+			if err != nil {
+				// A dead job's store is gone: what was last known still
+				// names its nodes.
+				old, lerr := membership.Load(saved)
+				if lerr != nil {
+					return nil, problems, fmt.Errorf("the job's TCPStore %s: %v; and no membership was saved before (%v)", job, err, lerr)
+				}
+				problems = append(problems, fmt.Sprintf("the job's TCPStore %s: %v; using the membership last saved (%s)", job, err, saved))
+				ns = old
+			} else if len(ns) > 0 {
+				if err := membership.Save(saved, ns); err != nil {
+					logger.Warn("membership not saved", "path", saved, "err", err)
+				}
+			}
+			lists = append(lists, ns)
+		}
+		ns, conflicts := membership.Merge(lists...)
+		return ns, append(problems, conflicts...), nil
+	}
+	if os.Getenv(cluster.EnvAuthToken) == "" {
+		logger.Warn("no PROBING_AUTH_TOKEN: only node daemons on loopback can be asked; set the job's token to reach other hosts")
+	}
+	logger.Info("whole-job scope", "store", job, "peers", len(static), "run", runID, "concurrency", opt.Concurrency,
+		"peer_timeout", opt.PeerTimeout, "deadline", opt.Deadline, "strict", opt.Strict)
+	return fanout.NewJob(members, fanout.NewClient(os.Getenv(cluster.EnvAuthToken), opt.Concurrency), opt), nil
+}
