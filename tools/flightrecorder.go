@@ -13,6 +13,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/agent"
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/evidence"
 	"github.com/probing-mcp/probing-mcp/storage/history"
 )
 
@@ -365,6 +366,31 @@ type SnapshotFlightRecorderResult struct {
 	Snapshots []SnapshotView `json:"snapshots"`
 	// Failed lists the processes whose snapshot failed, with why.
 	Failed []string `json:"failed,omitempty"`
+	// Coverage says which nodes answered (the whole-job scope only).
+	Coverage *CoverageView `json:"coverage,omitempty"`
+}
+
+// snapshotJob snapshots every torch rank of the job through the node
+// daemons and analyses the dumps together.
+func snapshotJob(ctx context.Context, env *Env, p SnapshotFlightRecorderParams, full bool) (SnapshotFlightRecorderResult, error) {
+	var res SnapshotFlightRecorderResult
+	dumps, cov, err := env.Cluster.FlightRecorder(ctx, p.Ranks, p.OnlyActive)
+	if err != nil {
+		return res, &UserError{msg: err.Error()}
+	}
+	res.Coverage = coverageView(cov)
+	res.Snapshots = []SnapshotView{}
+	for _, d := range dumps {
+		res.Snapshots = append(res.Snapshots, SnapshotView{Rank: d.Rank, Bytes: len(d.Data), DumpFunction: d.From})
+	}
+	b := &evidence.Bundle{FRDumps: dumps}
+	evidence.AnalyzeFR(ctx, b)
+	res.Failed = append(cov.Problems, b.Problems...)
+	if b.FR == nil {
+		return res, userErrorf("no rank returned a Flight Recorder snapshot (%s): %s", cov.Text(), strings.Join(res.Failed, "; "))
+	}
+	res.AnalyzeFlightRecorderResult = viewReport(b.FR, full, p.Offset, p.Limit)
+	return res, nil
 }
 
 func snapshotFlightRecorder(env *Env) Def {
@@ -382,6 +408,9 @@ func snapshotFlightRecorder(env *Env) Def {
 		full, err := pageMode(p.Detail, p.Offset, p.Limit)
 		if err != nil {
 			return res, err
+		}
+		if env.Cluster != nil && len(p.PIDs) == 0 {
+			return snapshotJob(ctx, env, p, full)
 		}
 		targets, _, err := agentsFor(env, p.Target)
 		if err != nil {

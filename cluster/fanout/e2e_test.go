@@ -2,6 +2,7 @@ package fanout_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,7 +17,10 @@ import (
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/fanout"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
+	"github.com/probing-mcp/probing-mcp/diag/flightrecorder/frsynth"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/tools"
 	"github.com/probing-mcp/probing-mcp/diagnosis"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -223,5 +227,41 @@ func TestBadPeers(t *testing.T) {
 	}
 	if strings.Contains(cov.Text(), token) || strings.Contains(all, token) {
 		t.Errorf("the token leaks into the answer")
+	}
+}
+
+// frSource serves synthetic Flight Recorder dumps (torch's pickle format)
+// of its ranks: a job whose rank 2 never entered collective #40.
+type frSource struct {
+	node.Local
+	ranks []int
+	spec  frsynth.Spec
+}
+
+func (f *frSource) FlightRecorder(ctx context.Context, _ node.FRRequest) (*node.FRReply, error) {
+	rep := &node.FRReply{}
+	for _, r := range f.ranks {
+		rep.Dumps = append(rep.Dumps, evidence.FRDump{Rank: r, From: fmt.Sprintf("rank %d", r), Data: frsynth.Dump(f.spec, r)})
+	}
+	return rep, nil
+}
+
+// TestFlightRecorderAcrossNodes: snapshot_flight_recorder in the whole
+// job's scope analyses every node's dumps together, so the rank that
+// never entered the collective is found though its peers are on another
+// node.
+func TestFlightRecorderAcrossNodes(t *testing.T) {
+	spec := frsynth.Spec{Ranks: 4, Entries: 64, Fault: frsynth.Fault{Kind: "missing", Rank: 2, Seq: 40}}
+	a := startDaemon(t, "127.0.0.2", cluster.Node{Host: "a", NodeRank: 0, Ranks: "0-1", Source: "store"}, &frSource{ranks: []int{0, 1}, spec: spec}, token)
+	b := startDaemon(t, "127.0.0.3", cluster.Node{Host: "b", NodeRank: 1, Ranks: "2-3", Source: "store"}, &frSource{ranks: []int{2, 3}, spec: spec}, token)
+	j := fanout.NewJob(staticMembers(a.node, b.node), fanout.NewClient(token, 4), fanout.Options{Concurrency: 4, PeerTimeout: 30 * time.Second, Deadline: 60 * time.Second})
+	res, err := callTool(&tools.Env{Cluster: j}, "snapshot_flight_recorder", map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.(tools.SnapshotFlightRecorderResult)
+	out, _ := json.Marshal(r)
+	if len(r.Snapshots) != 4 || r.Coverage == nil || r.Coverage.Answered != 2 || !strings.Contains(string(out), `"culprit_ranks":"2"`) {
+		t.Fatalf("%.3000s", out)
 	}
 }
