@@ -51,6 +51,10 @@ func queryTool(env *Env) Def {
 		if p.Limit < 0 {
 			return nil, userErrorf("limit %d is negative; pass 1..%d", p.Limit, sqlengine.MaxLimit)
 		}
+		if env.Cluster != nil {
+			res, err := env.Cluster.Query(ctx, p.SQL, p.Limit)
+			return res, sqlUserError(err)
+		}
 		res, err := env.SQL.Query(ctx, p.SQL, p.Limit)
 		return res, sqlUserError(err)
 	})
@@ -182,4 +186,25 @@ func jsonContents(uri string, v any) ([]mcplib.ResourceContents, error) {
 		return nil, err
 	}
 	return []mcplib.ResourceContents{mcplib.TextResourceContents{URI: uri, MIMEType: "application/json", Text: string(b)}}, nil
+}
+
+func clusterQuery(env *Env) Def {
+	tool := mcplib.NewTool("cluster_query",
+		mcplib.WithDescription("One read-only SQL query over the ring tables of every node of the job (as query, whole-job): each table the "+
+			"query names is read from every node daemon, tagged with _host, _addr, _node_rank (the node) and _rank, _local_rank, _role, _pid "+
+			"(the process); plain WHERE filters (col op literal, joined by AND) are applied on the nodes, and a filter on _host/_addr/_node_rank "+
+			"skips the other nodes. Aggregates, joins and ORDER BY run over the union. data_quality says which nodes answered and any cap reached."),
+		mcplib.WithInputSchema[QueryParams](),
+		mcplib.WithOutputSchema[QueryResult](),
+		hints(true, false, true, false),
+	)
+	h, call := typed(func(ctx context.Context, p QueryParams) (*sqlengine.Result, error) {
+		if p.Limit < 0 {
+			return nil, userErrorf("limit %d is negative; pass 1..%d", p.Limit, sqlengine.MaxLimit)
+		}
+		res, err := env.Cluster.Query(ctx, p.SQL, p.Limit)
+		return res, sqlUserError(err)
+	})
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
+		Summary: "read-only SQL over every node's ring tables, with node and rank tag columns; filters applied on the nodes"}
 }

@@ -68,7 +68,7 @@ func All(env *Env) []Def {
 		defs = append(defs, listSkills(env), planSkill(env), runSkill(env))
 	}
 	if env.Cluster != nil {
-		defs = append(defs, listClusterNodes(env))
+		defs = append(defs, listClusterNodes(env), clusterQuery(env))
 	}
 	return append(defs, setConfig(env), evalPython(env))
 }

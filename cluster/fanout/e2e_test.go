@@ -19,10 +19,10 @@ import (
 	"github.com/probing-mcp/probing-mcp/cluster/node"
 	"github.com/probing-mcp/probing-mcp/diag/flightrecorder/frsynth"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
-	"github.com/probing-mcp/probing-mcp/evidence"
-	"github.com/probing-mcp/probing-mcp/tools"
 	"github.com/probing-mcp/probing-mcp/diagnosis"
+	"github.com/probing-mcp/probing-mcp/evidence"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
+	"github.com/probing-mcp/probing-mcp/tools"
 )
 
 const token = "e2e-secret"
@@ -121,6 +121,28 @@ func TestWholeJobOnTwoNodes(t *testing.T) {
 		t.Fatalf("%s\n%+v", rep.Summary, h)
 	}
 	t.Log(rep.Summary)
+
+	// SQL over both nodes' rings: an aggregate across nodes, a filter
+	// pushed down, a node filter that skips the other node.
+	res, err := j.Query(ctx, "SELECT _node_rank, _host, count(DISTINCT _rank) AS ranks FROM python.comm_collective GROUP BY _node_rank ORDER BY _node_rank", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.Marshal(res.Rows)
+	if string(got) != `[{"_node_rank":0,"_host":"node0","ranks":2},{"_node_rank":1,"_host":"node1","ranks":2}]` {
+		t.Fatalf("per node: %s %+v", got, res.DataQuality)
+	}
+	res, err = j.Query(ctx, "SELECT count(DISTINCT _rank) AS n, min(_rank) AS r FROM python.comm_collective WHERE _rank = 2 AND _host = 'node1'", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ = json.Marshal(res.Rows)
+	if string(got) != `[{"n":1,"r":2}]` || !strings.Contains(strings.Join(res.DataQuality.Notes, ";"), "filter(s) applied on the nodes") {
+		t.Fatalf("filtered: %s %+v", got, res.DataQuality)
+	}
+	if _, err := j.Query(ctx, "DELETE FROM python.comm_collective", 0); err == nil || !strings.Contains(err.Error(), "only SELECT") {
+		t.Fatalf("a write: %v", err)
+	}
 
 	// The second node's daemon dies: its ranks are unreachable.
 	ds[1].srv.Close()
