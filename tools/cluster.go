@@ -80,6 +80,11 @@ func (r ListClusterNodesResult) ModelText() string {
 	if r.NextOffset != nil {
 		fmt.Fprintf(&b, "More nodes: call again with offset %d.\n", *r.NextOffset)
 	}
+	if r.Coverage != nil {
+		for _, p := range r.Coverage.Problems {
+			b.WriteString("Membership: " + p + "\n")
+		}
+	}
 	return b.String()
 }
 

@@ -14,25 +14,15 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/cluster"
+	"github.com/probing-mcp/probing-mcp/internal/testpython"
 )
-
-// torchPython is an interpreter with torch.distributed, or "" (CI has
-// no torch: the tests then skip).
-func torchPython() string {
-	for _, py := range []string{os.Getenv("PROBING_TORCH_PYTHON"), "/work/torchenv/bin/python", "python3"} {
-		if py != "" && exec.Command(py, "-c", "import torch.distributed as d; d.TCPStore").Run() == nil {
-			return py
-		}
-	}
-	return ""
-}
 
 // torchStore starts a real torch TCPStore (master) whose script runs
 // setup first; each line written to the returned writer makes it run
 // the next of steps and print the result as one line.
 func torchStore(t *testing.T, setup string, steps ...string) (addr string, step func() string) {
 	t.Helper()
-	py := torchPython()
+	py := testpython.Torch()
 	if py == "" {
 		t.Skip("no interpreter with torch.distributed (set PROBING_TORCH_PYTHON): the real store cannot run here")
 	}

@@ -12,28 +12,15 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// torchPython is an interpreter with torch.distributed, or "" (the test
-// then skips: CI has no torch).
-func torchPython(t *testing.T) string {
-	t.Helper()
-	for _, py := range []string{os.Getenv("PROBING_TORCH_PYTHON"), "/work/torchenv/bin/python", "python3"} {
-		if py == "" {
-			continue
-		}
-		if exec.Command(py, "-c", "import torch.distributed as d; d.TCPStore").Run() == nil {
-			return py
-		}
-	}
-	return ""
-}
+	"github.com/probing-mcp/probing-mcp/internal/testpython"
+)
 
 // TestAgainstTorchTCPStore speaks to a real torch TCPStore (master side,
 // in a Python process): set, check, get, add both ways, and a missing
 // key answered at once instead of waited for.
 func TestAgainstTorchTCPStore(t *testing.T) {
-	py := torchPython(t)
+	py := testpython.Torch()
 	if py == "" {
 		t.Skip("no interpreter with torch.distributed (set PROBING_TORCH_PYTHON): the real store cannot run here")
 	}

@@ -99,10 +99,24 @@ func nodeCmd(args []string, stderr io.Writer) int {
 	if ma, mp := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"); ma != "" && mp != "" && !*noRegister {
 		store := net.JoinHostPort(ma, mp)
 		go func() {
-			if err := membership.Register(ctx, store, membership.RunID(os.Getenv), self, 10*time.Second); err != nil {
-				logger.Warn("not registered in the job's TCPStore: the coordinator needs --peers to find this node", "store", store, "err", err)
-			} else {
-				logger.Info("registered in the job's TCPStore", "store", store, "run", membership.RunID(os.Getenv))
+			// The store comes up with the job's init_process_group, often
+			// after the agent started this daemon: retry, backing off.
+			wait := time.Second
+			for {
+				err := membership.Register(ctx, store, membership.RunID(os.Getenv), self, 10*time.Second)
+				if err == nil {
+					logger.Info("registered in the job's TCPStore", "store", store, "run", membership.RunID(os.Getenv))
+					return
+				}
+				if wait == time.Second || wait >= 30*time.Second {
+					logger.Warn("not registered in the job's TCPStore yet (retrying): until then the coordinator needs --peers to find this node", "store", store, "err", err)
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+				wait = min(2*wait, 60*time.Second)
 			}
 		}()
 	}

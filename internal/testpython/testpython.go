@@ -65,3 +65,15 @@ func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
 }
+
+// Torch is an interpreter with torch.distributed (PROBING_TORCH_PYTHON,
+// else /work/torchenv's, else python3), or "" when none has it: the
+// tests that need a real torch part then skip (CI has no torch).
+func Torch() string {
+	for _, py := range []string{os.Getenv("PROBING_TORCH_PYTHON"), "/work/torchenv/bin/python", "python3"} {
+		if py != "" && exec.Command(py, "-c", "import torch.distributed as d; d.TCPStore").Run() == nil {
+			return py
+		}
+	}
+	return ""
+}
