@@ -1,8 +1,23 @@
 package main
 
 import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/cluster"
+	"github.com/probing-mcp/probing-mcp/cluster/membership"
+	"github.com/probing-mcp/probing-mcp/cluster/node"
+	"github.com/probing-mcp/probing-mcp/internal/testpython"
 )
 
 // TestNodeAndServeRefuseBadSetups: the node daemon never serves other
@@ -29,5 +44,59 @@ func TestNodeAndServeRefuseBadSetups(t *testing.T) {
 	t.Setenv("PROBING_FANOUT_CONCURRENCY", "lots")
 	if code, _, errOut := runCLI("serve", "--peers", "127.0.0.1:9781"); code != 2 || !strings.Contains(errOut, "PROBING_FANOUT_CONCURRENCY") {
 		t.Errorf("bad concurrency: exit %d %q", code, errOut)
+	}
+}
+
+// TestServeJobThroughTorchStore: the coordinator finds the node daemons
+// that registered in a real torch TCPStore, keeps that membership on
+// disk, and falls back to it once the store is gone (a dead job).
+func TestServeJobThroughTorchStore(t *testing.T) {
+	py := testpython.Torch()
+	if py == "" {
+		t.Skip("no interpreter with torch.distributed (set PROBING_TORCH_PYTHON): the real store cannot run here")
+	}
+	cmd := exec.Command(py, "-c", "import sys, torch.distributed as d\ns = d.TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False)\nprint(s.port, flush=True)\nsys.stdin.readline()\n")
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopStore := func() { in.Close(); cmd.Wait() }
+	defer stopStore()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := "127.0.0.1:" + strings.TrimSpace(line)
+	t.Setenv("TORCHELASTIC_RUN_ID", "job-"+strings.TrimSpace(line))
+	t.Setenv("PROBING_AUTH_TOKEN", "tok")
+	ctx := context.Background()
+	for i, ip := range []string{"127.0.0.2", "127.0.0.3"} {
+		ln, err := net.Listen("tcp", ip+":0")
+		if err != nil {
+			t.Skip(err)
+		}
+		src := &node.Local{Agents: agent.Options{DataDir: t.TempDir(), CtrlRoot: t.TempDir()}}
+		src.Self = cluster.Node{Host: fmt.Sprintf("n%d", i), Addr: ln.Addr().String(), NodeRank: i, Kind: cluster.KindDaemon}
+		srv := &http.Server{Handler: node.Handler(node.Config{Source: src, Token: "tok"})}
+		go srv.Serve(ln)
+		defer srv.Close()
+		if err := membership.Register(ctx, store, membership.RunID(os.Getenv), src.Self, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dataDir := t.TempDir()
+	j, err := clusterJob(store, "", 0, dataDir, slog.New(slog.DiscardHandler))
+	if err != nil || j == nil {
+		t.Fatal(err)
+	}
+	ns, cov, err := j.Nodes(ctx)
+	if err != nil || !cov.Complete() || len(ns) != 2 || ns[0].Source != "store" {
+		t.Fatalf("%+v %s %v", ns, cov.Text(), err)
+	}
+	stopStore()
+	ns, cov, err = j.Nodes(ctx)
+	if err != nil || !cov.Complete() || len(ns) != 2 || !strings.Contains(strings.Join(cov.Problems, ";"), "using the membership last saved") {
+		t.Fatalf("after the store died: %+v %s %v %v", ns, cov.Text(), cov.Problems, err)
 	}
 }
