@@ -135,15 +135,7 @@ func Query(ctx context.Context, nodes []Node, sqlText string, limit int, opt Opt
 		prune = func(n Node) bool {
 			t := n.Tags()
 			for _, c := range tagEq {
-				var v any
-				switch c.Column {
-				case "_host":
-					v = t.Host
-				case "_addr":
-					v = t.Addr
-				case "_node_rank":
-					v = int64(t.NodeRank)
-				}
+				v, _ := tagValue(t, c.Column)
 				if fmt.Sprint(v) != fmt.Sprint(c.Value) {
 					return true
 				}
@@ -388,13 +380,8 @@ func insert(c *sqlite3.SQLiteConn, schema, table string, rep *ScanReply, tags No
 	args := make([]driver.Value, len(rep.Columns))
 	for _, r := range rep.Rows {
 		for i, v := range r {
-			switch rep.Columns[i] {
-			case "_host":
-				v = tags.Host
-			case "_addr":
-				v = tags.Addr
-			case "_node_rank":
-				v = int64(tags.NodeRank)
+			if tv, ok := tagValue(tags, rep.Columns[i]); ok {
+				v = tv
 			}
 			if f, ok := v.(float64); ok && f == float64(int64(f)) {
 				// JSON numbers arrive as floats: whole ones are integers.
@@ -425,4 +412,17 @@ func each(ctx context.Context, nodes []Node, n int, fn func(context.Context, Nod
 		}()
 	}
 	wg.Wait()
+}
+
+// tagValue is a node tag column's value for the node, as the rows carry it.
+func tagValue(t NodeTags, col string) (any, bool) {
+	switch col {
+	case "_host":
+		return t.Host, true
+	case "_addr":
+		return t.Addr, true
+	case "_node_rank":
+		return int64(t.NodeRank), true
+	}
+	return nil, false
 }
