@@ -219,8 +219,28 @@ func TestBadPeers(t *testing.T) {
 			c.Close()
 		}
 	}()
+	// A daemon that dies mid-answer: headers, half a body, then gone.
+	dl, err := net.Listen("tcp", "127.0.0.7:0")
+	if err != nil {
+		t.Skip(err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := dl.Accept()
+			if err != nil {
+				return
+			}
+			c.Read(make([]byte, 4096))
+			c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{\"processes\":[{\"pid\":1"))
+			c.Close()
+		}
+	}()
+	defer dl.Close()
+	dies := cluster.Node{Host: "dies", Addr: dl.Addr().String(), NodeRank: 5, Ranks: "10-11", Kind: cluster.KindDaemon, Source: "store"}
 	garbage := cluster.Node{Host: "garbage", Addr: gl.Addr().String(), NodeRank: 4, Ranks: "8-9", Kind: cluster.KindDaemon, Source: "store"}
-	j := fanout.NewJob(staticMembers(good.node, liar.node, wrongTok.node, silent.node, garbage, good.node), fanout.NewClient(token, 8),
+	j := fanout.NewJob(staticMembers(good.node, liar.node, wrongTok.node, silent.node, garbage, dies, good.node), fanout.NewClient(token, 8),
 		fanout.Options{Concurrency: 8, PeerTimeout: 2 * time.Second, Deadline: 20 * time.Second})
 	procs, cov, err := j.Stacks(ctx, "")
 	if err != nil {
@@ -230,7 +250,7 @@ func TestBadPeers(t *testing.T) {
 	for _, m := range cov.Missing {
 		kinds[m.Node.Host] = m.Err.Kind
 	}
-	if kinds["locked"] != fanout.KindAuth || kinds["silent"] != fanout.KindTimeout || kinds["garbage"] != fanout.KindGarbage {
+	if kinds["locked"] != fanout.KindAuth || kinds["silent"] != fanout.KindTimeout || kinds["garbage"] != fanout.KindGarbage || kinds["dies"] != fanout.KindUnreachable {
 		t.Errorf("missing: %v (%s)", kinds, cov.Text())
 	}
 	var ranks []int

@@ -31,7 +31,9 @@ type synthNode struct {
 	world   int
 	culprit int
 	slow    bool // never answers: the caller's deadline ends it
-	now     time.Time
+	// now is the node's clock: odd nodes run 37 minutes ahead, so the
+	// verdict must come from each rank's own clock.
+	now time.Time
 }
 
 func (s *synthNode) wait(ctx context.Context) error {
@@ -65,7 +67,7 @@ func (s *synthNode) threads(r int) []stacks.Thread {
 }
 
 func (s *synthNode) Info(ctx context.Context) (*node.Info, error) {
-	in := &node.Info{Node: s.Self, NowNS: time.Now().UnixNano(), World: s.world}
+	in := &node.Info{Node: s.Self, NowNS: time.Now().UnixNano() + s.now.Sub(time.Now()).Round(time.Minute).Nanoseconds(), World: s.world}
 	for i, r := range s.ranks {
 		in.Ranks = append(in.Ranks, node.RankInfo{Rank: r, LocalRank: i, PID: 1000 + r, Alive: true, Kind: "probing-mcp"})
 	}
@@ -138,7 +140,11 @@ func synthJob(t testing.TB, ranks, perNode, culprit int, faults bool) (*fanout.J
 			missing = append(missing, rs...)
 			continue
 		}
-		src := &synthNode{ranks: rs, world: ranks, culprit: culprit, slow: faults && n%20 == 19, now: now}
+		clock := now
+		if n%2 == 1 {
+			clock = now.Add(37 * time.Minute)
+		}
+		src := &synthNode{ranks: rs, world: ranks, culprit: culprit, slow: faults && n%20 == 19, now: clock}
 		if src.slow {
 			missing = append(missing, rs...)
 		}
