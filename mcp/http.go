@@ -139,6 +139,9 @@ func NewHTTPHandler(mcpHandler http.Handler, cfg HTTPConfig, logger *slog.Logger
 	mux.Handle(base+"/mcp", httpMCPMethods(httpBufferBody(mcpHandler, logger)))
 	mux.Handle(base+"/health", httpStaticJSON(httpHealthBody(cfg.Version)))
 	mux.Handle(base+"/live", httpStaticJSON([]byte(`{"status":"alive"}`)))
+	for p, h := range cfg.Extra {
+		mux.Handle(base+p, h)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeHTTPError(w, http.StatusNotFound, "no route for "+r.URL.Path, "")
 	})

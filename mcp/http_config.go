@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"path"
@@ -40,6 +41,9 @@ type HTTPConfig struct {
 	MaxInFlight     int           // concurrent requests before 503
 	AllowedOrigins  []string      // extra browser origins, "scheme://host[:port]", or "*"
 	Version         string        // reported by /health when set
+	// Extra routes served beside /mcp, behind the same auth and limits
+	// (the whole-job view's PUT /apis/nodes heartbeats).
+	Extra map[string]http.Handler
 }
 
 // resolve fills in defaults and normalises BasePath, which ends up in mux

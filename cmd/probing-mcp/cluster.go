@@ -144,7 +144,7 @@ func nodeCmd(args []string, stderr io.Writer) int {
 
 // clusterJob builds the coordinator's view from --job / --peers /
 // --slurm-port, or nil for this node's scope.
-func clusterJob(job, peers string, slurmPort int, dataDir string, logger *slog.Logger) (*fanout.Job, error) {
+func clusterJob(job, peers string, slurmPort int, dataDir string, logger *slog.Logger) (*fanout.Job, *membership.Registry, error) {
 	if job == "" && peers == "" && slurmPort == 0 {
 		if ma, mp := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"); ma != "" && mp != "" {
 			job = net.JoinHostPort(ma, mp)
@@ -154,29 +154,36 @@ func clusterJob(job, peers string, slurmPort int, dataDir string, logger *slog.L
 		job = ""
 	}
 	if job == "" && peers == "" && slurmPort == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	opt, err := fanout.OptionsFromEnv(os.Getenv)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	stale, err := membership.StaleAfter(os.Getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Agents that push (Probing's heartbeats, PUT /apis/nodes on serve
+	// --http) are members too.
+	beats := membership.NewRegistry(stale, time.Now)
 	var static []cluster.Node
 	var staticProblems []string
 	if peers != "" {
 		if static, staticProblems, err = membership.ParsePeers(peers); err != nil {
-			return nil, fmt.Errorf("--peers: %w", err)
+			return nil, nil, fmt.Errorf("--peers: %w", err)
 		}
 	}
 	if slurmPort > 0 {
 		ns, err := membership.FromSlurm(os.Getenv, slurmPort)
 		if err != nil {
-			return nil, fmt.Errorf("--slurm-port: %w", err)
+			return nil, nil, fmt.Errorf("--slurm-port: %w", err)
 		}
 		static = append(static, ns...)
 	}
 	if job != "" {
 		if _, _, err := net.SplitHostPort(job); err != nil {
-			return nil, fmt.Errorf("--job %q: want the job's TCPStore as host:port (MASTER_ADDR:MASTER_PORT), or off", job)
+			return nil, nil, fmt.Errorf("--job %q: want the job's TCPStore as host:port (MASTER_ADDR:MASTER_PORT), or off", job)
 		}
 	}
 	runID := membership.RunID(os.Getenv)
@@ -203,6 +210,9 @@ func clusterJob(job, peers string, slurmPort int, dataDir string, logger *slog.L
 			}
 			lists = append(lists, ns)
 		}
+		hb, hbProblems := beats.Nodes()
+		lists = append(lists, hb)
+		problems = append(problems, hbProblems...)
 		ns, conflicts := membership.Merge(lists...)
 		return ns, append(problems, conflicts...), nil
 	}
@@ -211,5 +221,5 @@ func clusterJob(job, peers string, slurmPort int, dataDir string, logger *slog.L
 	}
 	logger.Info("whole-job scope", "store", job, "peers", len(static), "run", runID, "concurrency", opt.Concurrency,
 		"peer_timeout", opt.PeerTimeout, "deadline", opt.Deadline, "strict", opt.Strict)
-	return fanout.NewJob(members, fanout.NewClient(os.Getenv(cluster.EnvAuthToken), opt.Concurrency), opt), nil
+	return fanout.NewJob(members, fanout.NewClient(os.Getenv(cluster.EnvAuthToken), opt.Concurrency), opt), beats, nil
 }

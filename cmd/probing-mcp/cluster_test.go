@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
@@ -86,7 +87,7 @@ func TestServeJobThroughTorchStore(t *testing.T) {
 		}
 	}
 	dataDir := t.TempDir()
-	j, err := clusterJob(store, "", 0, dataDir, slog.New(slog.DiscardHandler))
+	j, _, err := clusterJob(store, "", 0, dataDir, slog.New(slog.DiscardHandler))
 	if err != nil || j == nil {
 		t.Fatal(err)
 	}
@@ -98,5 +99,28 @@ func TestServeJobThroughTorchStore(t *testing.T) {
 	ns, cov, err = j.Nodes(ctx)
 	if err != nil || !cov.Complete() || len(ns) != 2 || !strings.Contains(strings.Join(cov.Problems, ";"), "using the membership last saved") {
 		t.Fatalf("after the store died: %+v %s %v %v", ns, cov.Text(), cov.Problems, err)
+	}
+}
+
+// TestHeartbeatsAreMembers: an original Probing agent that pushes its
+// heartbeat (PUT /apis/nodes) is listed as a member, not queried, and
+// says how to include its ranks.
+func TestHeartbeatsAreMembers(t *testing.T) {
+	t.Setenv("PROBING_AUTH_TOKEN", "")
+	j, beats, err := clusterJob("", "127.0.0.1:1", 0, t.TempDir(), slog.New(slog.DiscardHandler))
+	if err != nil || beats == nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(beats.Handler())
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/apis/nodes", strings.NewReader(`{"nodes":[{"rank":3,"world_size":4,"group_rank":1,"local_rank":0,"host":"node-b","addr":"10.0.0.2:9922","timestamp":1}],"seen_version":0}`))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("heartbeat: %v %v", err, res)
+	}
+	res.Body.Close()
+	ns, _, err := j.Nodes(context.Background())
+	if err != nil || len(ns) != 2 || ns[1].Host != "node-b" || ns[1].Status != "not_daemon" || ns[1].Ranks != "3" {
+		t.Fatalf("%+v %v", ns, err)
 	}
 }

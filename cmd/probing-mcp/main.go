@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -28,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/probing-mcp/probing-mcp/cluster/membership"
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/mcp"
@@ -206,7 +208,8 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
 		return 2
 	}
-	if cfg.Env.Cluster, err = clusterJob(*job, *peers, *slurmPort, cfg.DataDir, logger); err != nil {
+	var beats *membership.Registry
+	if cfg.Env.Cluster, beats, err = clusterJob(*job, *peers, *slurmPort, cfg.DataDir, logger); err != nil {
 		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
 		return 2
 	}
@@ -225,6 +228,9 @@ func serve(args []string, stderr io.Writer) int {
 		var hc mcp.HTTPConfig
 		if hc, err = mcp.HTTPConfigFromEnv(*httpAddr, os.Getenv); err == nil {
 			hc.Version = versionString()
+			if beats != nil {
+				hc.Extra = map[string]http.Handler{"/apis/nodes": beats.Handler()}
+			}
 			err = mcp.ServeHTTP(ctx, s, hc, logger)
 		}
 	}
