@@ -36,6 +36,31 @@ func isLoopbackHost(h string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// ownAddrToward is, for a daemon bound to a wildcard without
+// PROBING_ADVERTISE_ADDR, this host's own address on the route to
+// MASTER_ADDR (a UDP "connection" sends nothing; its local end is ours),
+// with the listening port: never another host's address. "" otherwise.
+func ownAddrToward(bindHost, listen string) string {
+	ma := os.Getenv("MASTER_ADDR")
+	if os.Getenv(cluster.EnvAdvertiseAddr) != "" || ma == "" || !(bindHost == "" || bindHost == "0.0.0.0" || bindHost == "::") {
+		return ""
+	}
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return ""
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(ma, "9"))
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	ip := c.LocalAddr().(*net.UDPAddr).IP
+	if ip.IsUnspecified() {
+		return ""
+	}
+	return net.JoinHostPort(ip.String(), port)
+}
+
 // nodeCmd runs the node daemon.
 func nodeCmd(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
@@ -82,7 +107,17 @@ func nodeCmd(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
 		return 1
 	}
-	self, err := membership.SelfNode(os.Getenv, ln.Addr().String())
+	getenv := os.Getenv
+	if a := ownAddrToward(host, ln.Addr().String()); a != "" {
+		logger.Info("advertising this host's address on the route to the job's master (set PROBING_ADVERTISE_ADDR to choose another)", "addr", a)
+		getenv = func(k string) string {
+			if k == cluster.EnvAdvertiseAddr {
+				return a
+			}
+			return os.Getenv(k)
+		}
+	}
+	self, err := membership.SelfNode(getenv, ln.Addr().String())
 	if err != nil {
 		ln.Close()
 		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
@@ -96,7 +131,11 @@ func nodeCmd(args []string, stderr io.Writer) int {
 	src := &node.Local{Self: self, Version: versionString(), Agents: agent.OptionsFromEnv(os.Getenv), SQL: engine}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if ma, mp := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"); ma != "" && mp != "" && !*noRegister {
+	ma, mp := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT")
+	if selfHost, _, _ := net.SplitHostPort(self.Addr); ma != "" && mp != "" && !*noRegister && isLoopbackHost(selfHost) && !isLoopbackHost(ma) {
+		// Every node's daemon would register the same 127.0.0.1 address.
+		logger.Warn("not registered in the job's TCPStore: this daemon serves loopback only (no PROBING_AUTH_TOKEN), which other hosts cannot reach; set the job's PROBING_AUTH_TOKEN so it binds a reachable address")
+	} else if ma != "" && mp != "" && !*noRegister {
 		store := net.JoinHostPort(ma, mp)
 		go func() {
 			// The store comes up with the job's init_process_group, often

@@ -124,3 +124,26 @@ func TestHeartbeatsAreMembers(t *testing.T) {
 		t.Fatalf("%+v %v", ns, err)
 	}
 }
+
+// TestOwnAddrToward: a daemon bound to every interface advertises its
+// own address on the route to the master, unless told one; never the
+// master's.
+func TestOwnAddrToward(t *testing.T) {
+	t.Setenv("PROBING_ADVERTISE_ADDR", "")
+	t.Setenv("MASTER_ADDR", "127.0.0.1")
+	if got := ownAddrToward("0.0.0.0", "[::]:9781"); got != "127.0.0.1:9781" {
+		t.Errorf("wildcard: %q", got)
+	}
+	if got := ownAddrToward("127.0.0.2", "127.0.0.2:9781"); got != "" {
+		t.Errorf("a named bind: %q", got)
+	}
+	t.Setenv("PROBING_ADVERTISE_ADDR", "10.0.0.5:9781")
+	if got := ownAddrToward("0.0.0.0", "[::]:9781"); got != "" {
+		t.Errorf("advertised: %q", got)
+	}
+	t.Setenv("PROBING_ADVERTISE_ADDR", "")
+	t.Setenv("MASTER_ADDR", "")
+	if got := ownAddrToward("", ":9781"); got != "" {
+		t.Errorf("no master: %q", got)
+	}
+}
