@@ -158,6 +158,9 @@ func runAnalyzeFlightRecorder(ctx context.Context, env *Env, p AnalyzeFlightReco
 	if err != nil {
 		return res, stoppedError(ctx)
 	}
+	if rep.NoMatch != "" {
+		return res, &UserError{msg: rep.NoMatch}
+	}
 	res = viewReport(rep, full, p.Offset, p.Limit)
 	if p.Offset == 0 { // later pages are the same analysis
 		res.HistoryID = recordDiagnosis(env, p, rep, res)

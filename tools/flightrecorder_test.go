@@ -32,6 +32,12 @@ func TestAnalyzeFlightRecorderFollowsTheRequest(t *testing.T) {
 	if err != nil || res.Verdict != "MISSING_RANKS" {
 		t.Fatalf("verdict %q, %v", res.Verdict, err)
 	}
+	// A filter that matches nothing is the caller's mistake, not an OK.
+	_, err = runAnalyzeFlightRecorder(context.Background(), env, AnalyzeFlightRecorderParams{Paths: []string{dir}, PG: "nosuch"})
+	var nm *UserError
+	if !errors.As(err, &nm) || !strings.Contains(err.Error(), `no process group matches pg "nosuch"`) {
+		t.Errorf("pg nosuch: %v", err)
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cancel(errors.New("request deadline exceeded"))
 	_, err = runAnalyzeFlightRecorder(ctx, env, p)

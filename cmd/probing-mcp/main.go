@@ -331,6 +331,10 @@ func analyze(args []string, stdout, stderr io.Writer) int {
 	rep := fr.AnalyzeLoaded(loaded, fr.Options{PG: *pg, Ranks: ranks, Transcript: *verbose || *asJSON,
 		Parity: fr.ParityOptions{AllowIncompleteRanks: *allowIncomplete, MismatchCap: *mismatchCap}})
 	logger.Debug("analysed", "dumps", len(loaded.Dumps), "load", loadedAt.Sub(start), "analysis", time.Since(loadedAt))
+	if rep.NoMatch != "" {
+		fmt.Fprintf(stderr, "probing-mcp analyze: %s\n", rep.NoMatch)
+		return 2
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

@@ -120,6 +120,29 @@ func AnalyzeContext(ctx context.Context, dumps []*Dump, opt Options) (*Report, e
 			}
 		}
 	}
+	if len(kept) == 0 && len(a.groups.order) > 0 && (opt.PG != "" || len(opt.Ranks) > 0) {
+		var have []string
+		for i, g := range a.groups.order {
+			if i == 20 {
+				have = append(have, fmt.Sprintf("and %d more", len(a.groups.order)-i))
+				break
+			}
+			h := g.name
+			if g.desc != "" && g.desc != g.name {
+				h += " (" + g.desc + ")"
+			}
+			have = append(have, h)
+		}
+		what := []string{}
+		if opt.PG != "" {
+			what = append(what, fmt.Sprintf("pg %q", opt.PG))
+		}
+		if len(opt.Ranks) > 0 {
+			what = append(what, "ranks "+rankset.Format(opt.Ranks))
+		}
+		rep.NoMatch = fmt.Sprintf("no process group matches %s; the dumps' groups are: %s (pass one of those names or descriptions, or ranks they hold: %s)",
+			strings.Join(what, " and "), strings.Join(have, ", "), rep.Ranks.DumpedText)
+	}
 	reports := make([]PGReport, len(kept))
 	notes := make([][]string, len(kept))
 	var wg sync.WaitGroup

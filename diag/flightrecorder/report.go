@@ -35,6 +35,10 @@ const (
 type Report struct {
 	// Summary is a few sentences for a human or an LLM: the verdict first.
 	Summary string `json:"summary"`
+	// NoMatch, when set, says that the group or rank filter matched no
+	// process group of the dumps, and which ones exist: an empty answer
+	// there is the caller's mistake, never an all clear.
+	NoMatch string `json:"no_match,omitempty"`
 	// Verdict is the most severe process-group verdict.
 	Verdict       string      `json:"verdict"`
 	Ranks         RankSummary `json:"ranks"`
