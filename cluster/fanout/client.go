@@ -165,7 +165,8 @@ func classify(ctx context.Context, addr string, err error) error {
 	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
 		return &PeerError{Addr: addr, Kind: KindUnreachable, Msg: "the connection broke mid-answer (the daemon died?)"}
 	}
-	if strings.Contains(err.Error(), "malformed HTTP") {
+	if strings.Contains(err.Error(), "malformed HTTP") || strings.Contains(err.Error(), "readLoopPeekFailLocked") {
+		// The second: it wrote before it was asked, which no HTTP server does.
 		return &PeerError{Addr: addr, Kind: KindGarbage, Msg: "it does not speak HTTP"}
 	}
 	return &PeerError{Addr: addr, Kind: KindUnreachable, Msg: bound(err.Error(), 200)}

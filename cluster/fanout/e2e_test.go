@@ -215,6 +215,7 @@ func TestBadPeers(t *testing.T) {
 			if err != nil {
 				return
 			}
+			c.Read(make([]byte, 4096)) // a peer that answers the request with garbage
 			c.Write([]byte("\x00\x01garbage, not HTTP\r\n\r\n"))
 			c.Close()
 		}

@@ -113,6 +113,11 @@ func (s *synthNode) Evidence(ctx context.Context, _ node.EvidenceRequest) (*node
 	return &node.EvidenceReply{Bundle: b}, nil
 }
 
+// peerTimeout is what a silent node costs each call: long enough that a
+// loaded machine's answering nodes are never cut (the test asserts no
+// timing; the benchmark measures it).
+const peerTimeout = 4 * time.Second
+
 // synthJob starts nodes×perNode ranks on real daemons at distinct
 // 127.0.x.y addresses; every tenth node is dead (its daemon never
 // started) or slow (it never answers).
@@ -160,7 +165,7 @@ func synthJob(t testing.TB, ranks, perNode, culprit int, faults bool) (*fanout.J
 		members = append(members, self)
 	}
 	c := fanout.NewClient(token, 64)
-	j := fanout.NewJob(staticMembers(members...), c, fanout.Options{Concurrency: 64, PeerTimeout: 1500 * time.Millisecond, Deadline: 2 * time.Second})
+	j := fanout.NewJob(staticMembers(members...), c, fanout.Options{Concurrency: 64, PeerTimeout: peerTimeout, Deadline: 30 * time.Second})
 	return j, missing, func() {
 		c.Close()
 		for _, f := range stops {
@@ -170,7 +175,7 @@ func synthJob(t testing.TB, ranks, perNode, culprit int, faults bool) (*fanout.J
 }
 
 // TestScale: 1024 and 4096 ranks (8 per node), 10% of the nodes dead or
-// never answering. get_stacks and diagnose_hang answer by the deadline,
+// never answering. get_stacks and diagnose_hang answer within the deadline,
 // name the culprit, flag the partial data, name every missing rank, and
 // leave no goroutine behind.
 func TestScale(t *testing.T) {
