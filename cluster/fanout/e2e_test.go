@@ -242,7 +242,7 @@ func TestBadPeers(t *testing.T) {
 	dies := cluster.Node{Host: "dies", Addr: dl.Addr().String(), NodeRank: 5, Ranks: "10-11", Kind: cluster.KindDaemon, Source: "store"}
 	garbage := cluster.Node{Host: "garbage", Addr: gl.Addr().String(), NodeRank: 4, Ranks: "8-9", Kind: cluster.KindDaemon, Source: "store"}
 	j := fanout.NewJob(staticMembers(good.node, liar.node, wrongTok.node, silent.node, garbage, dies, good.node), fanout.NewClient(token, 8),
-		fanout.Options{Concurrency: 8, PeerTimeout: 2 * time.Second, Deadline: 20 * time.Second})
+		fanout.Options{Concurrency: 8, PeerTimeout: 5 * time.Second, Deadline: 30 * time.Second})
 	procs, cov, err := j.Stacks(ctx, "")
 	if err != nil {
 		t.Fatal(err)
