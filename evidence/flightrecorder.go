@@ -81,29 +81,10 @@ func collectFR(ctx context.Context, live, dead []*agent.Agent, problem func(stri
 			gone = append(gone, a)
 		}
 	}
-	paths, rankOf := deadDumps(gone, problem)
-	for _, p := range paths {
-		b, err := readBounded(p, agent.MaxSnapshotBytes)
-		if err != nil {
-			problem("rank %d's Flight Recorder dump %s: %v", rankOf[p], p, err)
-			continue
-		}
-		keep(FRDump{Rank: rankOf[p], From: p, Data: b})
+	for _, d := range deadDumps(gone, problem) {
+		keep(d)
 	}
 	return out
-}
-
-// readBounded reads a regular file of at most max bytes.
-func readBounded(p string, max int64) ([]byte, error) {
-	f, fi, err := procfacts.OpenRegular(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if fi.Size() > max {
-		return nil, fmt.Errorf("%d bytes, more than the %d read", fi.Size(), max)
-	}
-	return io.ReadAll(io.LimitReader(f, max+1))
 }
 
 // AnalyzeFR decodes the bundle's raw dumps and analyses them together
@@ -140,12 +121,11 @@ func AnalyzeFR(ctx context.Context, b *Bundle) {
 	}
 }
 
-// deadDumps finds the dump file of each dead rank, trusted like the
+// deadDumps reads the dump file of each dead rank, trusted like the
 // rank's other files: a regular file (no link, no FIFO) of the process's
-// owner that nobody else can write.
-func deadDumps(dead []*agent.Agent, problem func(string, ...any)) ([]string, map[string]int) {
-	var paths []string
-	rankOf := map[string]int{}
+// owner that nobody else can write, read from the file that was checked.
+func deadDumps(dead []*agent.Agent, problem func(string, ...any)) []FRDump {
+	var out []FRDump
 	for _, a := range dead {
 		id := a.Identity
 		if id == nil || id.FRDumpPrefix == "" || a.Rank() < 0 || !filepath.IsAbs(id.FRDumpPrefix) {
@@ -159,13 +139,20 @@ func deadDumps(dead []*agent.Agent, problem func(string, ...any)) ([]string, map
 			}
 			continue
 		}
+		err = procfacts.CheckFile(fi, procfacts.Owner{UID: a.UID, GID: -1})
+		if err == nil && fi.Size() > agent.MaxSnapshotBytes {
+			err = fmt.Errorf("%d bytes, more than the %d read", fi.Size(), agent.MaxSnapshotBytes)
+		}
+		var b []byte
+		if err == nil {
+			b, err = io.ReadAll(io.LimitReader(f, agent.MaxSnapshotBytes+1))
+		}
 		f.Close()
-		if err := procfacts.CheckFile(fi, procfacts.Owner{UID: a.UID, GID: -1}); err != nil {
+		if err != nil {
 			problem("rank %d's Flight Recorder dump %s is not used: %v", a.Rank(), p, err)
 			continue
 		}
-		paths = append(paths, p)
-		rankOf[p] = a.Rank()
+		out = append(out, FRDump{Rank: a.Rank(), From: p, Data: b})
 	}
-	return paths, rankOf
+	return out
 }
