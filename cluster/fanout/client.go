@@ -69,17 +69,20 @@ func NewClient(token string, concurrency int) *Client {
 // Close drops the idle connections.
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
-// loopback is whether addr's host is a loopback address or name.
-func loopback(addr string) bool {
-	h, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
+// LoopbackHost is whether h names this machine only (a loopback address
+// or localhost): what a daemon without a token may bind and be asked at.
+func LoopbackHost(h string) bool {
 	if h == "localhost" {
 		return true
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
+}
+
+// loopback is whether addr's host is a loopback address or name.
+func loopback(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	return err == nil && LoopbackHost(h)
 }
 
 // Do calls one node: method and path of the node API, req as the JSON

@@ -29,6 +29,15 @@ type owners struct {
 	lies      []string
 }
 
+// kept is claim as a set.
+func (o *owners) kept(n cluster.Node, ranks []int) map[int]bool {
+	keep := map[int]bool{}
+	for _, r := range o.claim(n, ranks) {
+		keep[r] = true
+	}
+	return keep
+}
+
 func (o *owners) claim(n cluster.Node, ranks []int) []int {
 	ok, lies := claims(n, ranks)
 	o.mu.Lock()
@@ -68,10 +77,7 @@ func (j *Job) Stacks(ctx context.Context, ranks string) ([]stacks.Process, Cover
 				rs = append(rs, p.Rank)
 			}
 		}
-		keep := map[int]bool{}
-		for _, r := range own.claim(n, rs) {
-			keep[r] = true
-		}
+		keep := own.kept(n, rs)
 		mu.Lock()
 		defer mu.Unlock()
 		for _, p := range rep.Processes {
@@ -117,10 +123,7 @@ func (j *Job) FlightRecorder(ctx context.Context, ranks string, onlyActive bool)
 		for _, d := range rep.Dumps {
 			rs = append(rs, d.Rank)
 		}
-		keep := map[int]bool{}
-		for _, r := range own.claim(n, rs) {
-			keep[r] = true
-		}
+		keep := own.kept(n, rs)
 		mu.Lock()
 		defer mu.Unlock()
 		for _, d := range rep.Dumps {

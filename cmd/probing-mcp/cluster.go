@@ -27,15 +27,6 @@ import (
 // defaultNodePort is where node daemons listen unless told otherwise.
 const defaultNodePort = 9781
 
-// isLoopbackHost: a bind host only this machine reaches.
-func isLoopbackHost(h string) bool {
-	if h == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
-}
-
 // ownAddrToward is, for a daemon bound to a wildcard without
 // PROBING_ADVERTISE_ADDR, this host's own address on the route to
 // MASTER_ADDR (a UDP "connection" sends nothing; its local end is ours),
@@ -87,7 +78,7 @@ func nodeCmd(args []string, stderr io.Writer) int {
 		return 2
 	}
 	token := os.Getenv(cluster.EnvAuthToken)
-	if token == "" && !isLoopbackHost(host) {
+	if token == "" && !fanout.LoopbackHost(host) {
 		fmt.Fprintf(stderr, "probing-mcp node: --http %s is reachable from other hosts, and without PROBING_AUTH_TOKEN anyone could read this node's jobs: set PROBING_AUTH_TOKEN (the coordinator uses the same), or bind 127.0.0.1\n", *addr)
 		return 2
 	}
@@ -132,7 +123,7 @@ func nodeCmd(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ma, mp := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT")
-	if selfHost, _, _ := net.SplitHostPort(self.Addr); ma != "" && mp != "" && !*noRegister && isLoopbackHost(selfHost) && !isLoopbackHost(ma) {
+	if selfHost, _, _ := net.SplitHostPort(self.Addr); ma != "" && mp != "" && !*noRegister && fanout.LoopbackHost(selfHost) && !fanout.LoopbackHost(ma) {
 		// Every node's daemon would register the same 127.0.0.1 address.
 		logger.Warn("not registered in the job's TCPStore: this daemon serves loopback only (no PROBING_AUTH_TOKEN), which other hosts cannot reach; set the job's PROBING_AUTH_TOKEN so it binds a reachable address")
 	} else if ma != "" && mp != "" && !*noRegister {
