@@ -5,25 +5,33 @@ VENV   := .venv
 
 .PHONY: build demo test eval bench bench-sql fuzz clean
 
+# The first build compiles SQLite (cgo): 2-4 minutes on 2 cores, with a
+# line every 30 s; later builds take seconds.
 build:
-	$(GO) build -o bin/probing-mcp ./cmd/probing-mcp
+	@echo "building bin/probing-mcp (the first build compiles SQLite: 2-4 minutes; later ones are cached)"
+	@scripts/with-progress "go build" $(GO) build -o bin/probing-mcp ./cmd/probing-mcp
 
 demo: build
 	./bin/probing-mcp demo
 
 # The end-to-end tests drive the built binary with the official Python MCP
-# client, installed into .venv from PyPI.
-$(VENV)/.installed: mcp/testdata/e2e/requirements.txt
+# client, and the agent's tests run under pytest: both are installed into
+# .venv from PyPI, so nothing but python3 itself is needed.
+$(VENV)/.installed: mcp/testdata/e2e/requirements.txt agent/python/tests/requirements.txt
+	@echo "installing the Python MCP client and pytest into $(VENV) (from PyPI)"
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r mcp/testdata/e2e/requirements.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r mcp/testdata/e2e/requirements.txt -r agent/python/tests/requirements.txt
 	touch $@
 
 test: $(VENV)/.installed
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')); \
 	  if [ -n "$$unformatted" ]; then echo "not gofmt-ed: $$unformatted"; exit 1; fi
-	$(GO) vet ./...
-	PROBING_E2E_PYTHON=$(CURDIR)/$(VENV)/bin/python PROBING_E2E_REQUIRED=1 $(GO) test -race -count=1 ./...
-	$(PYTHON) -m pytest -q agent/python/tests
+	@echo "go vet"
+	@scripts/with-progress "go vet" $(GO) vet ./...
+	@echo "go test -race ./... (the first run builds the race-instrumented tests: several minutes; each package prints ok as it ends)"
+	@PROBING_E2E_PYTHON=$(CURDIR)/$(VENV)/bin/python PROBING_E2E_REQUIRED=1 scripts/with-progress "go test" $(GO) test -race -count=1 ./...
+	@echo "the agent's pytest suite"
+	@scripts/with-progress pytest $(VENV)/bin/python -m pytest -q agent/python/tests
 
 # The scored corpus (docs/EVALS.md): real jobs that hang, die or straggle
 # with known answers, diagnosed through diagnose_hang by the official MCP

@@ -455,6 +455,13 @@ func checkSchemas(t *testing.T, tl *e2eTool, wantInput, wantOutput []string) {
 		schema map[string]any
 		props  []string
 	}{{"input", tl.InputSchema, wantInput}, {"output", tl.OutputSchema, wantOutput}} {
+		if s.kind == "output" && wantOutput == nil {
+			// Listed only with PROBING_MCP_OUTPUT_SCHEMAS=1 (the token budget).
+			if len(s.schema) != 0 {
+				t.Errorf("%s: output schema listed by default", tl.Name)
+			}
+			continue
+		}
 		if len(s.schema) == 0 {
 			t.Errorf("%s: empty %s schema", tl.Name, s.kind)
 			continue
@@ -479,7 +486,7 @@ func checkAnalyzeTool(t *testing.T, out *e2eOut) {
 		t.Fatalf("analyze_flight_recorder not listed; tools: %v", out.toolNames())
 	}
 	checkHints(t, tl, true, false, true, false)
-	checkSchemas(t, tl, []string{"paths", "detail"}, []string{"verdict", "summary", "process_groups"})
+	checkSchemas(t, tl, []string{"paths", "detail"}, nil)
 	if req, _ := tl.InputSchema["required"].([]any); !slices.Contains(req, any("paths")) {
 		t.Errorf("analyze_flight_recorder: input schema does not require paths: %v", tl.InputSchema["required"])
 	}
@@ -646,7 +653,7 @@ func checkSetConfigListed(t *testing.T, out *e2eOut) {
 		t.Fatalf("set_config not listed with writes on; tools: %v", out.toolNames())
 	}
 	checkHints(t, tl, false, false, true, false)
-	checkSchemas(t, tl, []string{"key", "value"}, []string{"status", "key", "previous", "value"})
+	checkSchemas(t, tl, []string{"key", "value"}, nil)
 	checkAnalyzeTool(t, out)
 	if !strings.Contains(out.Instructions, "`set_config`") || !strings.Contains(out.Instructions, "enabled") ||
 		!strings.Contains(out.Instructions, "audited") {
@@ -714,7 +721,24 @@ func TestE2EStdioWriteTools(t *testing.T) {
 		checkAuditPair(t, readAudit(t, filepath.Join(data, "mcp-audit.jsonl")), debug, "stdio:", "ok")
 	})
 
-	for _, v := range []string{"0", "2", "false", "enable"} {
+	for _, v := range []string{"2", "enable"} {
+		t.Run("allow="+v+" refused", func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), e2eStartTimeout)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, h.bin, "serve")
+			cmd.Env = h.serverEnv(t, "PROBING_MCP_ALLOW_WRITE="+v)
+			out, err := cmd.CombinedOutput() // stdin is /dev/null
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+				t.Fatalf("serve with PROBING_MCP_ALLOW_WRITE=%q: err %v, want a refusal at start\n%s", v, err, out)
+			}
+			if !strings.Contains(string(out), "PROBING_MCP_ALLOW_WRITE=\""+v+"\"") || !strings.Contains(string(out), "want 1") {
+				t.Errorf("the refusal does not name the variable and its values:\n%s", out)
+			}
+		})
+	}
+	for _, v := range []string{"0", "false", "off", ""} {
 		t.Run("allow="+v, func(t *testing.T) {
 			t.Parallel()
 			audit := filepath.Join(t.TempDir(), "audit.jsonl")
@@ -808,6 +832,40 @@ func TestE2EStdioAnalyzeFlightRecorder(t *testing.T) {
 	})
 }
 
+// With PROBING_MCP_OUTPUT_SCHEMAS=1 every tool lists its output schema,
+// and the official client, which validates structured content against it,
+// accepts the results.
+func TestE2EStdioOutputSchemas(t *testing.T) {
+	t.Parallel()
+	h := e2eSetup(t)
+	env := h.serverEnv(t, "PROBING_MCP_OUTPUT_SCHEMAS=1", "PROBING_ALLOWED_FILE_DIRS="+h.fr(""))
+	out := h.stdio(t, env, "stdio-list", slices.Concat(
+		e2eArgs("analyze_flight_recorder", map[string]any{"paths": []string{h.fr("missing_rank")}}),
+		e2eArgs("analyze_flight_recorder", map[string]any{"paths": []string{h.fr("missing_rank")}, "detail": "full"}),
+		e2eArgs("list_processes", map[string]any{}),
+		e2eArgs("describe_tables", map[string]any{"schema": "python"}),
+		e2eArgs("list_skills", map[string]any{}),
+		e2eArgs("plan_skill", map[string]any{"skill_id": "training_hang"}),
+	)...)
+	out.mustOK(t)
+	tl := out.tool("analyze_flight_recorder")
+	if tl == nil {
+		t.Fatalf("analyze_flight_recorder not listed; tools: %v", out.toolNames())
+	}
+	checkSchemas(t, tl, []string{"paths", "detail"}, []string{"verdict", "summary", "process_groups"})
+	for _, name := range out.toolNames() {
+		if len(out.tool(name).OutputSchema) == 0 {
+			t.Errorf("%s: no output schema with PROBING_MCP_OUTPUT_SCHEMAS=1", name)
+		}
+	}
+	checkMissingRank(t, out.Calls[0])
+	for i, c := range out.Calls {
+		if c.Error != nil {
+			t.Errorf("call %d (%s): the client refused the result: %s", i, c.Tool, c.Error)
+		}
+	}
+}
+
 func TestE2EStdioPrompt(t *testing.T) {
 	t.Parallel()
 	h := e2eSetup(t)
@@ -848,8 +906,8 @@ func TestE2EStdioPrompt(t *testing.T) {
 	// A typed argument that does not parse is refused, naming it.
 	out = h.stdio(t, h.serverEnv(t), "stdio-prompt", "--prompt", "find_straggler", "--prompt-args", `{"window": "soon"}`)
 	out.mustOK(t)
-	if out.Prompt == nil || out.Prompt.Error == nil || !strings.Contains(out.Prompt.Error.Message, "window") {
-		t.Errorf("find_straggler with window=soon: %+v", out.Prompt)
+	if out.Prompt == nil || out.Prompt.Error == nil || !strings.Contains(out.Prompt.Error.Message, "window") || out.Prompt.Error.Code == nil || *out.Prompt.Error.Code != -32602 {
+		t.Errorf("find_straggler with window=soon: %+v, want -32602 Invalid params naming window", out.Prompt)
 	}
 	out = h.stdio(t, h.serverEnv(t), "stdio-prompt", "--prompt", "explain_slow_step", "--prompt-args", `{"step": "120"}`)
 	out.mustOK(t)

@@ -489,7 +489,7 @@ func bodyTooLargeMessage(maxBytes int64) string {
 // body itself but reports any read error, the body cap included, as a
 // JSON-RPC parse error with status 200; reading it here lets an oversized
 // chunked body get its 413. With the body in hand it also refuses a request
-// whose id the MCP spec forbids (invalidRequestID). It sits innermost, after
+// that must not run (precheck). It sits innermost, after
 // auth, so bodies from unauthenticated clients are never read.
 func httpBufferBody(next http.Handler, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -508,14 +508,19 @@ func httpBufferBody(next http.Handler, logger *slog.Logger) http.Handler {
 			writeHTTPError(w, http.StatusBadRequest, "could not read the request body", "")
 			return
 		}
-		if reason := invalidRequestID(body); reason != "" {
-			logRejected(logger, r, http.StatusBadRequest, "JSON-RPC id")
-			// The transport's answer for a message it cannot accept:
-			// an HTTP error carrying a JSON-RPC error without an id.
-			b := append(invalidRequestResponse(reason), '\n')
+		if answer, badID := precheck(body); answer != nil {
+			// A forbidden id is the transport's refusal: an HTTP error
+			// carrying a JSON-RPC error without an id. Refused prompt
+			// arguments are an ordinary JSON-RPC error response.
+			status := http.StatusOK
+			if badID {
+				status = http.StatusBadRequest
+				logRejected(logger, r, status, "JSON-RPC id")
+			}
+			b := append(answer, '\n')
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-			w.WriteHeader(http.StatusBadRequest)
+			w.WriteHeader(status)
 			_, _ = w.Write(b)
 			return
 		}

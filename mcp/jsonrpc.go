@@ -9,15 +9,90 @@ package mcp
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/probing-mcp/probing-mcp/prompts"
 )
 
 // maxExactID is the largest integer id mcp-go echoes exactly: it reads ids
 // as float64, so 2^53+1 would come back as 2^53 and match no request.
 const maxExactID = 1<<53 - 1
 
-const jsonrpcInvalidRequest = -32600
+const (
+	jsonrpcInvalidRequest = -32600
+	jsonrpcInvalidParams  = -32602
+)
+
+// precheck answers, before mcp-go runs it, a message that must not run:
+// a request with an id the spec forbids (badID: the answer has no id, and
+// HTTP says 400), or a prompts/get whose arguments the prompt refuses
+// (-32602 Invalid params with the request's id; mcp-go would answer any
+// prompt handler's error as -32603, an internal error). nil: let it run.
+func precheck(msg []byte) (answer []byte, badID bool) {
+	if reason := invalidRequestID(msg); reason != "" {
+		return invalidRequestResponse(reason), true
+	}
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params struct {
+			Name      string         `json:"name"`
+			Arguments map[string]any `json:"arguments"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(msg, &m) != nil || m.Method != "prompts/get" || m.ID == nil {
+		return nil, false
+	}
+	args := make(map[string]string, len(m.Params.Arguments))
+	for k, v := range m.Params.Arguments {
+		s, ok := v.(string)
+		if v == nil { // an absent value, but still a name to check
+			s, ok = "", true
+		}
+		if !ok {
+			return invalidParamsResponse(m.ID, fmt.Sprintf("prompt argument %q must be a string (MCP prompt arguments are strings), got %s", k, jsonKind(v))), false
+		}
+		args[k] = s
+	}
+	if err := prompts.Check(m.Params.Name, args); err != nil {
+		return invalidParamsResponse(m.ID, err.Error()), false
+	}
+	return nil, false
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return "a string"
+}
+
+// invalidParamsResponse is -32602 for the request id (already checked).
+func invalidParamsResponse(id json.RawMessage, message string) []byte {
+	b, _ := json.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}{JSONRPC: "2.0", ID: id, Error: struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{jsonrpcInvalidParams, message}})
+	return b
+}
 
 // invalidRequestID returns why msg is a request with an id the spec
 // forbids, or "" for anything else: requests with a good id, notifications

@@ -225,3 +225,90 @@ func FuzzInvalidRequestID(f *testing.F) {
 		}
 	})
 }
+
+// Invalid prompt arguments are -32602 Invalid params, with the request's
+// id and the fix, on both transports; good ones still get the prompt.
+func TestPromptArgumentsInvalidParams(t *testing.T) {
+	s, _ := testServer(t, false, "")
+	get := func(id, args string) string {
+		return `{"jsonrpc":"2.0","id":` + id + `,"method":"prompts/get","params":{"name":"find_straggler","arguments":` + args + `}}`
+	}
+	bad := map[string]string{ // arguments → what the message must say
+		`{"window":"soon"}`:         `argument window="soon": want a duration such as 10m or 1h`,
+		`{"ranks":"3-1"}`:           `argument ranks="3-1"`,
+		`{"windw":"1h"}`:            `prompt find_straggler has no argument "windw"; its arguments: window, ranks`,
+		`{"window":600}`:            `prompt argument "window" must be a string`,
+		`{"window":"10m","x":null}`: `no argument "x"`,
+	}
+	check := func(t *testing.T, transport string, body []byte, want string) {
+		t.Helper()
+		var m struct {
+			ID    json.RawMessage `json:"id"`
+			Error *struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(bytes.TrimSpace(body), &m); err != nil || m.Error == nil || m.Error.Code != -32602 || string(m.ID) != "7" || !strings.Contains(m.Error.Message, want) {
+			t.Errorf("%s: %s, want -32602 for id 7 saying %q", transport, body, want)
+		}
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ServeHTTPListener(ctx, ln, s, HTTPConfig{}, slog.New(slog.DiscardHandler)) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	url := "http://" + ln.Addr().String() + "/mcp"
+	for args, want := range bad {
+		got := httpDo(t, http.MethodPost, url, strings.NewReader(get("7", args)), httpPostHeaders...)
+		check(t, "http "+args, got.body, want)
+	}
+	good := httpDo(t, http.MethodPost, url, strings.NewReader(get("8", `{"window":"1h"}`)), httpPostHeaders...)
+	if good.status != http.StatusOK || !bytes.Contains(good.body, []byte("straggler")) || bytes.Contains(good.body, []byte(`"error"`)) {
+		t.Errorf("good arguments: %d %s", good.status, good.body)
+	}
+
+	lines := []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"0"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+	}
+	var order []string
+	for args := range bad {
+		lines = append(lines, get("7", args))
+		order = append(order, args)
+	}
+	var out bytes.Buffer
+	if err := serveStdio(context.Background(), s, slog.New(slog.DiscardHandler), strings.NewReader(strings.Join(lines, "\n")+"\n"), &out, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	answers := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(answers) != 1+len(bad) {
+		t.Fatalf("%d answers, want %d:\n%s", len(answers), 1+len(bad), out.String())
+	}
+	// The refusals are written by the reader, before mcp-go answers the
+	// initialize request, so they are matched by content.
+	for _, args := range order {
+		found := false
+		for _, a := range answers {
+			if strings.Contains(a, "-32602") && strings.Contains(a, jsonEscaped(bad[args])) {
+				check(t, "stdio "+args, []byte(a), bad[args])
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("stdio %s: no -32602 answer saying %q:\n%s", args, bad[args], out.String())
+		}
+	}
+}
+
+func jsonEscaped(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b[1 : len(b)-1])
+}

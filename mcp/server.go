@@ -39,20 +39,32 @@ type Config struct {
 	Env         tools.Env
 }
 
-// WriteEnabled parses PROBING_MCP_ALLOW_WRITE: 1, true, on or yes (any
-// case, surrounding space ignored) enable writes; anything else does not.
-func WriteEnabled(v string) bool {
+// ParseSwitch reads an on/off variable: 1, true, on, yes (any case,
+// surrounding space ignored) are on; 0, false, off, no and empty are off.
+// Anything else is an error naming the variable and the values: a typo
+// such as PROBING_MCP_ALLOW_WRITE=2 must not quietly mean off (or on).
+func ParseSwitch(name, v string) (bool, error) {
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "1", "true", "on", "yes":
-		return true
+		return true, nil
+	case "", "0", "false", "off", "no":
+		return false, nil
 	}
-	return false
+	return false, fmt.Errorf("%s=%q: want 1, true, on or yes to switch it on; 0, false, off, no or unset for off", name, v)
 }
 
 // ConfigFromEnv reads the PROBING_* variables. getenv is os.Getenv outside
 // tests; level is the live log level the server may change.
 func ConfigFromEnv(getenv func(string) string, version string, level *slog.LevelVar, logger *slog.Logger) (Config, error) {
-	cfg := Config{Version: version, AllowWrite: WriteEnabled(getenv("PROBING_MCP_ALLOW_WRITE")), DataDir: storage.DataDir(getenv)}
+	cfg := Config{Version: version, DataDir: storage.DataDir(getenv)}
+	var err error
+	if cfg.AllowWrite, err = ParseSwitch("PROBING_MCP_ALLOW_WRITE", getenv("PROBING_MCP_ALLOW_WRITE")); err != nil {
+		return cfg, err
+	}
+	outputSchemas, err := ParseSwitch("PROBING_MCP_OUTPUT_SCHEMAS", getenv("PROBING_MCP_OUTPUT_SCHEMAS"))
+	if err != nil {
+		return cfg, err
+	}
 	// Whose processes count on a shared node: refuse a bad value at start.
 	if _, err := procfacts.ScopeFromEnv(getenv); err != nil {
 		return cfg, err
@@ -112,6 +124,9 @@ func ConfigFromEnv(getenv func(string) string, version string, level *slog.Level
 		Agents:       agent.OptionsFromEnv(getenv),
 		Skills:       tools.DefaultSkills,
 		AllowWrite:   cfg.AllowWrite,
+		// Off by default: 62% of tools/list, and the model reads the
+		// text content. Clients that generate typed bindings ask for them.
+		OutputSchemas: outputSchemas,
 	}
 	return cfg, nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -19,6 +20,7 @@ import (
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/probing-mcp/probing-mcp/cluster/fanout"
 	"github.com/probing-mcp/probing-mcp/diag/flightrecorder/frsynth"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 	"github.com/probing-mcp/probing-mcp/tools"
@@ -110,71 +112,181 @@ func TestToolSnapshots(t *testing.T) {
 	}
 }
 
-// TestSchemasAndHints: every tool has a real input and output schema (an
-// empty one is mcp-go's silent failure mode) and all four hints.
-func TestSchemasAndHints(t *testing.T) {
-	s, _ := testServer(t, true, "")
-	for name, st := range s.ListTools() {
-		tool := st.Tool
-		// Check what clients see: mcp-go keeps reflected schemas raw.
-		b, _ := json.Marshal(tool)
-		var wire struct {
-			In  struct{ Properties map[string]any } `json:"inputSchema"`
-			Out struct {
-				Type       string
-				Properties map[string]any
-			} `json:"outputSchema"`
-		}
-		if err := json.Unmarshal(b, &wire); err != nil {
-			t.Fatal(err)
-		}
-		if len(wire.In.Properties) == 0 {
-			t.Errorf("%s: empty input schema", name)
-		}
-		if wire.Out.Type != "object" || len(wire.Out.Properties) == 0 {
-			t.Errorf("%s: empty output schema", name)
-		}
-		a := tool.Annotations
-		if a.ReadOnlyHint == nil || a.DestructiveHint == nil || a.IdempotentHint == nil || a.OpenWorldHint == nil {
-			t.Errorf("%s: annotation hints not all set", name)
-		}
-		if tool.Description == "" {
-			t.Errorf("%s: no description", name)
-		}
+// serverWith builds a server from env (the data dir in a temp dir unless
+// set), optionally in the whole-job scope (the cluster tools listed).
+func serverWith(t *testing.T, env map[string]string, cluster bool) *server.MCPServer {
+	t.Helper()
+	if env["PROBING_DATA_DIR"] == "" {
+		env["PROBING_DATA_DIR"] = filepath.Join(t.TempDir(), "data")
 	}
-}
-
-// TestToolListBudget keeps the tool list (sent with every request) small:
-// on average 750 tokens a tool, and no single tool over 1200 (its output
-// schema included), so adding tools cannot quietly bloat every context.
-func TestToolListBudget(t *testing.T) {
-	s, _ := testServer(t, true, "")
-	c := connect(t, s)
-	res, err := c.ListTools(context.Background(), mcplib.ListToolsRequest{})
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg, err := ConfigFromEnv(func(k string) string { return env[k] }, "test", new(slog.LevelVar), logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(res.Tools)
-	budgetTokens := 750 * len(res.Tools)
-	for _, tool := range res.Tools {
-		if tb, _ := json.Marshal(tool); len(tb)/4 > 1200 {
-			t.Errorf("%s: ~%d tokens, over the 1200 a tool may take", tool.Name, len(tb)/4)
-		}
+	if cluster {
+		cfg.Env.Cluster = fanout.NewJob(nil, fanout.NewClient("", 1), fanout.Options{})
 	}
-	if tokens := len(b) / 4; tokens > budgetTokens {
-		for _, tool := range res.Tools {
-			tb, _ := json.Marshal(tool)
-			t.Logf("%s: ~%d tokens", tool.Name, len(tb)/4)
+	s, err := New(cfg, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestSchemasPortable: what mainstream clients accept. Every property has
+// one type (a type array such as ["null","array"] makes the Inspector 0.15
+// send a string, and strict validators warn), no $ref to resolve, no
+// nullable unions, required names real properties, unknown arguments are
+// refused by the schema (and by the server, TestUnknownArgumentsRefused),
+// every tool has a title and all four hints. Output schemas are listed
+// only when asked for, and then describe an object.
+func TestSchemasPortable(t *testing.T) {
+	for _, withOut := range []bool{false, true} {
+		env := map[string]string{"PROBING_MCP_ALLOW_WRITE": "1"}
+		if withOut {
+			env["PROBING_MCP_OUTPUT_SCHEMAS"] = "1"
 		}
-		t.Errorf("tool list is ~%d tokens, budget %d", tokens, budgetTokens)
+		s := serverWith(t, env, true)
+		for name, st := range s.ListTools() {
+			tool := st.Tool
+			b, _ := json.Marshal(tool)
+			var wire struct {
+				Title string                     `json:"title"`
+				In    map[string]json.RawMessage `json:"inputSchema"`
+				Out   map[string]json.RawMessage `json:"outputSchema"`
+			}
+			if err := json.Unmarshal(b, &wire); err != nil {
+				t.Fatal(err)
+			}
+			if wire.Title == "" {
+				t.Errorf("%s: no title", name)
+			}
+			if string(wire.In["type"]) != `"object"` || string(wire.In["additionalProperties"]) != "false" {
+				t.Errorf("%s: input schema is not a closed object: %s", name, b)
+			}
+			var props map[string]any
+			var required []string
+			_ = json.Unmarshal(wire.In["properties"], &props)
+			_ = json.Unmarshal(wire.In["required"], &required)
+			if len(props) == 0 {
+				t.Errorf("%s: empty input schema", name)
+			}
+			for _, r := range required {
+				if _, ok := props[r]; !ok {
+					t.Errorf("%s: required %q is not a property", name, r)
+				}
+			}
+			if withOut != (wire.Out != nil) {
+				t.Errorf("%s: output schema listed = %v, want %v", name, wire.Out != nil, withOut)
+			}
+			if withOut && (string(wire.Out["type"]) != `"object"` || len(wire.Out["properties"]) < 3) {
+				t.Errorf("%s: empty output schema", name)
+			}
+			for _, part := range []map[string]json.RawMessage{wire.In, wire.Out} {
+				raw, _ := json.Marshal(part)
+				var v any
+				_ = json.Unmarshal(raw, &v)
+				for _, p := range portabilityProblems(v, "") {
+					t.Errorf("%s: %s", name, p)
+				}
+			}
+			a := tool.Annotations
+			if a.ReadOnlyHint == nil || a.DestructiveHint == nil || a.IdempotentHint == nil || a.OpenWorldHint == nil {
+				t.Errorf("%s: annotation hints not all set", name)
+			}
+			if tool.Description == "" {
+				t.Errorf("%s: no description", name)
+			}
+		}
 	}
 }
 
-func TestWriteEnabled(t *testing.T) {
+// portabilityProblems walks a schema for what some client rejects.
+func portabilityProblems(v any, at string) []string {
+	var out []string
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			switch k {
+			case "type":
+				if _, ok := e.(string); !ok {
+					out = append(out, fmt.Sprintf("%s: type is %v, not one type", at, e))
+				}
+			case "$ref", "$defs", "definitions", "anyOf", "oneOf", "allOf", "nullable":
+				out = append(out, fmt.Sprintf("%s: %s", at, k))
+			}
+			if props, ok := e.(map[string]any); ok && k == "properties" {
+				// Property names, not keywords: a property may be called "type".
+				for pn, pe := range props {
+					out = append(out, portabilityProblems(pe, at+"/properties/"+pn)...)
+				}
+				continue
+			}
+			out = append(out, portabilityProblems(e, at+"/"+k)...)
+		}
+	case []any:
+		for i, e := range x {
+			out = append(out, portabilityProblems(e, fmt.Sprintf("%s[%d]", at, i))...)
+		}
+	}
+	return out
+}
+
+// TestToolListBudget keeps tools/list, which a client sends the model with
+// every session, at most 1,200 bytes a tool on average (about 300 tokens),
+// whatever is switched on, so adding tools cannot quietly bloat every
+// context. It measures the whole JSON-RPC result, as a client receives it.
+func TestToolListBudget(t *testing.T) {
+	const perTool = 1200
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		cluster bool
+	}{
+		{"default", map[string]string{}, false},
+		{"writes on", map[string]string{"PROBING_MCP_ALLOW_WRITE": "1"}, false},
+		{"whole job, writes on", map[string]string{"PROBING_MCP_ALLOW_WRITE": "1"}, true},
+	} {
+		c := connect(t, serverWith(t, tc.env, tc.cluster))
+		res, err := c.ListTools(context.Background(), mcplib.ListToolsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(res)
+		t.Logf("%s: %d tools, %d bytes, %d a tool", tc.name, len(res.Tools), len(b), len(b)/len(res.Tools))
+		if len(b) > perTool*len(res.Tools) {
+			for _, tool := range res.Tools {
+				tb, _ := json.Marshal(tool)
+				t.Logf("%s: %d bytes", tool.Name, len(tb))
+			}
+			t.Errorf("%s: tools/list is %d bytes for %d tools, budget %d a tool (%d)", tc.name, len(b), len(res.Tools), perTool, perTool*len(res.Tools))
+		}
+	}
+}
+
+func TestParseSwitch(t *testing.T) {
 	for v, want := range map[string]bool{"1": true, "true": true, " TRUE ": true, "On": true, "yes": true, "YES\n": true,
-		"": false, "0": false, "2": false, "false": false, "off": false, "y": false, "enable": false} {
-		if got := WriteEnabled(v); got != want {
-			t.Errorf("WriteEnabled(%q) = %v", v, got)
+		"": false, "0": false, "false": false, "off": false, "No": false} {
+		if got, err := ParseSwitch("X", v); got != want || err != nil {
+			t.Errorf("ParseSwitch(%q) = %v, %v; want %v", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"2", "enable", "y", "-1", "truee"} {
+		if got, err := ParseSwitch("PROBING_MCP_ALLOW_WRITE", v); got || err == nil || !strings.Contains(err.Error(), "PROBING_MCP_ALLOW_WRITE") || !strings.Contains(err.Error(), "want 1") {
+			t.Errorf("ParseSwitch(%q) = %v, %v; want an error naming the variable and the values", v, got, err)
+		}
+	}
+}
+
+// A switch's unknown value stops the server at start, naming the fix.
+func TestConfigRefusesUnknownSwitchValues(t *testing.T) {
+	for _, name := range []string{"PROBING_MCP_ALLOW_WRITE", "PROBING_MCP_OUTPUT_SCHEMAS"} {
+		env := map[string]string{"PROBING_DATA_DIR": t.TempDir(), name: "2"}
+		logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+		_, err := ConfigFromEnv(func(k string) string { return env[k] }, "test", new(slog.LevelVar), logger)
+		if err == nil || !strings.Contains(err.Error(), name+`="2"`) {
+			t.Errorf("%s=2: err %v, want a refusal naming it", name, err)
 		}
 	}
 }
@@ -330,17 +442,43 @@ func TestAnalyzeTool(t *testing.T) {
 		want string
 	}{
 		{map[string]any{"paths": []string{"/etc"}}, "outside the allowed directories"},
-		{map[string]any{"paths": []string{}}, "paths is empty"},
+		{map[string]any{"paths": []string{}}, "paths: want at least 1 item(s)"},
+		{map[string]any{"paths": nil}, "paths is required"},
+		{map[string]any{}, "paths is required"},
+		{map[string]any{"paths": []string{root + "/missing_rank"}, "max_groups": 3}, `unknown argument "max_groups"; this tool's arguments: detail, limit, offset, paths (required), pg, prefix, ranks`},
+		{map[string]any{"paths": []string{root + "/missing_rank"}, "limit": "many"}, `limit: got the string "many"; want an integer 0..50`},
 		{map[string]any{"paths": []string{filepath.Join(root, "nope")}}, "does not exist"},
 		{map[string]any{"paths": []string{filepath.Join(root, "gen")}}, "no Flight Recorder dumps"},
-		{map[string]any{"paths": []string{root + "/missing_rank"}, "detail": "everything"}, "summary or full"},
+		{map[string]any{"paths": []string{root + "/missing_rank"}, "detail": "everything"}, `detail: "everything" is not one of summary, full`},
 		{map[string]any{"paths": []string{root + "/missing_rank"}, "ranks": "3-1"}, "range"},
-		{map[string]any{"paths": "not-a-list"}, "invalid arguments"},
+		{map[string]any{"paths": "not-a-list"}, `paths: got the string "not-a-list"; want an array of strings, e.g. ["/tmp/dumps"]`},
 	} {
 		_, res := analyze(t, c, tc.args)
 		if !res.IsError || !strings.Contains(tools.ResultText(res), tc.want) {
 			t.Errorf("%v: isError=%v %q, want %q", tc.args, res.IsError, tools.ResultText(res), tc.want)
 		}
+	}
+}
+
+// TestArgumentsClientQuirks: what clients and models send that means one
+// thing only is taken: an array as its JSON text, a number as a string, a
+// rank as a number, a null for an optional argument.
+func TestArgumentsClientQuirks(t *testing.T) {
+	root := fixtures(t)
+	s, _ := testServer(t, false, root)
+	c := connect(t, s)
+	dir := filepath.Join(root, "missing_rank")
+	quoted, _ := json.Marshal([]string{dir})
+	out, res := analyze(t, c, map[string]any{"paths": string(quoted), "limit": "5", "ranks": 2, "pg": nil, "offset": 0.0})
+	if res.IsError {
+		t.Fatalf("isError: %s", tools.ResultText(res))
+	}
+	if out.Verdict != "MISSING_RANKS" {
+		t.Errorf("verdict %q", out.Verdict)
+	}
+	_, res = analyze(t, c, map[string]any{"paths": []string{dir}, "limit": 2.5})
+	if !res.IsError || !strings.Contains(tools.ResultText(res), "limit: got the number 2.5; want an integer 0..50") {
+		t.Errorf("a fractional limit: %s", tools.ResultText(res))
 	}
 }
 

@@ -72,8 +72,9 @@ type message struct {
 	Error  json.RawMessage `json:"error"`
 }
 
-// drainingReader is also where a request with an id the MCP spec forbids
-// is answered (invalidRequestID), before mcp-go can run it.
+// drainingReader is also where a request that must not run is answered
+// (precheck: an id the MCP spec forbids, prompt arguments the prompt
+// refuses), before mcp-go can run it.
 type drainingReader struct {
 	r       *bufio.Reader
 	buf     []byte
@@ -93,9 +94,11 @@ func (d *drainingReader) Read(b []byte) (int, error) {
 			return 0, err // err is never nil here
 		}
 		msg := bytes.TrimSpace(line)
-		if reason := invalidRequestID(msg); reason != "" {
-			d.logger.Warn("JSON-RPC request refused", "reason", reason)
-			if _, werr := d.answers.Write(append(invalidRequestResponse(reason), '\n')); werr != nil {
+		if answer, badID := precheck(msg); answer != nil {
+			if badID {
+				d.logger.Warn("JSON-RPC request refused", "reason", string(answer))
+			}
+			if _, werr := d.answers.Write(append(answer, '\n')); werr != nil {
 				return 0, werr
 			}
 			continue // a later ReadBytes returns any error again

@@ -50,7 +50,7 @@ func intArg(args map[string]string, name string) (int, bool, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		return 0, false, fmt.Errorf("argument %s=%q: want a non-negative integer", name, v)
+		return 0, false, argErrorf("argument %s=%q: want a non-negative integer, e.g. 1200", name, v)
 	}
 	return n, true, nil
 }
@@ -62,7 +62,7 @@ func durationArg(args map[string]string, name string, def time.Duration) (time.D
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("argument %s=%q: want a duration such as 10m or 1h", name, v)
+		return 0, argErrorf("argument %s=%q: want a duration such as 10m or 1h", name, v)
 	}
 	return d, nil
 }
@@ -74,7 +74,7 @@ func ranksArg(args map[string]string, name string) (string, error) {
 	}
 	r, err := rankset.Parse(v)
 	if err != nil {
-		return "", fmt.Errorf("argument %s=%q: %v", name, v, err)
+		return "", argErrorf("argument %s=%q: %v (ranks as ranges, e.g. 0-7,12)", name, v, err)
 	}
 	return rankset.Format(r), nil
 }

@@ -2,6 +2,7 @@ package prompts
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -81,6 +82,8 @@ func TestPromptArgumentsAreChecked(t *testing.T) {
 		want   string
 	}{
 		{"find_straggler", map[string]string{"window": "soon"}, "window", ""},
+		{"find_straggler", map[string]string{"windw": "1h"}, `no argument "windw"; its arguments: window, ranks`, ""},
+		{"post_mortem", map[string]string{"dump": "/d"}, `no argument "dump"; its arguments: dumps`, ""},
 		{"find_straggler", map[string]string{"ranks": "3-1"}, "ranks", ""},
 		{"find_straggler", map[string]string{"window": "1h", "ranks": "0,1,2,5"}, "", "ranks 0-2,5 only"},
 		{"find_straggler", map[string]string{"window": "1h"}, "", "- 3600) * 1000000"},
@@ -94,10 +97,17 @@ func TestPromptArgumentsAreChecked(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.errHas) {
 				t.Errorf("%s %v: want an error naming %s, got %v", c.prompt, c.args, c.errHas, err)
 			}
+			// The server answers these -32602 through Check.
+			if _, ok := errors.AsType[*ArgError](Check(c.prompt, c.args)); !ok {
+				t.Errorf("%s %v: Check = %v, want an *ArgError", c.prompt, c.args, Check(c.prompt, c.args))
+			}
 			continue
 		}
 		if err != nil || !strings.Contains(text, c.want) {
 			t.Errorf("%s %v: %v\n%s", c.prompt, c.args, err, text)
+		}
+		if err := Check(c.prompt, c.args); err != nil {
+			t.Errorf("%s %v: Check = %v for good arguments", c.prompt, c.args, err)
 		}
 	}
 }

@@ -160,8 +160,9 @@ func TestEvalPythonArguments(t *testing.T) {
 		want string
 	}{
 		{map[string]any{"pid": 1, "code": "  "}, "code is empty"},
-		{map[string]any{"pid": 1, "code": "1", "timeout": 301}, "want 1..300 seconds"},
-		{map[string]any{"pid": 1, "code": "1", "timeout": -1}, "want 1..300 seconds"},
+		{map[string]any{"pid": 1, "code": "1", "timeout": 301}, "timeout: 301 is out of range: want 0..300"},
+		{map[string]any{"pid": 1, "code": "1", "timeout": -1}, "timeout: -1 is out of range: want 0..300"},
+		{map[string]any{"pid": 1}, "code is required"},
 		{map[string]any{"pid": 1, "code": strings.Repeat("#", agent.MaxEvalCode+1)}, "at most 4194304"},
 	} {
 		if _, msg := callEval(t, env, c.args); !strings.Contains(msg, c.want) {

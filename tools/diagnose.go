@@ -15,10 +15,10 @@ import (
 
 // DiagnoseHangParams are the arguments of diagnose_hang.
 type DiagnoseHangParams struct {
-	StallSeconds int    `json:"stall_seconds,omitempty" jsonschema:"No progress for at least this many seconds counts as a stall (default: 10 typical steps, at least 30 s; 120 s with no step history)"`
-	Detail       string `json:"detail,omitempty" jsonschema:"summary (default): the verdict, bounded; ranks: also what every rank is doing, paged with offset/limit"`
-	Offset       int    `json:"offset,omitempty" jsonschema:"First rank row to list with detail ranks (default 0)"`
-	Limit        int    `json:"limit,omitempty" jsonschema:"Rank rows to list with detail ranks (default 200, max 1000)"`
+	StallSeconds int    `json:"stall_seconds,omitempty" jsonschema:"minimum=0,maximum=86400" jsonschema_description:"No progress for at least this many seconds counts as a stall (default: 10 typical steps, at least 30 s; 120 s with no step history)"`
+	Detail       string `json:"detail,omitempty" jsonschema:"enum=summary,enum=ranks" jsonschema_description:"summary (default): the verdict, bounded; ranks: also what every rank is doing, paged with offset/limit"`
+	Offset       int    `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"First rank row to list with detail ranks (default 0)"`
+	Limit        int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=1000" jsonschema_description:"Rank rows to list with detail ranks (default 200, max 1000)"`
 }
 
 // DiagnoseHangResult is the verdict, and with detail "ranks" a page of
@@ -106,6 +106,7 @@ func Diagnose(ctx context.Context, env *Env, p DiagnoseHangParams) (DiagnoseHang
 
 func diagnoseHang(env *Env) Def {
 	tool := mcplib.NewTool("diagnose_hang",
+		mcplib.WithToolTitle("Diagnose a hung job"),
 		mcplib.WithDescription("One call for \"why is my job stuck?\": gathers every source on this node in parallel (the agents' identities "+
 			"and liveness, how each rank ended, every rank's main-thread stack, the collectives each rank entered and left from the comm "+
 			"rings, step progress), decides first whether the job is hung at all (healthy, progressing, slow, stalled, dead: a moving job "+
@@ -113,8 +114,7 @@ func diagnoseHang(env *Env) Def {
 			"the category (cpu_stall, missing_from_collective, collective_mismatch, dead_rank, main_thread_dead, deadlock, gil_held, "+
 			"all_in_collective, straggler, unreachable_rank, healthy), the line of code, the evidence with its sources, what would confirm "+
 			"or refute it, and what data was missing. Works post-mortem from what a dead job left in the data dir."),
-		mcplib.WithInputSchema[DiagnoseHangParams](),
-		mcplib.WithOutputSchema[DiagnoseHangResult](),
+		schemas[DiagnoseHangParams, DiagnoseHangResult](env),
 		hints(true, false, false, false),
 	)
 	h, call := typed(func(ctx context.Context, p DiagnoseHangParams) (DiagnoseHangResult, error) {

@@ -67,9 +67,11 @@ func TestDiagnoseHangPostMortem(t *testing.T) {
 func TestDiagnoseHangBadInputAndNoJob(t *testing.T) {
 	env := &Env{Agents: agent.Options{DataDir: t.TempDir(), CtrlRoot: t.TempDir()}}
 	for args, want := range map[string]string{
-		`{"detail":"all"}`:        "want summary or ranks",
-		`{"stall_seconds":-1}`:    "stall_seconds -1",
-		`{"limit":5000}`:          "limit 0..1000",
+		`{"detail":"all"}`:        `detail: "all" is not one of summary, ranks`,
+		`{"stall_seconds":-1}`:    "stall_seconds: -1 is out of range: want 0..86400",
+		`{"limit":5000}`:          "limit: 5000 is out of range: want 0..1000",
+		`{"limt":5}`:              "unknown argument \"limt\"",
+		`{"maxGroups":5}`:         "unknown argument \"maxGroups\"",
 		`{"stall_seconds":"ten"}`: "invalid arguments",
 	} {
 		var m map[string]any

@@ -19,13 +19,13 @@ import (
 
 // AnalyzeFlightRecorderParams are the arguments of analyze_flight_recorder.
 type AnalyzeFlightRecorderParams struct {
-	Paths  []string `json:"paths" jsonschema:"Dump files or directories of dumps (walked recursively). Files are named <prefix><rank>, e.g. /tmp/nccl_trace_rank_0; pickle and JSON dumps are both read."`
-	Prefix string   `json:"prefix,omitempty" jsonschema:"File-name prefix before the rank number; inferred when omitted (like fr_trace --prefix)"`
-	PG     string   `json:"pg,omitempty" jsonschema:"Only this process group: its name (e.g. 0) or description (e.g. tp)"`
-	Ranks  string   `json:"ranks,omitempty" jsonschema:"Only groups containing these ranks; a range such as 0-7 or 12 (join several with commas)"`
-	Detail string   `json:"detail,omitempty" jsonschema:"summary (default) lists problem groups only; full adds healthy groups, lagging-rank tables, culprit stacks and fr_trace's blocks,enum=summary,enum=full"`
-	Offset int      `json:"offset,omitempty" jsonschema:"Skip this many process groups; pass next_offset from a truncated result"`
-	Limit  int      `json:"limit,omitempty" jsonschema:"Process groups per page: default 10 (summary) or 5 (full), max 50"`
+	Paths  []string `json:"paths" jsonschema:"minItems=1" jsonschema_description:"Dump files or directories of dumps (walked recursively). Files are named <prefix><rank>, e.g. /tmp/nccl_trace_rank_0; pickle and JSON dumps are both read."`
+	Prefix string   `json:"prefix,omitempty" jsonschema_description:"File-name prefix before the rank number; inferred when omitted (like fr_trace --prefix)"`
+	PG     string   `json:"pg,omitempty" jsonschema_description:"Only this process group: its name (e.g. 0) or description (e.g. tp)"`
+	Ranks  string   `json:"ranks,omitempty" jsonschema_description:"Only groups containing these ranks; a range such as 0-7 or 12 (join several with commas)"`
+	Detail string   `json:"detail,omitempty" jsonschema_description:"summary (default) lists problem groups only; full adds healthy groups, lagging-rank tables, culprit stacks and fr_trace's blocks" jsonschema:"enum=summary,enum=full"`
+	Offset int      `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"Skip this many process groups; pass next_offset from a truncated result"`
+	Limit  int      `json:"limit,omitempty" jsonschema:"minimum=0,maximum=50" jsonschema_description:"Process groups per page: default 10 (summary) or 5 (full), max 50"`
 }
 
 // AnalyzeFlightRecorderResult is the verdict, bounded for a context window:
@@ -105,13 +105,13 @@ const (
 
 func analyzeFlightRecorder(env *Env) Def {
 	tool := mcplib.NewTool("analyze_flight_recorder",
+		mcplib.WithToolTitle("Analyze Flight Recorder dumps"),
 		mcplib.WithDescription("Diagnose a hung or crashed distributed PyTorch job from its Flight Recorder dumps (one file per rank, "+
 			"e.g. /tmp/nccl_trace_rank_<N>, written on an NCCL/gloo watchdog timeout). Returns, per process group, the verdict "+
 			"(OK, MISSING_RANKS, COLLECTIVE_TYPE_MISMATCH, SIZE_OR_SYNTAX_MISMATCH, COLLECTIVE_DTYPE_MISMATCH, COLLECTIVE_STATE_MISMATCH, UNDECIDED), "+
 			"the collective sequence number, the culprit and missing ranks, the ranks that lag behind, and what torch's fr_trace would say. "+
 			"Worst groups first; rank sets are ranges."),
-		mcplib.WithInputSchema[AnalyzeFlightRecorderParams](),
-		mcplib.WithOutputSchema[AnalyzeFlightRecorderResult](),
+		schemas[AnalyzeFlightRecorderParams, AnalyzeFlightRecorderResult](env),
 		hints(true, false, true, false),
 	)
 	h, call := typed(func(ctx context.Context, p AnalyzeFlightRecorderParams) (AnalyzeFlightRecorderResult, error) {
@@ -345,10 +345,10 @@ func frameLines(frames []fr.Frame) []string {
 // SnapshotFlightRecorderParams are the arguments of snapshot_flight_recorder.
 type SnapshotFlightRecorderParams struct {
 	Target
-	OnlyActive bool   `json:"only_active,omitempty" jsonschema:"Only collectives not yet completed (smaller dumps)"`
-	Detail     string `json:"detail,omitempty" jsonschema:"summary (default) or full, as analyze_flight_recorder,enum=summary,enum=full"`
-	Offset     int    `json:"offset,omitempty" jsonschema:"Skip this many process groups; pass next_offset from a truncated result"`
-	Limit      int    `json:"limit,omitempty" jsonschema:"Process groups per page (default 10 summary / 5 full, max 50)"`
+	OnlyActive bool   `json:"only_active,omitempty" jsonschema_description:"Only collectives not yet completed (smaller dumps)"`
+	Detail     string `json:"detail,omitempty" jsonschema_description:"summary (default) or full, as analyze_flight_recorder" jsonschema:"enum=summary,enum=full"`
+	Offset     int    `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"Skip this many process groups; pass next_offset from a truncated result"`
+	Limit      int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=50" jsonschema_description:"Process groups per page (default 10 summary / 5 full, max 50)"`
 }
 
 // SnapshotView is one rank's snapshot.
@@ -398,12 +398,12 @@ func snapshotJob(ctx context.Context, env *Env, p SnapshotFlightRecorderParams, 
 
 func snapshotFlightRecorder(env *Env) Def {
 	tool := mcplib.NewTool("snapshot_flight_recorder",
+		mcplib.WithToolTitle("Snapshot the live Flight Recorder"),
 		mcplib.WithDescription("Take a live PyTorch Flight Recorder snapshot from every training process on this node (or pids/ranks) through "+
 			"their agents, store the dumps in history.fr_snapshots, and analyse them together as analyze_flight_recorder does: per process group, "+
 			"the collective and sequence number each rank reached, the culprit and missing ranks, and fr_trace's view. Needs torch.distributed "+
 			"in the processes (the agent turns recording on with a 2000-entry buffer when nothing else set one)."),
-		mcplib.WithInputSchema[SnapshotFlightRecorderParams](),
-		mcplib.WithOutputSchema[SnapshotFlightRecorderResult](),
+		schemas[SnapshotFlightRecorderParams, SnapshotFlightRecorderResult](env),
 		hints(true, false, false, false),
 	)
 	h, call := typed(func(ctx context.Context, p SnapshotFlightRecorderParams) (SnapshotFlightRecorderResult, error) {

@@ -15,8 +15,8 @@ import (
 
 // QueryParams are the arguments of query (Probing's names).
 type QueryParams struct {
-	SQL   string `json:"sql" jsonschema:"One read-only SQLite SELECT (or WITH … SELECT) over schema.table names, e.g. SELECT _rank, count(*) FROM python.comm_collective GROUP BY _rank. Call describe_tables for tables and columns."`
-	Limit int    `json:"limit,omitempty" jsonschema:"Rows to return: default 200, max 1000. total_rows still counts them all."`
+	SQL   string `json:"sql" jsonschema:"minLength=1" jsonschema_description:"One read-only SQLite SELECT (or WITH … SELECT) over schema.table names, e.g. SELECT _rank, count(*) FROM python.comm_collective GROUP BY _rank. Call describe_tables for tables and columns."`
+	Limit int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=1000" jsonschema_description:"Rows to return: default 200, max 1000. total_rows still counts them all."`
 }
 
 // QueryResult documents the shape of sqlengine.Result for the output
@@ -34,14 +34,14 @@ type QueryResult struct {
 
 func queryTool(env *Env) Def {
 	tool := mcplib.NewTool("query",
+		mcplib.WithToolTitle("SQL over ring tables"),
 		mcplib.WithDescription("Run one read-only SQL query over what the training processes on this node recorded: every ring table "+
 			"in the data dir as schema.table (python.comm_collective, python.torch_nccl_flight_record, python.torch_step_timing, nccl.*, …), "+
 			"rows of all local processes unioned with tag columns _pid, _rank, _local_rank, _node_rank, _role, _host; plus probing.table_docs, "+
 			"probing.column_docs, probing.rings and the persisted history as history.*. SQLite dialect. Returns JSON rows bounded by `limit`, "+
 			"total_rows, truncated, and data_quality when rings were unreadable, overwritten or written by dead processes. "+
 			"A WHERE on the timestamp column skips whole ring chunks."),
-		mcplib.WithInputSchema[QueryParams](),
-		mcplib.WithOutputSchema[QueryResult](),
+		schemas[QueryParams, QueryResult](env),
 		hints(true, false, true, false),
 	)
 	h, call := typed(func(ctx context.Context, p QueryParams) (*sqlengine.Result, error) {
@@ -77,9 +77,9 @@ func sqlUserError(err error) error {
 
 // DescribeTablesParams are the arguments of describe_tables.
 type DescribeTablesParams struct {
-	Schema string `json:"schema,omitempty" jsonschema:"Only this schema, e.g. python, nccl, cpu, gpu, probing, history"`
-	Table  string `json:"table,omitempty" jsonschema:"Only this table (without schema), e.g. comm_collective"`
-	Limit  int    `json:"limit,omitempty" jsonschema:"Tables to return: default 200, max 1000; columns up to 4x that"`
+	Schema string `json:"schema,omitempty" jsonschema_description:"Only this schema, e.g. python, nccl, cpu, gpu, probing, history"`
+	Table  string `json:"table,omitempty" jsonschema_description:"Only this table (without schema), e.g. comm_collective"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=1000" jsonschema_description:"Tables to return: default 200, max 1000; columns up to 4x that"`
 }
 
 // DescribeTablesResult documents sqlengine.Description for the schema.
@@ -96,11 +96,11 @@ type describeAnswer struct {
 
 func describeTables(env *Env) Def {
 	tool := mcplib.NewTool("describe_tables",
+		mcplib.WithToolTitle("Describe queryable tables"),
 		mcplib.WithDescription("Document the queryable tables: what a row is, key columns, caveats, whether rings exist on this node now "+
 			"(processes), and every column's type, unit and meaning. Without schema or table only the table list is returned; "+
 			"pass table (and schema) for its columns. Use before writing SQL for query."),
-		mcplib.WithInputSchema[DescribeTablesParams](),
-		mcplib.WithOutputSchema[DescribeTablesResult](),
+		schemas[DescribeTablesParams, DescribeTablesResult](env),
 		hints(true, false, true, false),
 	)
 	h, call := typed(func(ctx context.Context, p DescribeTablesParams) (describeAnswer, error) {
@@ -190,12 +190,12 @@ func jsonContents(uri string, v any) ([]mcplib.ResourceContents, error) {
 
 func clusterQuery(env *Env) Def {
 	tool := mcplib.NewTool("cluster_query",
+		mcplib.WithToolTitle("SQL over every node's tables"),
 		mcplib.WithDescription("One read-only SQL query over the ring tables of every node of the job (as query, whole-job): each table the "+
 			"query names is read from every node daemon, tagged with _host, _addr, _node_rank (the node) and _rank, _local_rank, _role, _pid "+
 			"(the process); plain WHERE filters (col op literal, joined by AND) are applied on the nodes, and a filter on _host/_addr/_node_rank "+
 			"skips the other nodes. Aggregates, joins and ORDER BY run over the union. data_quality says which nodes answered and any cap reached."),
-		mcplib.WithInputSchema[QueryParams](),
-		mcplib.WithOutputSchema[QueryResult](),
+		schemas[QueryParams, QueryResult](env),
 		hints(true, false, true, false),
 	)
 	h, call := typed(func(ctx context.Context, p QueryParams) (*sqlengine.Result, error) {

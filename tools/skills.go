@@ -47,15 +47,15 @@ type ListSkillsResult struct {
 
 // ListSkillsParams are the arguments of list_skills.
 type ListSkillsParams struct {
-	Category string `json:"category,omitempty" jsonschema:"Only this category, e.g. triage, reliability, distributed, memory"`
+	Category string `json:"category,omitempty" jsonschema_description:"Only this category, e.g. triage, reliability, distributed, memory"`
 }
 
 func listSkills(env *Env) Def {
 	tool := mcplib.NewTool("list_skills",
+		mcplib.WithToolTitle("List skills"),
 		mcplib.WithDescription("List the scripted diagnoses (skills) this server can run: id, title, category, what each is for, and which skill "+
 			"root it came from (bundled, repo, user, project, env) and which it overrides. Run one with run_skill; see its steps first with plan_skill."),
-		mcplib.WithInputSchema[ListSkillsParams](),
-		mcplib.WithOutputSchema[ListSkillsResult](),
+		schemas[ListSkillsParams, ListSkillsResult](env),
 		hints(true, false, true, false),
 	)
 	h, call := typed(func(ctx context.Context, p ListSkillsParams) (ListSkillsResult, error) {
@@ -107,8 +107,8 @@ func skillByID(env *Env, id string) (*skills.Skill, error) {
 
 // SkillParams are the arguments of plan_skill and run_skill.
 type SkillParams struct {
-	SkillID string            `json:"skill_id" jsonschema:"The skill's id, from list_skills"`
-	Params  map[string]string `json:"params,omitempty" jsonschema:"Parameter overrides, as text (typed and checked by the skill)"`
+	SkillID string            `json:"skill_id" jsonschema:"minLength=1" jsonschema_description:"The skill's id, from list_skills"`
+	Params  map[string]string `json:"params,omitempty" jsonschema_description:"Parameter overrides, as text (typed and checked by the skill)"`
 }
 
 // skillBackend runs skill steps against this server: SQL through the
@@ -274,10 +274,10 @@ func RunSkill(ctx context.Context, env *Env, id string, params map[string]string
 
 func planSkill(env *Env) Def {
 	tool := mcplib.NewTool("plan_skill",
+		mcplib.WithToolTitle("Plan a skill"),
 		mcplib.WithDescription("Show what a skill would do, running nothing: its parameters (defaults merged with params) and every step "+
 			"expanded (the SQL, the tool and arguments), with the steps that would be skipped and why."),
-		mcplib.WithInputSchema[SkillParams](),
-		mcplib.WithOutputSchema[skills.PlanResult](),
+		schemas[SkillParams, skills.PlanResult](env),
 		hints(true, false, true, false),
 	)
 	h, call := typed(func(ctx context.Context, p SkillParams) (*skills.PlanResult, error) {
@@ -320,10 +320,10 @@ type RunSkillResult struct {
 
 func runSkill(env *Env) Def {
 	tool := mcplib.NewTool("run_skill",
+		mcplib.WithToolTitle("Run a skill"),
 		mcplib.WithDescription("Run a scripted diagnosis (skill) on this node: each step's status and bounded data, the findings its rules "+
 			"raise (error/warning/info), a summary and next steps. status is ok, degraded (partial data) or error."),
-		mcplib.WithInputSchema[SkillParams](),
-		mcplib.WithOutputSchema[RunSkillResult](),
+		schemas[SkillParams, RunSkillResult](env),
 		hints(true, false, false, false),
 	)
 	h, call := typed(func(ctx context.Context, p SkillParams) (*skills.RunResult, error) {

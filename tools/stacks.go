@@ -19,10 +19,10 @@ import (
 // GetStacksParams are the arguments of get_stacks.
 type GetStacksParams struct {
 	Target
-	Merge       *bool `json:"merge,omitempty" jsonschema:"Merge identical stacks across processes (default true); false lists each process's threads"`
-	IncludeIdle bool  `json:"include_idle,omitempty" jsonschema:"List idle background threads (waiting in queue/select/sleep) instead of only counting them"`
-	MaxGroups   int   `json:"max_groups,omitempty" jsonschema:"Stack groups to list (default 10, max 50)"`
-	MaxFrames   int   `json:"max_frames,omitempty" jsonschema:"Frames per stack, innermost kept (default 30, max 200)"`
+	Merge       *bool `json:"merge,omitempty" jsonschema_description:"Merge identical stacks across processes (default true); false lists each process's threads"`
+	IncludeIdle bool  `json:"include_idle,omitempty" jsonschema_description:"List idle background threads (waiting in queue/select/sleep) instead of only counting them"`
+	MaxGroups   int   `json:"max_groups,omitempty" jsonschema:"minimum=0,maximum=50" jsonschema_description:"Stack groups to list (default 10, max 50)"`
+	MaxFrames   int   `json:"max_frames,omitempty" jsonschema:"minimum=0,maximum=200" jsonschema_description:"Frames per stack, innermost kept (default 30, max 200)"`
 }
 
 // GetStacksResult is the merged account, bounded.
@@ -44,13 +44,13 @@ type GetStacksResult struct {
 
 func getStacks(env *Env) Def {
 	tool := mcplib.NewTool("get_stacks",
+		mcplib.WithToolTitle("Get stacks of every thread"),
 		mcplib.WithDescription("Capture the Python stacks of every thread of the training processes on this node (all live agents, or pids/ranks) "+
 			"and merge identical stacks across processes: each distinct stack once with the ranks that share it (0-2,4-7), "+
 			"the odd ones out first, idle background threads collapsed. Works on a wedged process too: if the agent cannot answer "+
 			"(a thread holds the GIL), the GIL-free faulthandler dump is used, and /proc adds thread states and kernel wait channels. "+
 			"Captures are stored in history.stack_captures."),
-		mcplib.WithInputSchema[GetStacksParams](),
-		mcplib.WithOutputSchema[GetStacksResult](),
+		schemas[GetStacksParams, GetStacksResult](env),
 		hints(true, false, false, false),
 	)
 	h, call := typed(func(ctx context.Context, p GetStacksParams) (GetStacksResult, error) {

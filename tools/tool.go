@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -40,6 +41,9 @@ type Env struct {
 	// History persists verdicts and captures; nil when it cannot be
 	// opened (the tools still answer, they just do not record).
 	History *history.Store
+	// OutputSchemas lists each tool's output schema in tools/list
+	// (PROBING_MCP_OUTPUT_SCHEMAS); off by default, for the token budget.
+	OutputSchemas bool
 	// Cluster, when set, makes the whole job every tool's default scope
 	// (serve --job/--peers): the node daemons are asked, not this node.
 	Cluster *fanout.Job
@@ -94,40 +98,81 @@ func userErrorf(format string, args ...any) error {
 	return &UserError{msg: fmt.Sprintf(format, args...)}
 }
 
-// typed adapts fn to an MCP handler: arguments are bound into P, a
-// UserError becomes an isError result the model reads and acts on, and a
-// result becomes structured content (with its JSON as the text, or its
-// ModelText when it has one).
+// typed adapts fn to an MCP handler: arguments are checked against the
+// input schema reflected from P (argSpec: unknown names, types, enums,
+// bounds) and bound into P; any error becomes an isError result the model
+// reads and acts on (a UserError says how to fix the call; any other is
+// said as the tool's failure, never a JSON-RPC error the model would not
+// see); a result becomes structured content with its ModelText as the
+// text, or its JSON when it has none.
 //
 // The second function is the same tool as a plain call, for the skills:
 // they run tools in process, never through a made-up MCP request.
 func typed[P, R any](fn func(ctx context.Context, p P) (R, error)) (server.ToolHandlerFunc, Call) {
+	spec := specOf(schemaJSON(reflect.TypeFor[P](), true))
 	call := func(ctx context.Context, args map[string]any) (any, error) {
+		norm, err := jsonArgs(args, spec)
+		if err != nil {
+			return nil, err
+		}
 		var p P
-		if b, err := json.Marshal(args); err != nil || json.Unmarshal(b, &p) != nil {
-			return nil, userErrorf("invalid arguments %v; check the tool's input schema", args)
+		if err := spec.bind(norm, &p); err != nil {
+			return nil, err
 		}
 		return fn(ctx, p)
 	}
 	return func(ctx context.Context, req mcplib.CallToolRequest) (*mcplib.CallToolResult, error) {
+		name := req.Params.Name
+		args, err := jsonArgs(req.Params.Arguments, spec)
 		var p P
-		if err := req.BindArguments(&p); err != nil {
-			return mcplib.NewToolResultError(fmt.Sprintf("invalid arguments for %s: %v; check the tool's input schema", req.Params.Name, err)), nil
+		if err == nil {
+			err = spec.bind(args, &p)
+		}
+		if err != nil {
+			return mcplib.NewToolResultError(fmt.Sprintf("invalid arguments for %s: %v", name, err)), nil
 		}
 		ctx = withProgress(ctx, req)
 		r, err := fn(ctx, p)
 		if err != nil {
-			var ue *UserError
-			if errors.As(err, &ue) {
-				return mcplib.NewToolResultError(ue.Error()), nil
-			}
-			return nil, err
+			return toolError(name, err), nil
 		}
 		if t, ok := any(r).(modelTexter); ok {
 			return mcplib.NewToolResultStructured(r, t.ModelText()), nil
 		}
 		return mcplib.NewToolResultStructuredOnly(r), nil
 	}, call
+}
+
+// jsonArgs is a call's arguments as JSON values (a skill's int, an
+// in-process client's []string, as a client's JSON would carry them), so
+// both doors are checked the same way. No arguments is an empty object.
+func jsonArgs(args any, spec *argSpec) (map[string]any, error) {
+	if args == nil {
+		return map[string]any{}, nil
+	}
+	b, err := json.Marshal(args)
+	if err == nil && string(b) == "null" { // a nil map
+		return map[string]any{}, nil
+	}
+	var m map[string]any
+	if err != nil || json.Unmarshal(b, &m) != nil || m == nil {
+		return nil, userErrorf("arguments must be a JSON object of named values, got %s; this tool's arguments: %s", describeValue(args), spec.list())
+	}
+	return m, nil
+}
+
+// toolError is a failed call as the model sees it. A UserError is its
+// own text; anything else (a file that cannot be read, an agent that
+// broke its connection) is named as this tool's failure, with its cause.
+func toolError(name string, err error) *mcplib.CallToolResult {
+	var ue *UserError
+	if errors.As(err, &ue) {
+		return mcplib.NewToolResultError(ue.Error())
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return mcplib.NewToolResultError(fmt.Sprintf("%s did not finish: %v; the request's deadline ended first (retry, or narrow the call: fewer ranks or pids)", name, err))
+	}
+	return mcplib.NewToolResultError(fmt.Sprintf("%s failed: %v", name, err))
 }
 
 // Call runs a tool in process: its arguments as JSON values, its result
