@@ -20,10 +20,8 @@ func Config(ctx context.Context, a *Agent, key string) (map[string]string, error
 		return nil, err
 	}
 	if a.Kind == KindProbing {
-		if key != "" {
-			key = normalizeKey(key)
-		}
-		return probingConfig(ctx, c, key)
+		// Probing's own key names, not ours (probingConfig).
+		return probingConfig(ctx, c, strings.TrimSpace(key))
 	}
 	if key == "" {
 		out := map[string]string{}
