@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent/procfs"
@@ -32,9 +31,13 @@ import (
 // probingMaxThreads bounds the threads asked for, one request each.
 const probingMaxThreads = 64
 
-// probingParallel is how many thread requests are in flight at once: the
-// agent has a handful of server workers, and each signals one thread.
-const probingParallel = 2
+// The threads are asked one at a time: 0.2.4 captures through one global
+// slot, and a request that finds it taken fails (500 "Failed to lock call
+// stack sender slot"), so concurrent requests only fail each other.
+
+// probingBusyRetries is how often a request that found the slot taken
+// (another client's capture) is tried again, within the deadline.
+const probingBusyRetries = 3
 
 // probingThreadName is the name Probing's own Tokio workers carry.
 const probingThreadName = "server runtime"
@@ -177,7 +180,7 @@ type probingOverview struct {
 // probingStacks captures every thread of a process that runs the original
 // Probing agent: the main thread within opt.AgentTimeout (if it does not
 // answer, nothing else is asked: the process holds the GIL or is wedged),
-// then the others, at most probingMaxThreads, probingParallel at a time,
+// then the others, at most probingMaxThreads, one at a time,
 // all within one deadline (twice AgentTimeout from the start). A thread
 // not captured is kept without frames, for its /proc state (addProc), and
 // the error says how many and why.
@@ -207,7 +210,20 @@ func probingStacks(ctx context.Context, c *Client, a *Agent, opt StackOptions) (
 		main = a.PID
 	}
 	one := func(ctx context.Context, tid int) (stacks.Thread, error) {
-		b, err := c.Do(ctx, http.MethodGet, "/apis/pythonext/callstack?tid="+strconv.Itoa(tid), nil, "")
+		var b []byte
+		var err error
+		for try := 0; ; try++ {
+			b, err = c.Do(ctx, http.MethodGet, "/apis/pythonext/callstack?tid="+strconv.Itoa(tid), nil, "")
+			ae, ok := errors.AsType[*Error](err)
+			if err == nil || !ok || ae.Status != 500 || !strings.Contains(ae.Msg, "sender slot") || try == probingBusyRetries {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return stacks.Thread{}, err
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
 		if err != nil {
 			return stacks.Thread{}, err
 		}
@@ -245,30 +261,21 @@ func probingStacks(ctx context.Context, c *Client, a *Agent, opt StackOptions) (
 		problems = append(problems, fmt.Sprintf("%d threads; the stacks of the first %d were asked for, the rest have /proc states only", len(rest)+1, probingMaxThreads))
 		rest = rest[:probingMaxThreads-1]
 	}
+	// One at a time, each within what is left of the deadline.
 	got := make([]*stacks.Thread, len(rest))
 	errs := make([]error, len(rest))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, probingParallel)
 	for i, tid := range rest {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				errs[i] = ctx.Err()
-				return
-			}
-			defer func() { <-sem }()
-			t, err := one(ctx, tid)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			got[i] = &t
-		}()
+		if ctx.Err() != nil {
+			errs[i] = fmt.Errorf("not asked before the deadline (%s)", 2*opt.AgentTimeout)
+			continue
+		}
+		t, err := one(ctx, tid)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		got[i] = &t
 	}
-	wg.Wait()
 	failed := 0
 	var firstErr error
 	for i, t := range got {

@@ -91,6 +91,15 @@ type probingJobProcs struct {
 // not ours, and waits for every process's agent to be discovered.
 func startProbingJob(t *testing.T, opt agent.Options, n int, env ...string) probingJobProcs {
 	py := probingPython(t)
+	// Original agents are this job's ranks whatever their data dir: another
+	// Probing job of this user on the machine would add its ranks.
+	if found, err := agent.Discover(opt); err == nil {
+		for _, a := range found {
+			if a.Kind == agent.KindProbing && a.Alive && a.Untrusted == "" && a.Rank() >= 0 {
+				t.Skipf("another job's Probing agent runs here (pid %d, rank %d): its ranks would mix with this test's", a.PID, a.Rank())
+			}
+		}
+	}
 	dir := t.TempDir()
 	script := filepath.Join(dir, "probing_job.py")
 	if err := os.WriteFile(script, []byte(probingJob), 0o644); err != nil {

@@ -241,6 +241,15 @@ func TestProbingRanksFromEnviron(t *testing.T) {
 	if child <= 0 {
 		t.Fatal("no child pid")
 	}
+	// $! is the fork; its environment is the rank's once it has exec'd.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", child)); strings.HasPrefix(string(b), "sleep\x00") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the rank never exec'd sleep")
+		}
+	}
 	// /proc/net/unix as it lists Probing's abstract sockets.
 	opt.ProcNetUnix = filepath.Join(t.TempDir(), "unix")
 	os.WriteFile(opt.ProcNetUnix, []byte("Num       RefCount Protocol Flags    Type St Inode Path\n"+
