@@ -248,9 +248,10 @@ func identityFromEnv(a *Agent) *Identity {
 }
 
 // RoleLauncher is the role of a process that runs an agent but has no
-// rank of its own and is the parent of ranks, or runs a launcher (under
-// PROBING=2 torchrun's parent activates too): it is not a rank, is never
-// selected or blamed as one.
+// rank of its own and is the parent of ranks, or runs a launcher: under
+// PROBING=2 every child activates, so a job's own launcher script does
+// (0.2.4's hook skips torchrun itself). It is not a rank: never selected
+// by rank, counted or blamed as one.
 const RoleLauncher = "launcher"
 
 // markLaunchers gives the role launcher to each live process placed from
