@@ -24,11 +24,12 @@ import (
 
 // probingPython is an interpreter with the original Probing agent
 // (PROBING_ORIG_PYTHON, else PROBING_INTEROP_PYTHON, else the development
-// venvs, else python3); the real-agent tests skip without one (CI has
-// none).
+// venv /root/devenv); the real-agent tests skip without one (CI has
+// none). Only named ones: while they run, their ranks are every local
+// server's ranks (original agents are not scoped by data dir), so a live
+// test of another package running at the same time sees them too.
 func probingPython(t *testing.T) string {
-	for _, py := range []string{os.Getenv("PROBING_ORIG_PYTHON"), os.Getenv("PROBING_INTEROP_PYTHON"),
-		"/root/devenv/bin/python", "/work/torchenv/bin/python", "python3"} {
+	for _, py := range []string{os.Getenv("PROBING_ORIG_PYTHON"), os.Getenv("PROBING_INTEROP_PYTHON"), "/root/devenv/bin/python"} {
 		if py != "" && exec.Command(py, "-c", "import probing_hook, probing").Run() == nil {
 			return py
 		}
