@@ -186,8 +186,10 @@ func TestRealProbingJob(t *testing.T) {
 	var p stacks.Process
 	// The agent may still be starting its threads: wait for the helper.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		start := time.Now()
 		p = *agent.Stacks(context.Background(), sel[0], agent.StackOptions{AgentTimeout: 10 * time.Second})
 		if hasFunc(p, "helper_thread_waits") || time.Now().After(deadline) {
+			t.Logf("rank 1: %d threads captured in %s", len(p.Threads), time.Since(start).Round(time.Millisecond))
 			break
 		}
 	}
