@@ -48,13 +48,19 @@ type Agent struct {
 	// Stale: a control socket or identity whose process is gone.
 	Stale    bool      `json:"stale,omitempty"`
 	Identity *Identity `json:"identity,omitempty"`
-	Command  []string  `json:"command,omitempty"`
-	Rings    int       `json:"rings"`
-	// OtherDataDir is set when the process has nothing in our data dir and
-	// its environment names another one: it belongs to another job or
-	// setup (a different PROBING_DATA_DIR), so a plain fan-out leaves it
-	// out, just as the SQL engine never sees its rings. Naming its pid
-	// still reaches it.
+	// IdentityFrom is "environ" when no identity file speaks for the
+	// process (the original Probing agent writes none) and Identity was
+	// read from its environment instead (procfacts.PlaceFromEnv); "" for
+	// an identity file.
+	IdentityFrom string   `json:"identity_from,omitempty"`
+	Command      []string `json:"command,omitempty"`
+	Rings        int      `json:"rings"`
+	// OtherDataDir is set when our agent's process has nothing in our data
+	// dir and its environment names another one: it belongs to another
+	// job or setup (a different PROBING_DATA_DIR), so a plain fan-out
+	// leaves it out, just as the SQL engine never sees its rings. Naming
+	// its pid still reaches it. Never set for the original Probing agent:
+	// it does not use our data dir, so ours says nothing about its job.
 	OtherDataDir string `json:"other_data_dir,omitempty"`
 	// UID is the process's owner (its effective user while it runs, else
 	// its pid directory's owner); -1 when unknown.
@@ -190,18 +196,25 @@ func Discover(opt Options) ([]*Agent, error) {
 				a.Untrusted = checkLive(a, anchored[a.PID])
 			}
 			if !anchored[a.PID] && a.Untrusted == "" {
-				// Nothing in our data dir: another job's, or served only
-				// if its owner is.
-				a.OtherDataDir = otherDataDir(a.PID, opt.DataDir)
+				// Nothing in our data dir: our agent's is another job's
+				// (the data dir scopes our agents only), and either is
+				// served only if its owner is.
+				if a.Kind == KindOurs {
+					a.OtherDataDir = otherDataDir(a.PID, opt.DataDir)
+				}
 				if a.OtherDataDir == "" && !inv.Served.Has(a.UID) {
 					a.Untrusted = inv.Served.Why(a.UID, scope.Self)
 				}
+			}
+			if a.Identity == nil && a.Untrusted == "" && a.Kind != KindRingOnly {
+				a.Identity = identityFromEnv(a)
 			}
 		} else if a.Identity != nil {
 			a.Command = a.Identity.Argv
 		}
 		out = append(out, a)
 	}
+	markLaunchers(out)
 	sort.Slice(out, func(i, j int) bool {
 		ri, rj := out[i].Rank(), out[j].Rank()
 		if (ri >= 0) != (rj >= 0) {
@@ -213,6 +226,87 @@ func Discover(opt Options) ([]*Agent, error) {
 		return out[i].PID < out[j].PID
 	})
 	return out, nil
+}
+
+// identityFromEnv places a live process that no identity file speaks
+// for (the original Probing agent writes none) from the launcher's
+// variables in its environment, read as storage reads them
+// (procfacts.PlaceFromEnv); nil when the environment cannot be read.
+func identityFromEnv(a *Agent) *Identity {
+	env, err := procfacts.Env(a.PID)
+	if err != nil && !errors.Is(err, procfacts.ErrTruncated) {
+		return nil
+	}
+	start, err := procfacts.StartTime(a.PID)
+	if err != nil {
+		return nil
+	}
+	pl := procfacts.PlaceFromEnv(env)
+	a.IdentityFrom = "environ"
+	return &Identity{Agent: a.Kind, PID: a.PID, StartTime: start, Rank: pl.Rank, WorldSize: pl.WorldSize,
+		LocalRank: pl.LocalRank, LocalWorldSize: pl.LocalWorldSize, NodeRank: pl.NodeRank, Role: pl.Role, Argv: a.Command}
+}
+
+// RoleLauncher is the role of a process that runs an agent but has no
+// rank of its own and is the parent of ranks, or runs a launcher: under
+// PROBING=2 every child activates, so a job's own launcher script does
+// (0.2.4's hook skips torchrun itself). It is not a rank: never selected
+// by rank, counted or blamed as one.
+const RoleLauncher = "launcher"
+
+// markLaunchers gives the role launcher to each live process placed from
+// its environment without a rank that is an ancestor of a ranked agent
+// or whose command is a known launcher.
+func markLaunchers(agents []*Agent) {
+	byPID := map[int]*Agent{}
+	for _, a := range agents {
+		if a.Alive && a.IdentityFrom == "environ" && a.Identity.Rank < 0 && a.Identity.LocalRank < 0 {
+			byPID[a.PID] = a
+		}
+	}
+	if len(byPID) == 0 {
+		return
+	}
+	for _, a := range byPID {
+		if isLauncherCommand(a.Command) {
+			a.Identity.Role = RoleLauncher
+		}
+	}
+	for _, a := range agents {
+		if !a.Alive || a.Identity == nil || a.Identity.Rank < 0 && a.Identity.LocalRank < 0 {
+			continue
+		}
+		// Walk up a few parents (torchrun → its elastic agent → ranks).
+		pid := a.PID
+		for range 8 {
+			st, err := procfacts.StatAt(procfacts.Proc, pid)
+			if err != nil || st.PPID <= 1 {
+				break
+			}
+			pid = st.PPID
+			if l := byPID[pid]; l != nil {
+				l.Identity.Role = RoleLauncher
+			}
+		}
+	}
+}
+
+// isLauncherCommand: torchrun, python -m torch.distributed.run/launch,
+// mpirun/mpiexec, srun.
+func isLauncherCommand(argv []string) bool {
+	for i, s := range argv {
+		if i > 2 {
+			break
+		}
+		switch filepath.Base(s) {
+		case "torchrun", "mpirun", "mpiexec", "srun":
+			return true
+		}
+		if (s == "torch.distributed.run" || s == "torch.distributed.launch") && i > 0 && argv[i-1] == "-m" {
+			return true
+		}
+	}
+	return false
 }
 
 // checkLive checks a running process's agent against its owner: what

@@ -411,13 +411,7 @@ func TestOtherDataDirIsAnotherJob(t *testing.T) {
 // TestOriginalProbingAgent: with the original Probing agent installed
 // (development only), our side lists it, reads its stacks and its config.
 func TestOriginalProbingAgent(t *testing.T) {
-	py := os.Getenv("PROBING_INTEROP_PYTHON")
-	if py == "" {
-		py = "/root/devenv/bin/python"
-	}
-	if err := exec.Command(py, "-c", "import probing").Run(); err != nil {
-		t.Skipf("the original Probing agent is not importable by %s (set PROBING_INTEROP_PYTHON to an interpreter with `pip install probing`): %v", py, err)
-	}
+	py := probingPython(t)
 	cmd := exec.Command(py, "-c", "import time\ndef waiting_in_probing_test():\n    time.sleep(60)\nwaiting_in_probing_test()\n")
 	// Its own data dir: with the default one, this process would also be
 	// "another job" to every other test's server running on this machine.

@@ -64,14 +64,21 @@ func Stacks(ctx context.Context, a *Agent, opt StackOptions) *stacks.Process {
 		got, err := agentStacks(ctx, a, opt)
 		if err == nil {
 			got.Rank, got.Host = p.Rank, p.Host
+			if got.Err != "" {
+				errs = append(errs, got.Err) // partial: some threads not read
+			}
 			p = got
 		} else {
-			errs = append(errs, err.Error())
 			p.AgentErr = "error"
 			if ae, ok := errors.AsType[*Error](err); ok {
 				p.AgentErr = ae.Kind
 			}
 			p.OSThreads = sampleThreads(a.PID, 3, 20*time.Millisecond)
+			if a.Kind == KindProbing && p.AgentErr == "timeout" {
+				errs = append(errs, fmt.Sprintf("pid %d: %s", a.PID, probingTimeoutReason(opt.AgentTimeout, p.OSThreads)))
+			} else {
+				errs = append(errs, err.Error())
+			}
 		}
 	}
 	if p.Source == "" && a.Untrusted == "" && a.Identity != nil && a.Identity.FaulthandlerSignal > 0 && a.Identity.FaulthandlerFile != "" {
@@ -218,21 +225,12 @@ func agentStacks(ctx context.Context, a *Agent, opt StackOptions) (*stacks.Proce
 	if err != nil {
 		return nil, err
 	}
+	if a.Kind == KindProbing {
+		// The original agent: one request per thread, its own deadlines.
+		return probingStacks(ctx, c, a, opt)
+	}
 	ctx, cancel := context.WithTimeout(ctx, opt.AgentTimeout)
 	defer cancel()
-	if a.Kind == KindProbing {
-		// The original agent gives the main thread only.
-		b, err := c.Do(ctx, http.MethodGet, "/apis/pythonext/callstack", nil, "")
-		if err != nil {
-			return nil, err
-		}
-		p, err := parseProbingCallstack(b)
-		if err != nil {
-			return nil, &Error{PID: a.PID, Kind: "malformed", Msg: err.Error()}
-		}
-		p.PID, p.Source = a.PID, "probing"
-		return p, nil
-	}
 	b, err := c.Do(ctx, http.MethodGet, "/apis/stacks?max_frames="+strconv.Itoa(opt.MaxFrames), nil, "")
 	if err != nil {
 		return nil, err

@@ -12,18 +12,18 @@ import (
 	"time"
 )
 
-// Config returns one key's value (key given) or every key (key empty; our
-// agent only: the original Probing agent has no listing).
+// Config returns one key's value (key given) or every key (key empty).
+// Keys are each agent's own: ours "probing."-prefixed (the prefix is
+// optional), the original Probing agent's as it names them
+// (probingConfig: "server.address", "probing.server.timeout").
 func Config(ctx context.Context, a *Agent, key string) (map[string]string, error) {
 	c, err := NewClient(a)
 	if err != nil {
 		return nil, err
 	}
 	if a.Kind == KindProbing {
-		if key != "" {
-			key = normalizeKey(key)
-		}
-		return probingConfig(ctx, c, key)
+		// Probing's own key names, not ours (probingConfig).
+		return probingConfig(ctx, c, strings.TrimSpace(key))
 	}
 	if key == "" {
 		out := map[string]string{}

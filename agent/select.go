@@ -11,9 +11,11 @@ import (
 )
 
 // Selection picks agents by pid or rank; both empty means every live one
-// of our data dir. Ranks are looked up in our data dir only (another
-// job's rank 0 is not ours); a pid reaches any agent that is not
-// untrusted (another user's files or job never speak for a rank).
+// of this job. Our agents' ranks are looked up in our data dir only
+// (another job's rank 0 is not ours); the original Probing agent's come
+// from its environment, whatever its data dir (Discover). A pid reaches
+// any agent that is not untrusted (another user's files or job never
+// speak for a rank).
 type Selection struct {
 	PIDs  []int
 	Ranks []int

@@ -131,3 +131,18 @@ func Trunc(s string) string {
 	}
 	return s
 }
+
+// TaskStatAt reads <root>/<pid>/task/<tid>/stat: one thread's state and
+// CPU times, through the one stat parser.
+func TaskStatAt(root string, pid, tid int) (Stat, error) {
+	path := filepath.Join(root, strconv.Itoa(pid), "task", strconv.Itoa(tid), "stat")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Stat{}, Err(pid, fmt.Sprintf("task/%d/stat", tid), err)
+	}
+	st, err := ParseStat(string(b))
+	if err != nil {
+		return Stat{}, fmt.Errorf("pid %d: %s: %w", pid, path, err)
+	}
+	return st, nil
+}

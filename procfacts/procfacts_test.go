@@ -82,3 +82,29 @@ func TestEnv(t *testing.T) {
 		t.Errorf("%v %v", env, err)
 	}
 }
+
+func TestPlaceFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want Placement
+	}{
+		{map[string]string{"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "0", "ROLE_NAME": "trainer"},
+			Placement{3, 8, 1, 4, 0, "trainer"}},
+		// MPI before Slurm; a Slurm count like "4(x2)" is not a number.
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "5", "SLURM_PROCID": "1", "SLURM_NTASKS": "16", "SLURM_NTASKS_PER_NODE": "4(x2)", "SLURM_NODEID": "2"},
+			Placement{5, 16, -1, -1, 2, ""}},
+		// Parallel coordinates win over ROLE_NAME, sorted; PROBING_* over aliases.
+		{map[string]string{"RANK": " 0 ", "PROBING_TP_RANK": "1", "TP_RANK": "7", "DP_RANK": "2", "PROBING_ROLE_STAGE": " fwd ", "ROLE_NAME": "x"},
+			Placement{0, -1, -1, -1, -1, "dp=2,stage=fwd,tp=1"}},
+		// A launcher: nothing.
+		{map[string]string{"PROBING": "2", "RANK": ""}, Placement{-1, -1, -1, -1, -1, ""}},
+	} {
+		got := PlaceFromEnv(tc.env)
+		if got != tc.want {
+			t.Errorf("%v: %+v, want %+v", tc.env, got, tc.want)
+		}
+		if got.HasRank() != (tc.want.Rank >= 0 || tc.want.LocalRank >= 0) {
+			t.Errorf("%v: HasRank %v", tc.env, got.HasRank())
+		}
+	}
+}

@@ -384,8 +384,8 @@ func validIdent(s string, dots bool) bool {
 
 // tags places a process in the job from the agent's identity file when
 // there is one (it survives the process), else from the launcher's
-// variables in /proc/<pid>/environ (torchrun's RANK, LOCAL_RANK,
-// GROUP_RANK, ROLE_NAME) while it runs, else -1s.
+// variables in /proc/<pid>/environ while it runs (procfacts.PlaceFromEnv,
+// the one reading agent.Discover uses too), else -1s.
 func tags(ident *procfacts.Identity, pid int, live bool) Identity {
 	id := Identity{Rank: -1, NodeRank: -1, LocalRank: -1}
 	if ident != nil {
@@ -395,21 +395,11 @@ func tags(ident *procfacts.Identity, pid int, live bool) Identity {
 	if !live {
 		return id
 	}
-	env, err := procfacts.EnvAt(procfacts.Proc, pid, 1<<20)
+	env, err := procfacts.Env(pid)
 	if err != nil && !errors.Is(err, procfacts.ErrTruncated) {
 		return id
 	}
-	num := func(keys ...string) int {
-		for _, k := range keys {
-			if n, err := strconv.Atoi(env[k]); err == nil {
-				return n
-			}
-		}
-		return -1
-	}
-	id.Rank = num("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
-	id.LocalRank = num("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
-	id.NodeRank = num("GROUP_RANK", "NODE_RANK", "SLURM_NODEID")
-	id.Role = env["ROLE_NAME"]
+	pl := procfacts.PlaceFromEnv(env)
+	id.Rank, id.LocalRank, id.NodeRank, id.Role = pl.Rank, pl.LocalRank, pl.NodeRank, pl.Role
 	return id
 }

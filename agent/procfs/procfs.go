@@ -124,7 +124,7 @@ func readProcess(root string, pid int) (*Proc, error) {
 		if err != nil {
 			continue
 		}
-		t, err := readTask(filepath.Join(dir, "task", e.Name()), tid)
+		t, err := readTask(root, pid, tid)
 		if err != nil {
 			if gone(err) {
 				continue // the thread exited
@@ -143,14 +143,11 @@ func readProcess(root string, pid int) (*Proc, error) {
 	return p, nil
 }
 
-func readTask(dir string, tid int) (Task, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "stat"))
+func readTask(root string, pid, tid int) (Task, error) {
+	dir := filepath.Join(root, strconv.Itoa(pid), "task", strconv.Itoa(tid))
+	st, err := procfacts.TaskStatAt(root, pid, tid)
 	if err != nil {
 		return Task{}, err
-	}
-	st, err := procfacts.ParseStat(string(b))
-	if err != nil {
-		return Task{}, fmt.Errorf("%s: %w", filepath.Join(dir, "stat"), err)
 	}
 	t := Task{TID: tid, Comm: st.Comm, State: st.State, UTime: ticks(st.UTime), STime: ticks(st.STime), Syscall: -1}
 	// wchan and syscall are best effort: hidden (kptr_restrict, ptrace
@@ -246,13 +243,9 @@ func cpuTimes(root string, pid int) (map[int]cpuTime, error) {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "stat"))
+		st, err := procfacts.TaskStatAt(root, pid, tid)
 		if err != nil {
-			continue // exited
-		}
-		st, err := procfacts.ParseStat(string(b))
-		if err != nil {
-			continue
+			continue // exited, or unreadable
 		}
 		c := cpuTime{ns: -1, ticks: st.UTime + st.STime}
 		if b, err := os.ReadFile(filepath.Join(dir, e.Name(), "schedstat")); err == nil {
