@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -209,10 +208,6 @@ func TestScale(t *testing.T) {
 					t.Fatal(err)
 				}
 				text := diag.(interface{ ModelText() string }).ModelText()
-				if ranks == 4096 {
-					os.WriteFile(os.Getenv("SCALE_DUMP")+"diag.txt", []byte(text), 0o644)
-					os.WriteFile(os.Getenv("SCALE_DUMP")+"stacks.json", out, 0o644)
-				}
 				if !strings.Contains(text, "rank 5 is the culprit (cpu_stall, high confidence) at train.py:67 (fake_data_loader)") || !strings.Contains(text, "node(s) answered") {
 					t.Errorf("verdict: %.2000s", text)
 				}
