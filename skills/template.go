@@ -271,7 +271,7 @@ func (s *Skill) Bind(overrides map[string]string, opt BindOptions) (*Binding, er
 	for name, v := range overrides {
 		p, ok := decl[name]
 		if !ok {
-			return nil, fmt.Errorf("unknown parameter `%s` for skill `%s`", name, s.ID)
+			return nil, fmt.Errorf("unknown parameter `%s` for skill `%s`; its parameters: %s (plan_skill shows them with their types and defaults)", name, s.ID, paramList(sp.Parameters))
 		}
 		nv, err := NormalizeValue(p, v)
 		if err != nil {
@@ -281,7 +281,7 @@ func (s *Skill) Bind(overrides map[string]string, opt BindOptions) (*Binding, er
 	}
 	for _, p := range sp.Parameters {
 		if _, ok := b.Values[p.Name]; !ok && p.Required {
-			return nil, fmt.Errorf("skill `%s` needs parameter `%s`", s.ID, p.Name)
+			return nil, fmt.Errorf("skill `%s` needs parameter `%s` (%s); pass it in params, e.g. {%q: \"…\"}", s.ID, p.Name, p.Type, p.Name)
 		}
 	}
 	if p, ok := decl["use_global"]; ok {
@@ -437,4 +437,16 @@ func (s *Skill) Expand(stepID string, overrides map[string]string) (ExpandedStep
 		}
 	}
 	return ExpandedStep{}, fmt.Errorf("skill `%s` has no step `%s`", s.ID, stepID)
+}
+
+// paramList names a skill's parameters, or says it has none.
+func paramList(ps []Parameter) string {
+	if len(ps) == 0 {
+		return "none"
+	}
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = "`" + p.Name + "`"
+	}
+	return strings.Join(names, ", ")
 }

@@ -66,7 +66,7 @@ func TestBindErrors(t *testing.T) {
 		{map[string]string{"ranks": "0-9999999"}, "more than"},
 		{map[string]string{"ranks": "1) OR (1=1"}, "is not a rank"},
 		{map[string]string{"stage": "a\x00b"}, "NUL"},
-		{map[string]string{"nope": "1"}, "unknown parameter `nope` for skill `demo`"},
+		{map[string]string{"nope": "1"}, "unknown parameter `nope` for skill `demo`; its parameters: `"},
 	}
 	for _, c := range cases {
 		if _, err := s.Bind(c.over, BindOptions{}); err == nil || !strings.Contains(err.Error(), c.want) {

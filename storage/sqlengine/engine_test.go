@@ -228,6 +228,25 @@ func TestColumnsDifferBetweenProcesses(t *testing.T) {
 
 // TestReadOnlyGuard: no statement that writes, attaches, changes settings
 // or reaches outside the database succeeds, however it is dressed up.
+// A typo of a query keyword is a syntax error with the keyword meant, not
+// a refusal of writes ("SELEC statements are not allowed").
+func TestStatementTypos(t *testing.T) {
+	e := newEngine(t, t.TempDir())
+	for q, want := range map[string]string{
+		"SELEC 1":                              `cannot start with "SELEC" (did you mean SELECT?)`,
+		"SLECT 1":                              `(did you mean SELECT?)`,
+		"SELCET 1":                             `(did you mean SELECT?)`,
+		"WTIH x AS (SELECT 1) SELECT * FROM x": `(did you mean WITH?)`,
+		"SHOW TABLES":                          `cannot start with "SHOW"; a query starts with SELECT`,
+		"DELETE FROM t":                        "DELETE statements are not allowed",
+	} {
+		_, err := e.Query(context.Background(), q, 0)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", q, err, want)
+		}
+	}
+}
+
 func TestReadOnlyGuard(t *testing.T) {
 	dir := t.TempDir()
 	writeColl(t, dir, 1, 0, 5, memt.Options{ChunkSize: 1024, NumChunks: 4})

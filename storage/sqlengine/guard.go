@@ -29,8 +29,16 @@ func checkStatement(q string) error {
 	case "SELECT", "WITH", "VALUES", "EXPLAIN", "PRAGMA", "(":
 	case "":
 		return &Error{Kind: "read_only", Msg: "read-only SQL engine: a query starts with SELECT, WITH, VALUES or EXPLAIN"}
-	default:
+	case "INSERT", "UPDATE", "DELETE", "REPLACE", "UPSERT", "CREATE", "DROP", "ALTER", "ATTACH", "DETACH", "VACUUM",
+		"REINDEX", "ANALYZE", "BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE":
 		return &Error{Kind: "read_only", Msg: fmt.Sprintf("read-only SQL engine: %s statements are not allowed; only SELECT, WITH … SELECT, VALUES and EXPLAIN run here", kw)}
+	default:
+		// Not a statement SQLite knows: most often a typo (SELEC).
+		hint := ""
+		if near := nearestKeyword(kw); near != "" {
+			hint = fmt.Sprintf(" (did you mean %s?)", near)
+		}
+		return &Error{Kind: "syntax", Msg: fmt.Sprintf("syntax error: a statement cannot start with %q%s; a query starts with SELECT, WITH, VALUES or EXPLAIN", kw, hint)}
 	}
 	return nil
 }
@@ -195,4 +203,35 @@ func policy(op int, a1, a2 string) (bool, string) {
 		return false, "ANALYZE"
 	}
 	return false, fmt.Sprintf("SQLite action %d", op)
+}
+
+// nearestKeyword is the query keyword word is a typo of (one edit away, or
+// a prefix of three letters or more), or "".
+func nearestKeyword(word string) string {
+	for _, k := range []string{"SELECT", "WITH", "VALUES", "EXPLAIN"} {
+		if (len(word) >= 3 && strings.HasPrefix(k, word)) || editDistance1(word, k) {
+			return k
+		}
+	}
+	return ""
+}
+
+// editDistance1: a and b differ by one insertion, deletion or substitution,
+// or one swap of neighbours.
+func editDistance1(a, b string) bool {
+	if a == b || len(a) > len(b)+1 || len(b) > len(a)+1 {
+		return false
+	}
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	switch {
+	case len(a) == len(b):
+		return a[i+1:] == b[i+1:] || (i+1 < len(a) && a[i] == b[i+1] && a[i+1] == b[i] && a[i+2:] == b[i+2:])
+	case len(a) < len(b):
+		return a[i:] == b[i+1:]
+	default:
+		return a[i+1:] == b[i:]
+	}
 }
