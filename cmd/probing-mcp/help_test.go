@@ -130,3 +130,50 @@ func TestRepoPathsFromElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoFlightRecorderPointer: the demo's pointer at the shipped dumps
+// holds from any directory: absolute when the checkout is found (from the
+// working directory or the source this binary was built from), else it
+// says where the relative path holds.
+func TestDemoFlightRecorderPointer(t *testing.T) {
+	repo := findRepo()
+	if repo == "" {
+		t.Fatal("the checkout holding testdata/fr/real/missing_rank was not found")
+	}
+	for _, dir := range []string{t.TempDir(), "/"} {
+		t.Chdir(dir)
+		got := frDumpsCommand("probing-mcp", findRepo())
+		want := "probing-mcp analyze " + filepath.Join(repo, frDumps)
+		if got != want {
+			t.Errorf("from %s: %q, want %q", dir, got, want)
+		}
+		if code, out, errOut := runCLI(strings.Fields(got)[1:]...); code != 0 || !strings.Contains(out, "Verdict MISSING_RANKS") {
+			t.Errorf("from %s: %s: exit %d %s", dir, got, code, errOut)
+		}
+	}
+	if got := frDumpsCommand("probing-mcp", ""); !strings.Contains(got, "run from the root of a probing-mcp checkout") {
+		t.Errorf("no checkout: %q", got)
+	}
+}
+
+// TestDemoCLIUnderGoRun: this test binary lives in a go-build directory,
+// as go run's does. Kept running, the demo's MCP config names a copy in
+// the demo's directory (it exists while the demo runs); with --exit it
+// names go run itself, which lasts.
+func TestDemoCLIUnderGoRun(t *testing.T) {
+	exe, _ := os.Executable()
+	if !goRunBinary(exe) {
+		t.Skipf("the test binary %s is not in a go-build directory", exe)
+	}
+	dir := t.TempDir()
+	c := cliFor(false, dir, findRepo())
+	if c.err != nil || !c.copied || c.run != filepath.Join(dir, "probing-mcp") {
+		t.Fatalf("%+v", c)
+	}
+	if fi, err := os.Stat(c.run); err != nil || fi.Mode()&0o111 == 0 {
+		t.Errorf("the copy %s: %v %v", c.run, fi, err)
+	}
+	if c := cliFor(true, t.TempDir(), findRepo()); c.copied || !strings.HasPrefix(c.run, "go run ") || c.lasting != c.run {
+		t.Errorf("--exit: %+v", c)
+	}
+}

@@ -78,7 +78,7 @@ Usage:
   probing-mcp diagnose [--json] [--stall-seconds N] [--ranks]
       Is the job on this node hung, and which rank is the culprit, in which
       category, at which line (the diagnose_hang tool's verdict).
-  probing-mcp analyze PATH... [--json] [--prefix P] [--pg NAME] [--ranks 0-3] [--verbose]
+  probing-mcp analyze PATH... [--json] [--prefix P] [--rank FILE=N] [--pg NAME] [--ranks 0-3] [--verbose]
       Analyse Flight Recorder dumps (files or directories): which process
       group, collective and ranks hang or disagree.
   probing-mcp query SQL [--data-dir DIR] [--json] [--limit N]
@@ -87,14 +87,20 @@ Usage:
   probing-mcp agent install|uninstall [--python PATH] [--user]
       Install the in-process agent into a Python interpreter (activate with PROBING=1).
   probing-mcp demo [--torch auto|yes|no] [--exit]
-      Start a 4-rank job with the agent and an injected hang, diagnose it, and
-      print the MCP client configuration to explore it (Ctrl-C stops it).
+      Start a 4-rank job with the agent and an injected hang, diagnose it, show
+      one SQL query over its rings, and print the MCP client configurations to
+      explore it while it runs (Ctrl-C stops it; --exit stops at once).
   probing-mcp skill list|plan|run|validate|install
       Scripted diagnoses from the layered skill roots (bundled, repo, user,
       project, PROBING_SKILLS_DIR); install copies them for Claude/Cursor/Codex.
   probing-mcp version
 
-Run "probing-mcp COMMAND --help" for a command's flags.
+Run "probing-mcp COMMAND --help" (or "probing-mcp help COMMAND") for a command's flags and examples.
+
+Examples:
+  probing-mcp demo --exit
+  probing-mcp analyze testdata/fr/real/missing_rank      # from the repository root
+  probing-mcp query "SELECT * FROM probing.rings"
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
