@@ -183,12 +183,12 @@ func printMCPConfig(out io.Writer, cli demoCLI, job *demojob.Job) {
 	claude, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{"probing-demo": server}})
 	vscode, _ := json.Marshal(map[string]any{"servers": map[string]any{"probing-demo": map[string]any{
 		"type": "stdio", "command": cli.run, "args": []string{"serve"}, "env": env}}})
-	fmt.Fprintf(out, "\nExplore it with an MCP client while the demo runs (every path below is removed when it stops):\n"+
+	fmt.Fprintf(out, "\nExplore it with an MCP client while the demo runs (its data and control directories below are removed when it stops):\n"+
 		"  Claude Code:\n    claude mcp add probing-demo -e PROBING_DATA_DIR=%s -e PROBING_CTRL_ROOT=%s -- %s serve\n"+
 		"  Claude Desktop (claude_desktop_config.json) or a project's .mcp.json:\n    %s\n"+
 		"  VS Code (.vscode/mcp.json):\n    %s\n", job.DataDir, job.CtrlRoot, cli.run, claude, vscode)
 	if cli.copied {
-		fmt.Fprintf(out, "  (%s is a copy of go run's temporary binary; `make build` gives a lasting bin/probing-mcp.)\n", cli.run)
+		fmt.Fprintf(out, "  (%s is a copy of go run's temporary binary, removed with the demo; `make build` gives a lasting bin/probing-mcp.)\n", cli.run)
 	}
 	fmt.Fprintln(out, "Then ask: \"why is my job stuck?\"")
 }
