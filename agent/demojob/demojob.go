@@ -142,7 +142,7 @@ func Start(ctx context.Context, opt Options) (*Job, error) {
 	default:
 		return nil, fmt.Errorf("demo: torch %q: want auto, yes or no", opt.Torch)
 	}
-	dir, err := os.MkdirTemp("", "probing-mcp-demo-")
+	dir, err := os.MkdirTemp("", "probing_mcp_demo-")
 	if err != nil {
 		return nil, err
 	}

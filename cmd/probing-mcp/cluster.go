@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -52,10 +51,21 @@ func ownAddrToward(bindHost, listen string) string {
 	return net.JoinHostPort(ip.String(), port)
 }
 
+var nodeDoc = cmdDoc{Name: "node", Synopsis: "[flags]",
+	About: `The node daemon: serves this node's ranks (stacks, evidence, Flight Recorder, rings) to the job's
+coordinator (probing-mcp serve --job/--peers). Local rank 0's agent starts it; start it by hand
+with srun or a DaemonSet. One daemon per data dir (PROBING_DATA_DIR); off loopback it needs
+PROBING_AUTH_TOKEN.`,
+	Note: "Exit status: 0 on Ctrl-C, when idle past --idle-exit, or when a daemon already runs; 1 when serving failed; 2 on bad usage or setup.",
+	Examples: []string{
+		"probing-mcp node                                   # 127.0.0.1:9781, this node only",
+		"PROBING_AUTH_TOKEN=secret probing-mcp node --http 0.0.0.0:9781",
+		"srun --ntasks-per-node=1 probing-mcp node --http 0.0.0.0:9781 --idle-exit 0",
+	}}
+
 // nodeCmd runs the node daemon.
-func nodeCmd(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("node", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func nodeCmd(args []string, stdout, stderr io.Writer) int {
+	fs := newCommand(nodeDoc)
 	port := defaultNodePort
 	if v := os.Getenv("PROBING_MCP_NODE_PORT"); v != "" {
 		p, err := strconv.Atoi(v)
@@ -68,7 +78,12 @@ func nodeCmd(args []string, stderr io.Writer) int {
 	addr := fs.String("http", "127.0.0.1:"+strconv.Itoa(port), "serve the node API on `ADDR`; off loopback PROBING_AUTH_TOKEN is required")
 	idle := fs.Duration("idle-exit", 10*time.Minute, "exit after the node has had no live agent for `DURATION` (0: never)")
 	noRegister := fs.Bool("no-register", false, "do not write this daemon's address into the job's TCPStore (MASTER_ADDR:MASTER_PORT)")
-	if _, err := parseInterleaved(fs, args); err != nil {
+	pos, code, done := parseCommand(fs, nodeDoc, args, true, stdout, stderr)
+	if done {
+		return code
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "probing-mcp node: unexpected argument %q (it takes flags only; probing-mcp node --help)\n", pos[0])
 		return 2
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))

@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -22,98 +19,142 @@ import (
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
+var demoDoc = cmdDoc{Name: "demo", Synopsis: "[flags]",
+	About: `Start a small job (4 ranks) with the in-process agent and an injected hang, and show what the
+tools see: the merged stacks, the Flight Recorder (with torch), diagnose_hang's verdict and one SQL
+query over the ranks' ring tables. Then keep the job running for an MCP client, printing its
+configuration, until Ctrl-C; --exit stops it at once. Either way the demo kills its processes and
+removes its directory (under $TMPDIR) when it ends.`,
+	Note: "Exit status: 0 when the demo ran; 1 when it failed (the ranks' log tails say why); 2 on bad usage.",
+	Examples: []string{
+		"probing-mcp demo --exit                 # diagnose the hang and stop",
+		"probing-mcp demo                        # keep the job for an MCP client until Ctrl-C",
+		"probing-mcp demo --torch yes --python ~/venv/bin/python",
+	}}
+
 func demo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newCommand(demoDoc)
 	python := fs.String("python", "", "the `interpreter` for the ranks (default $PROBING_PYTHON, else python3)")
 	useTorch := fs.String("torch", "auto", "use real torch.distributed (gloo): auto, yes or no")
 	exit := fs.Bool("exit", false, "stop the job after printing the diagnosis instead of waiting for Ctrl-C")
-	ranks := fs.Int("ranks", 4, "number of ranks")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: probing-mcp demo [flags]\n\nStart a small job (4 ranks) with the in-process agent and an injected hang,\n"+
-			"print the diagnosis, then keep the job running for an MCP client until Ctrl-C.\n\nFlags:\n")
-		fs.PrintDefaults()
+	ranks := fs.Int("ranks", 4, "number of ranks (2-64)")
+	pos, code, done := parseCommand(fs, demoDoc, args, true, stdout, stderr)
+	if done {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "probing-mcp demo: unexpected argument %q (it takes flags only; probing-mcp demo --help)\n", pos[0])
+		return 2
+	}
+	if err := oneOf("torch", *useTorch, "auto", "yes", "no"); err != nil {
+		fmt.Fprintf(stderr, "probing-mcp demo: %v\n", err)
+		return 2
+	}
+	if *ranks < 2 || *ranks > 64 {
+		fmt.Fprintf(stderr, "probing-mcp demo: --ranks %d: want 2 to 64\n", *ranks)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// `demo | head`: once the reader is gone, a write would kill the
+	// process with SIGPIPE before any cleanup. Asking for SIGPIPE turns it
+	// into EPIPE, and the first EPIPE ends the demo, which then cleans up.
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	out := &pipeGuard{w: stdout, broken: cancel}
+	fail := func(err error) int {
+		if out.isBroken() {
+			fmt.Fprintln(stderr, "probing-mcp demo: stdout was closed; stopped the job and removed its files")
+		} else if ctx.Err() != nil {
+			fmt.Fprintln(stderr, "probing-mcp demo: interrupted; stopped the job and removed its files")
+		} else {
+			fmt.Fprintf(stderr, "probing-mcp demo: %v\n", err)
+		}
+		return 1
+	}
 
-	fmt.Fprintln(stdout, "Starting the demo job…")
+	fmt.Fprintln(out, "Starting the demo job…")
 	job, err := demojob.Start(ctx, demojob.Options{Python: *python, Torch: *useTorch, Ranks: *ranks, Version: versionString()})
 	if err != nil {
-		fmt.Fprintf(stderr, "probing-mcp demo: %v\n", err)
-		return 1
+		return fail(err)
 	}
 	defer job.Stop()
 	kind := "plain Python ranks synchronising over sockets (torch not importable); rank 2 gets stuck in a fake data loader"
 	if job.Torch {
 		kind = fmt.Sprintf("torch %s, gloo; rank 2 skips a gradient all_reduce and blocks in a checkpoint", job.TorchVer)
 	}
-	fmt.Fprintf(stdout, "%d ranks (pids %v): %s.\nWaiting for the hang…\n", job.Opt.Ranks, job.PIDs(), kind)
-	waitCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	fmt.Fprintf(out, "%d ranks (pids %v): %s.\nWaiting for the hang…\n", job.Opt.Ranks, job.PIDs(), kind)
+	waitCtx, cancelWait := context.WithTimeout(ctx, 3*time.Minute)
 	err = job.WaitHung(waitCtx, 3*time.Second)
-	cancel()
+	cancelWait()
 	if err != nil {
-		fmt.Fprintf(stderr, "probing-mcp demo: %v\n", err)
-		return 1
+		return fail(err)
 	}
 
 	opt := agent.Options{DataDir: job.DataDir, CtrlRoot: job.CtrlRoot}
 	all, err := agent.Discover(opt)
 	if err != nil {
-		fmt.Fprintf(stderr, "probing-mcp demo: %v\n", err)
-		return 1
+		return fail(err)
 	}
 	// Only this job's ranks: other jobs on the node have agents too.
 	live, err := agent.Select(all, agent.Selection{PIDs: job.PIDs()})
 	if err != nil {
-		fmt.Fprintf(stderr, "probing-mcp demo: %v\n%s", err, job.Tail(10))
-		return 1
+		return fail(fmt.Errorf("%v\n%s", err, job.Tail(10)))
 	}
-	fmt.Fprintf(stdout, "\nThe job is stuck. %d agents answer. What get_stacks sees (identical stacks merged, odd ones out first):\n\n", len(live))
+	fmt.Fprintf(out, "\nThe job is stuck. %d agents answer. What get_stacks sees (identical stacks merged, odd ones out first):\n\n", len(live))
 	procs := agent.CollectStacks(ctx, live, agent.StackOptions{})
 	merged := stacks.Merge(procs, stacks.MergeOptions{})
-	if err := merged.WriteText(stdout); err != nil {
-		fmt.Fprintf(stderr, "probing-mcp demo: %v\n", err)
-		return 1
+	if err := merged.WriteText(out); err != nil {
+		return fail(err)
 	}
+	repo := findRepo()
 	if job.Torch {
-		fmt.Fprintln(stdout, "\nWhat snapshot_flight_recorder finds (each rank's Flight Recorder, analysed together):")
+		fmt.Fprintln(out, "\nWhat snapshot_flight_recorder finds (each rank's Flight Recorder, analysed together):")
 		col := agent.CollectFlightRecorder(ctx, live, false)
 		rep := fr.AnalyzeLoaded(col.Loaded, fr.Options{})
-		if err := rep.WriteText(stdout, false); err != nil {
-			fmt.Fprintf(stderr, "probing-mcp demo: %v\n", err)
-			return 1
+		if err := rep.WriteText(out, false); err != nil {
+			return fail(err)
 		}
 	}
 
-	fmt.Fprintln(stdout, "\nWhat diagnose_hang concludes (every source weighed: rings, stacks, liveness):")
+	fmt.Fprintln(out, "\nWhat diagnose_hang concludes (every source weighed: rings, stacks, liveness):")
 	rep, err := demoVerdict(ctx, job)
 	if err != nil {
-		fmt.Fprintf(stderr, "probing-mcp demo: %v\n", err)
-		return 1
+		return fail(err)
 	}
-	fmt.Fprint(stdout, indent(rep.Text(), "  "))
+	fmt.Fprint(out, indent(rep.Text(), "  "))
 
-	exe, _ := os.Executable()
-	if abs, err := filepath.Abs(exe); err == nil {
-		exe = abs
+	cli := cliFor(*exit, job.Dir, repo)
+	if err := demoSQL(out, job, cli, *exit); err != nil {
+		return fail(err)
 	}
-	env := map[string]string{"PROBING_DATA_DIR": job.DataDir, "PROBING_CTRL_ROOT": job.CtrlRoot}
-	cfg, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{"probing-demo": map[string]any{"command": exe, "args": []string{"serve"}, "env": env}}})
-	fmt.Fprintf(stdout, "\nExplore it with an MCP client while the demo runs:\n"+
-		"  claude mcp add probing-demo -e PROBING_DATA_DIR=%s -e PROBING_CTRL_ROOT=%s -- %s serve\n"+
-		"or in claude_desktop_config.json / .vscode/mcp.json:\n  %s\n"+
-		"(go run builds a temporary binary: run `make build` and use bin/probing-mcp for a lasting path.)\n"+
-		"Then ask: \"why is my job stuck?\"\n", job.DataDir, job.CtrlRoot, exe, cfg)
+	if !job.Torch {
+		fmt.Fprintf(out, "\nWithout torch there is no Flight Recorder here. Real dumps of the same hang (4 gloo ranks, rank 2\n"+
+			"skipped an all_reduce; torch 2.15) ship with the repository; analyse them as analyze_flight_recorder does:\n  %s\n", frDumpsCommand(cli.lasting, repo))
+	}
 	if *exit {
+		fmt.Fprintf(out, "\nThe job is stopped and its files removed. To explore it with an MCP client, keep it running:\n"+
+			"  make demo    (or: %s demo)\n"+
+			"It then prints the `claude mcp add` command and the Claude Desktop and VS Code configurations\n"+
+			"for the live job, valid until Ctrl-C.\n", cli.lasting)
+		if out.isBroken() {
+			return fail(nil)
+		}
 		return 0
 	}
-	fmt.Fprintln(stdout, "\nThe job keeps running; Ctrl-C stops it and removes its files.")
+	if cli.err != nil {
+		return fail(cli.err)
+	}
+	printMCPConfig(out, cli, job)
+	fmt.Fprintln(out, "\nThe job keeps running; Ctrl-C stops it and removes its files.")
 	<-ctx.Done()
-	fmt.Fprintln(stdout, "Stopping the demo job.")
+	if out.isBroken() {
+		return fail(nil)
+	}
+	fmt.Fprintln(out, "Stopping the demo job.")
 	return 0
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,23 +13,28 @@ import (
 	"github.com/probing-mcp/probing-mcp/tools"
 )
 
+var diagnoseDoc = cmdDoc{Name: "diagnose", Synopsis: "[flags]",
+	About: `Is the job on this node hung, and which rank is the culprit, in which category, at which line?
+The diagnose_hang tool's answer, from the same environment as serve (PROBING_DATA_DIR,
+PROBING_CTRL_ROOT): live agents, or what a dead job left.`,
+	Note: "Exit status: 0 when a diagnosis was made (whatever the verdict); 1 when it could not run; 2 on bad usage.",
+	Examples: []string{
+		"probing-mcp diagnose",
+		"probing-mcp diagnose --ranks --stall-seconds 60",
+		"PROBING_DATA_DIR=/dev/shm/probing probing-mcp diagnose --json",
+	}}
+
 func diagnose(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("diagnose", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newCommand(diagnoseDoc)
 	asJSON := fs.Bool("json", false, "print the verdict as JSON (the diagnose_hang tool's structured content)")
 	stall := fs.Int("stall-seconds", 0, "no progress for at least `N` seconds counts as a stall (default: 10 typical steps, at least 30 s)")
 	ranks := fs.Bool("ranks", false, "also list what every rank is doing")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: probing-mcp diagnose [flags]\n\nIs the job on this node hung, and which rank is the culprit? The diagnose_hang tool's answer, from\n"+
-			"the same environment as serve (PROBING_DATA_DIR, PROBING_CTRL_ROOT): live agents, or what a dead job left.\n"+
-			"Exit status: 0 when a diagnosis was made (whatever the verdict); 1 when it could not run; 2 on bad usage.\n\nFlags:\n")
-		fs.PrintDefaults()
+	pos, code, done := parseCommand(fs, diagnoseDoc, args, true, stdout, stderr)
+	if done {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "probing-mcp diagnose: unexpected argument %q (it takes flags only)\n", fs.Arg(0))
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "probing-mcp diagnose: unexpected argument %q (it takes flags only; probing-mcp diagnose --help)\n", pos[0])
 		return 2
 	}
 	level := new(slog.LevelVar)

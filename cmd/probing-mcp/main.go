@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -77,7 +78,7 @@ Usage:
   probing-mcp diagnose [--json] [--stall-seconds N] [--ranks]
       Is the job on this node hung, and which rank is the culprit, in which
       category, at which line (the diagnose_hang tool's verdict).
-  probing-mcp analyze PATH... [--json] [--prefix P] [--pg NAME] [--ranks 0-3] [--verbose]
+  probing-mcp analyze PATH... [--json] [--prefix P] [--rank FILE=N] [--pg NAME] [--ranks 0-3] [--verbose]
       Analyse Flight Recorder dumps (files or directories): which process
       group, collective and ranks hang or disagree.
   probing-mcp query SQL [--data-dir DIR] [--json] [--limit N]
@@ -86,14 +87,20 @@ Usage:
   probing-mcp agent install|uninstall [--python PATH] [--user]
       Install the in-process agent into a Python interpreter (activate with PROBING=1).
   probing-mcp demo [--torch auto|yes|no] [--exit]
-      Start a 4-rank job with the agent and an injected hang, diagnose it, and
-      print the MCP client configuration to explore it (Ctrl-C stops it).
+      Start a 4-rank job with the agent and an injected hang, diagnose it, show
+      one SQL query over its rings, and print the MCP client configurations to
+      explore it while it runs (Ctrl-C stops it; --exit stops at once).
   probing-mcp skill list|plan|run|validate|install
       Scripted diagnoses from the layered skill roots (bundled, repo, user,
       project, PROBING_SKILLS_DIR); install copies them for Claude/Cursor/Codex.
   probing-mcp version
 
-Run "probing-mcp COMMAND --help" for a command's flags.
+Run "probing-mcp COMMAND --help" (or "probing-mcp help COMMAND") for a command's flags and examples.
+
+Examples:
+  probing-mcp demo --exit
+  probing-mcp analyze testdata/fr/real/missing_rank      # from the repository root
+  probing-mcp query "SELECT * FROM probing.rings"
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -103,9 +110,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "serve":
-		return serve(args[1:], stderr)
+		return serve(args[1:], stdout, stderr)
 	case "node":
-		return nodeCmd(args[1:], stderr)
+		return nodeCmd(args[1:], stdout, stderr)
 	case "diagnose", "diagnose-hang":
 		return diagnose(args[1:], stdout, stderr)
 	case "analyze", "analyse":
@@ -119,14 +126,34 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "skill", "skills":
 		return skillCmd(args[1:], stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintln(stdout, "probing-mcp", versionString())
-		return 0
-	case "help", "-h", "--help":
+		return versionCmd(args[1:], stdout, stderr)
+	case "help", "-h", "--help", "-help":
+		// "help COMMAND [SUB]" is "COMMAND [SUB] --help".
+		if len(args) > 1 && args[0] == "help" {
+			return run(append(append([]string(nil), args[1:]...), "--help"), stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
 	fmt.Fprintf(stderr, "probing-mcp: unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+var versionDoc = cmdDoc{Name: "version", Synopsis: "", About: "Print the version of this binary (set at build time, else the module version or VCS revision).",
+	Examples: []string{"probing-mcp version", "probing-mcp --version"}}
+
+func versionCmd(args []string, stdout, stderr io.Writer) int {
+	fs := newCommand(versionDoc)
+	pos, code, done := parseCommand(fs, versionDoc, args, false, stdout, stderr)
+	if done {
+		return code
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "probing-mcp version: unexpected argument %q (it takes none)\n", pos[0])
+		return 2
+	}
+	fmt.Fprintln(stdout, "probing-mcp", versionString())
+	return 0
 }
 
 func versionString() string {
@@ -176,15 +203,30 @@ func newLogger(w io.Writer) (*slog.Logger, *slog.LevelVar, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), level, nil
 }
 
-func serve(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+var serveDoc = cmdDoc{Name: "serve", Synopsis: "[flags]",
+	About: `Serve MCP over stdio (default; what an MCP client starts), or Streamable HTTP at http://ADDR/mcp.
+It reads this node's job from PROBING_DATA_DIR and PROBING_CTRL_ROOT; with --job, --peers or
+--slurm-port every tool's scope is the whole job, through the node daemons.`,
+	Note: "Exit status: 0 when the client disconnected or on Ctrl-C; 1 when serving failed; 2 on bad usage or setup.",
+	Examples: []string{
+		"probing-mcp serve                                  # stdio, for claude_desktop_config.json / claude mcp add",
+		"PROBING_AUTH_TOKEN=secret probing-mcp serve --http 127.0.0.1:8080",
+		"probing-mcp serve --peers node1:9781,node2:9781    # the whole job",
+	}}
+
+func serve(args []string, stdout, stderr io.Writer) int {
+	fs := newCommand(serveDoc)
 	httpAddr := fs.String("http", "", "serve Streamable HTTP on `ADDR` (e.g. 127.0.0.1:8080) instead of stdio")
 	logFile := fs.String("log-file", "", "append logs to `PATH` instead of stderr")
 	job := fs.String("job", "", "the whole job: its c10d TCPStore `HOST:PORT` (default MASTER_ADDR:MASTER_PORT when set; off: this node only)")
 	peers := fs.String("peers", "", "the whole job: its node daemons as `ADDR,...`")
 	slurmPort := fs.Int("slurm-port", 0, "the whole job: a node daemon at `PORT` on every node of SLURM_JOB_NODELIST")
-	if _, err := parseInterleaved(fs, args); err != nil {
+	pos, code, done := parseCommand(fs, serveDoc, args, true, stdout, stderr)
+	if done {
+		return code
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "probing-mcp serve: unexpected argument %q (it takes flags only; probing-mcp serve --help)\n", pos[0])
 		return 2
 	}
 	logOut := stderr
@@ -271,9 +313,47 @@ func (m rankFlags) Set(v string) error {
 	return nil
 }
 
+// cleaned keys the mappings by clean path, as the loader names files.
+func (m rankFlags) cleaned() map[string]int {
+	out := make(map[string]int, len(m))
+	for p, r := range m {
+		out[filepath.Clean(p)] = r
+	}
+	return out
+}
+
+// checkRankMap refuses a --rank FILE that is none of the PATHs given nor
+// in one of their directories: the loader would silently ignore it.
+func checkRankMap(m rankFlags, paths []string, stderr io.Writer) int {
+	for p, r := range m {
+		cp := filepath.Clean(p)
+		ok := false
+		for _, root := range paths {
+			if cp == root || filepath.Dir(cp) == root {
+				ok = true
+			}
+		}
+		if _, err := os.Stat(cp); err != nil || !ok {
+			fmt.Fprintf(stderr, "probing-mcp analyze: --rank %s=%d: no such file among the PATHs given; name FILE as a PATH is named, or as a directory given joined with the file's name\n", p, r)
+			return 2
+		}
+	}
+	return 0
+}
+
+var analyzeDoc = cmdDoc{Name: "analyze", Synopsis: "PATH... [flags]",
+	About: `Analyse PyTorch Flight Recorder dumps (one per rank; files or directories): which process group,
+collective and ranks hang or disagree. A dump's rank comes from its file name (<prefix><rank>, as
+fr_trace reads it); map a file whose name does not end in its rank with --rank FILE=N.`,
+	Note: "Exit status: 0 when the analysis ran, whatever it found; 1 when it could not run; 2 on bad usage.",
+	Examples: []string{
+		"probing-mcp analyze testdata/fr/real/missing_rank          # from the repository root",
+		"probing-mcp analyze /tmp/dumps --prefix nccl_trace_rank_ --json",
+		"probing-mcp analyze dumps/host-a.pkl dumps/host-b.pkl --rank dumps/host-a.pkl=0 --rank dumps/host-b.pkl=1",
+	}}
+
 func analyze(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("analyze", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newCommand(analyzeDoc)
 	asJSON := fs.Bool("json", false, "print the machine-readable report")
 	prefix := fs.String("prefix", "", "file-name `PREFIX` before the rank number (default: inferred, like fr_trace -p)")
 	pg := fs.String("pg", "", "only the process group with this `NAME` or description")
@@ -283,20 +363,16 @@ func analyze(args []string, stdout, stderr io.Writer) int {
 	mismatchCap := fs.Int("mismatch-cap", 10, "fr_trace's --mismatch_cap for the side-by-side view")
 	verbose := fs.Bool("verbose", false, "list healthy groups, every warning and fr_trace's transcript")
 	rankMap := rankFlags{}
-	fs.Var(rankMap, "rank", "map a dump `FILE=RANK` when its name does not end in the rank (repeatable)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: probing-mcp analyze PATH... [flags]\n\nAnalyse PyTorch Flight Recorder dumps (one per rank; files or directories).\nExit status: 0 when the analysis ran, whatever it found; 1 when it could not run; 2 on bad usage.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	paths, err := parseInterleaved(fs, args)
-	if err != nil {
-		return 2
+	fs.Var(rankMap, "rank", "map a dump `FILE=N` (rank N) when its name does not end in the rank; repeatable; FILE as it is named on the command line or found in a directory given")
+	paths, code, done := parseCommand(fs, analyzeDoc, args, true, stdout, stderr)
+	if done {
+		return code
 	}
 	if len(paths) == 0 {
-		fmt.Fprintln(stderr, "probing-mcp analyze: no PATH given: pass the dump directory or the dump files")
+		fmt.Fprintln(stderr, "probing-mcp analyze: no PATH given: pass the dump directory or the dump files (probing-mcp analyze --help)")
 		return 2
 	}
-	opt := fr.LoadOptions{Prefix: *prefix, RankOf: map[string]int(rankMap)}
+	opt := fr.LoadOptions{Prefix: *prefix, RankOf: rankMap.cleaned(), RankHint: "pass --rank FILE=N for each such file"}
 	size := *maxSize
 	if size == "" {
 		size = os.Getenv("PROBING_MAX_FILE_SIZE")
@@ -311,10 +387,20 @@ func analyze(args []string, stdout, stderr io.Writer) int {
 	}
 	var ranks []int
 	if *ranksFlag != "" {
+		var err error
 		if ranks, err = rankset.Parse(*ranksFlag); err != nil {
 			fmt.Fprintf(stderr, "probing-mcp analyze: --ranks: %v\n", err)
 			return 2
 		}
+	}
+	if code := checkPaths("analyze", paths, stderr); code != 0 {
+		return code
+	}
+	for i := range paths {
+		paths[i] = filepath.Clean(paths[i]) // as --rank FILE is keyed
+	}
+	if code := checkRankMap(rankMap, paths, stderr); code != 0 {
+		return code
 	}
 	logger, _, err := newLogger(stderr)
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,25 +15,30 @@ import (
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
+var queryDoc = cmdDoc{Name: "query", Synopsis: "SQL [flags]",
+	About: `Run one read-only SQL query over the ring tables in the data dir (live, or left behind by a dead
+job), as the MCP query tool does. Tables: schema.table per ring file (python.comm_collective,
+python.torch_step_timing, python.trace_event, ...), each with _rank, _pid, _host, ... appended;
+probing.table_docs, probing.column_docs, probing.rings; history.*.`,
+	Note: "Exit status: 0 on success; 1 when the query failed; 2 on bad usage.",
+	Examples: []string{
+		`probing-mcp query "SELECT * FROM probing.rings"`,
+		`probing-mcp query "SELECT _rank, count(*) AS n, max(duration_ms) FROM python.comm_collective GROUP BY _rank"`,
+		`probing-mcp query --data-dir /dev/shm/probing --json "SELECT table_name, doc FROM probing.table_docs"`,
+	}}
+
 func query(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("query", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newCommand(queryDoc)
 	asJSON := fs.Bool("json", false, "print the result as JSON (the query tool's shape)")
 	dataDir := fs.String("data-dir", "", "read the rings under `DIR` (default $PROBING_DATA_DIR, else /dev/shm/probing or $TMPDIR/probing)")
 	limit := fs.Int("limit", sqlengine.DefaultLimit, fmt.Sprintf("print at most `N` rows (max %d)", sqlengine.MaxLimit))
 	timeout := fs.Duration("timeout", 20*time.Second, "stop the query after `DURATION`")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: probing-mcp query SQL [flags]\n\nRun one read-only SQL query over the ring tables in the data dir, as the MCP query tool does.\n"+
-			"Tables: schema.table per ring file (python.comm_collective, …), probing.table_docs, probing.column_docs, probing.rings, history.*.\n"+
-			"Exit status: 0 on success; 1 when the query failed; 2 on bad usage.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
-		return 2
+	pos, code, done := parseCommand(fs, queryDoc, args, true, stdout, stderr)
+	if done {
+		return code
 	}
 	if len(pos) != 1 {
-		fmt.Fprintf(stderr, "probing-mcp query: want exactly one SQL argument (quote it), got %d\n", len(pos))
+		fmt.Fprintf(stderr, "probing-mcp query: want exactly one SQL argument (quote it), got %d (probing-mcp query --help)\n", len(pos))
 		return 2
 	}
 	if *limit < 1 || *limit > sqlengine.MaxLimit {

@@ -33,6 +33,10 @@ type LoadOptions struct {
 	Prefix string
 	// RankOf maps a file path to its rank, overriding the name.
 	RankOf map[string]int
+	// RankHint says how this caller maps a file to its rank (the CLI's
+	// "--rank FILE=N"), named in the problem of a file whose rank cannot be
+	// told; empty when the caller has no such means.
+	RankHint string
 	// MaxFileBytes caps each file; 0 means DefaultMaxFileBytes.
 	MaxFileBytes int64
 	// Workers decode files in parallel; 0 means GOMAXPROCS.
@@ -234,7 +238,11 @@ func classify(path string, info fs.FileInfo, opt LoadOptions, explicit bool) (ca
 		m := rankSuffix.FindStringSubmatch(c.name)
 		if m == nil {
 			if explicit {
-				return c, false, "cannot tell the rank: the file name does not end in digits (name files <prefix><rank>, or map files to ranks explicitly)"
+				fix := "rename the files <prefix><rank>, e.g. nccl_trace_rank_3"
+				if opt.RankHint != "" {
+					fix += ", or " + opt.RankHint
+				}
+				return c, false, "cannot tell the rank: the file name does not end in digits (" + fix + ")"
 			}
 			return c, false, ""
 		}
@@ -254,7 +262,7 @@ func classify(path string, info fs.FileInfo, opt LoadOptions, explicit bool) (ca
 		if c.rank == math.MaxInt {
 			rank = "past 2^63"
 		}
-		return c, false, fmt.Sprintf("rank %s in the file name is over the ceiling of %d ranks (set %s higher for a larger job, or map the file to its rank)", rank, opt.Limits.MaxRanks, EnvMaxRanks)
+		return c, false, fmt.Sprintf("rank %s in the file name is over the ceiling of %d ranks (set %s higher for a larger job%s)", rank, opt.Limits.MaxRanks, EnvMaxRanks, orHint(opt.RankHint))
 	}
 	if c.rank >= opt.Limits.MaxRanks {
 		return c, false, "" // not a dump either: ignored
@@ -483,4 +491,11 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+func orHint(h string) string {
+	if h == "" {
+		return ""
+	}
+	return ", or " + h
 }

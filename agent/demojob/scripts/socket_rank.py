@@ -69,6 +69,12 @@ def fake_data_loader(step):
 
 
 def main():
+    # The agent's public tracing API: each step and its phases become rows
+    # of python.trace_event, and set_step numbers the step every ring row
+    # carries, as torch's optimizer hooks would (imported here, below the
+    # frames the README quotes by line).
+    from probing_mcp_agent import spans, steptiming
+
     if RANK == 0:
         ls = socket.socket()
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -77,8 +83,12 @@ def main():
         threading.Thread(target=serve_allreduce, args=(ls,), daemon=True, name="reducer").start()
     sock = connect()
     for step in range(1000000):
-        batch = fake_data_loader(step)
-        total = all_reduce(sock, batch)
+        steptiming.set_step(global_step=step)
+        with spans.span("train_step", phase="step", step=step):
+            with spans.span("load_batch", phase="data", step=step):
+                batch = fake_data_loader(step)
+            with spans.span("all_reduce", phase="comm", step=step):
+                total = all_reduce(sock, batch)
         print("rank %d step %d sum %.1f" % (RANK, step, total), flush=True)
         time.sleep(0.05)
 
