@@ -23,7 +23,15 @@ $(VENV)/.installed: mcp/testdata/e2e/requirements.txt agent/python/tests/require
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r mcp/testdata/e2e/requirements.txt -r agent/python/tests/requirements.txt
 	touch $@
 
-test: $(VENV)/.installed
+# The end-to-end tests also drive the binary with the official MCP
+# Inspector's CLI, in the two releases people have (0.15 and 2.12), from npm
+# (package.json, pinned by package-lock.json; no install scripts run).
+node_modules/.installed: package.json package-lock.json
+	@echo "installing the MCP Inspector CLI (0.15 and 2.12) into node_modules (from npm, about a minute)"
+	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	touch $@
+
+test: $(VENV)/.installed node_modules/.installed
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')); \
 	  if [ -n "$$unformatted" ]; then echo "not gofmt-ed: $$unformatted"; exit 1; fi
 	@echo "go vet"
@@ -70,4 +78,4 @@ fuzz:
 	$(GO) test ./skills -run '^$$' -fuzz FuzzParseRule -fuzztime 30s
 
 clean:
-	rm -rf bin $(VENV)
+	rm -rf bin $(VENV) node_modules
