@@ -77,11 +77,15 @@ const MaxText = 120
 // Short cuts a long formatted rank set at a range boundary within MaxText
 // bytes and says how many ranks it holds in all (a JSON answer keeps the
 // whole set; text for a person or a model shows this).
-func Short(set string) string {
-	if len(set) <= MaxText {
+func Short(set string) string { return ShortTo(set, MaxText) }
+
+// ShortTo is Short within max bytes (a set named again, after the line
+// that gave it at MaxText, needs less).
+func ShortTo(set string, max int) string {
+	if len(set) <= max {
 		return set
 	}
-	cut := strings.LastIndexByte(set[:MaxText], ',')
+	cut := strings.LastIndexByte(set[:max], ',')
 	if cut < 0 {
 		return set
 	}

@@ -65,3 +65,12 @@ func TestShort(t *testing.T) {
 		t.Errorf("a long set: %q", got)
 	}
 }
+
+func TestShortTo(t *testing.T) {
+	if got := ShortTo("0-71,80-151,160-231,240-311", 16); got != "0-71,80-151,… (288 ranks in all)" {
+		t.Errorf("%q", got)
+	}
+	if got := ShortTo("0-4095", 3); got != "0-4095" {
+		t.Errorf("one range is never cut: %q", got)
+	}
+}
