@@ -46,7 +46,13 @@ func (r ListProcessesResult) ModelText() string {
 			b.WriteString("; ended: " + clip(p.Ended, 200))
 		}
 		if p.Command != "" {
-			b.WriteString("; cmd: " + clip(p.Command, 80))
+			// The interpreter by its name: the script and its arguments
+			// are what tell the processes apart.
+			cmd := p.Command
+			if exe, rest, ok := strings.Cut(cmd, " "); ok && strings.Contains(exe, "/") {
+				cmd = exe[strings.LastIndexByte(exe, '/')+1:] + " " + rest
+			}
+			b.WriteString("; cmd: " + clip(cmd, 120))
 		}
 		b.WriteString("\n")
 	}

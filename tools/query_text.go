@@ -46,8 +46,8 @@ func resultText(r *sqlengine.Result, what string) string {
 			rows[i] = row.Values()
 		}
 		if n := writeTable(&b, r.Columns, rows, maxTextTable); n < len(rows) {
-			fmt.Fprintf(&b, "… text cut after %d of the %d %s returned (%d KiB of text); select fewer columns or rows, or read structured content: rows.\n",
-				n, len(rows), what, maxTextTable>>10)
+			fmt.Fprintf(&b, "… text cut after %d of the %d %s returned (%d KiB of text): for the rest add LIMIT %d OFFSET %d to the SQL, or select fewer columns (structured content: rows has them all).\n",
+				n, len(rows), what, maxTextTable>>10, len(rows)-n, n)
 		}
 	}
 	writeQuality(&b, r.DataQuality)

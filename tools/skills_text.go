@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -179,6 +180,15 @@ func (r runAnswer) ModelText() string {
 			if n < len(s.Rows) {
 				fmt.Fprintf(&b, "    … %d of %d row(s) shown (structured content: steps[].rows; query runs the step's SQL with a limit)\n", n, len(s.Rows))
 			}
+		} else if j := strings.TrimSpace(s.Text); strings.HasPrefix(j, "{") {
+			// A tool step's text is the tool's JSON: its summary says it.
+			var v struct {
+				Summary string `json:"summary"`
+			}
+			if json.Unmarshal([]byte(j), &v) == nil && v.Summary != "" {
+				b.WriteString("    " + clip(shortSets(v.Summary), 400) + "\n")
+			}
+			fmt.Fprintf(&b, "    (the tool's whole result, %d bytes, is in structured content steps[].text; plan_skill shows the call to make it yourself)\n", len(j))
 		} else if s.Text != "" {
 			t := s.Text
 			if len(t) > maxTextSkillText {
