@@ -9,7 +9,7 @@ import (
 
 // maxTextTable bounds a table's rows in the text: a page of the default
 // 200 rows of a few columns fits; wider answers are cut, and say so.
-const maxTextTable = 12 << 10
+const maxTextTable = 8 << 10
 
 // queryAnswer is query's and cluster_query's result: the engine's, with
 // its text rendering (its JSON is the engine's Result, unchanged).
@@ -59,7 +59,7 @@ func writeQuality(b *strings.Builder, q *sqlengine.Quality) {
 		return
 	}
 	if q.Partial {
-		b.WriteString("problem: partial: some recorded data could not be read\n")
+		b.WriteString("problem: partial: part of the data could not be read (the lines below say which)\n")
 	}
 	for _, p := range q.Problems {
 		fmt.Fprintf(b, "problem: %s: %s\n", p.Path, clip(p.Problem, 200))

@@ -2,10 +2,16 @@ package tools
 
 import (
 	"context"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/cluster"
+	"github.com/probing-mcp/probing-mcp/cluster/fanout"
+	"github.com/probing-mcp/probing-mcp/cluster/node"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
@@ -95,5 +101,39 @@ func TestDescribeTablesText(t *testing.T) {
 	if !strings.HasPrefix(text, "1 table(s).") || !strings.Contains(text, "Columns (") || !strings.Contains(text, "python.comm_collective:\n  ") ||
 		!strings.Contains(text, "  group_seq ") {
 		t.Errorf("text:\n%s", text)
+	}
+}
+
+// TestClusterQueryText: the whole job's SQL, one node answering over a
+// real hung job's rings and one dead: the rows, then the node that did
+// not answer said after them.
+func TestClusterQueryText(t *testing.T) {
+	e := skipTPEnv(t).SQL
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := cluster.Node{Host: "node0", Addr: ln.Addr().String(), NodeRank: 0, Ranks: "0-7", Kind: cluster.KindDaemon, Source: "peers"}
+	srv := &http.Server{Handler: node.Handler(node.Config{Source: &node.Local{Self: self, SQL: e}})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := cluster.Node{Host: "node1", Addr: dead.Addr().String(), NodeRank: 1, Ranks: "8-15", Kind: cluster.KindDaemon, Source: "peers"}
+	dead.Close()
+	j := fanout.NewJob(func(context.Context) ([]cluster.Node, []string, error) { return []cluster.Node{self, gone}, nil, nil },
+		fanout.NewClient("", 2), fanout.Options{Concurrency: 2, PeerTimeout: 30 * time.Second, Deadline: 60 * time.Second})
+	env := &Env{Cluster: j, SQL: e}
+	res := callTool(t, env, "cluster_query", map[string]any{"sql": "SELECT _node_rank, _rank, count(*) AS n FROM python.comm_collective GROUP BY _node_rank, _rank ORDER BY _rank"}).(queryAnswer)
+	_, textLen := sizes(t, "cluster_query (1 of 2 nodes)", res)
+	text := res.ModelText()
+	lines := strings.Split(text, "\n")
+	if lines[0] != "8 rows." || lines[1] != "_node_rank | _rank | n" || !strings.HasPrefix(lines[2], "0 | 0 | ") {
+		t.Errorf("text:\n%s", text)
+	}
+	if !strings.Contains(text, "note: 1/2 node(s) answered") || !strings.Contains(text, "did not answer: "+gone.Addr) || textLen > 2048 {
+		t.Errorf("the dead node is not said, or the text is %d bytes:\n%s", textLen, text)
 	}
 }
