@@ -7,7 +7,7 @@ import (
 
 // Bounds of the agents' tools' text.
 const (
-	maxTextProcLines = 64
+	maxTextProcLines = 32
 	maxTextOthers    = 5
 	maxTextOutput    = 16 << 10
 	maxTextTraceback = 30
