@@ -106,23 +106,6 @@ func setWords(set string) string {
 	return "rank " + set
 }
 
-// maxSetText is how much of a rank set the text shows: a large job's
-// sets with holes (every tenth node down) run to kilobytes.
-const maxSetText = 120
-
 // shortSet cuts a long rank set at a range boundary and says how many
 // ranks it holds in all (the JSON keeps the whole set).
-func shortSet(set string) string {
-	if len(set) <= maxSetText {
-		return set
-	}
-	cut := strings.LastIndexByte(set[:maxSetText], ',')
-	if cut < 0 {
-		return set
-	}
-	n := 0
-	if rs, err := rankset.Parse(set); err == nil {
-		n = len(rs)
-	}
-	return fmt.Sprintf("%s,… (%d ranks in all)", set[:cut], n)
-}
+func shortSet(set string) string { return rankset.Short(set) }

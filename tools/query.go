@@ -44,19 +44,19 @@ func queryTool(env *Env) Def {
 		schemas[QueryParams, QueryResult](env),
 		hints(true, false, true, false),
 	)
-	h, call := typed(func(ctx context.Context, p QueryParams) (*sqlengine.Result, error) {
+	h, call := typed(func(ctx context.Context, p QueryParams) (queryAnswer, error) {
 		if env.SQL == nil {
-			return nil, userErrorf("the SQL engine is not available on this server")
+			return queryAnswer{}, userErrorf("the SQL engine is not available on this server")
 		}
 		if p.Limit < 0 {
-			return nil, userErrorf("limit %d is negative; pass 1..%d", p.Limit, sqlengine.MaxLimit)
+			return queryAnswer{}, userErrorf("limit %d is negative; pass 1..%d", p.Limit, sqlengine.MaxLimit)
 		}
 		if env.Cluster != nil {
 			res, err := env.Cluster.Query(ctx, p.SQL, p.Limit)
-			return res, sqlUserError(err)
+			return queryAnswer{res}, sqlUserError(err)
 		}
 		res, err := env.SQL.Query(ctx, p.SQL, p.Limit)
-		return res, sqlUserError(err)
+		return queryAnswer{res}, sqlUserError(err)
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
 		Summary: "read-only SQL over the ring tables every local rank records (collectives, step timings, Flight Recorder rows, …) and the history"}
@@ -198,12 +198,12 @@ func clusterQuery(env *Env) Def {
 		schemas[QueryParams, QueryResult](env),
 		hints(true, false, true, false),
 	)
-	h, call := typed(func(ctx context.Context, p QueryParams) (*sqlengine.Result, error) {
+	h, call := typed(func(ctx context.Context, p QueryParams) (queryAnswer, error) {
 		if p.Limit < 0 {
-			return nil, userErrorf("limit %d is negative; pass 1..%d", p.Limit, sqlengine.MaxLimit)
+			return queryAnswer{}, userErrorf("limit %d is negative; pass 1..%d", p.Limit, sqlengine.MaxLimit)
 		}
 		res, err := env.Cluster.Query(ctx, p.SQL, p.Limit)
-		return res, sqlUserError(err)
+		return queryAnswer{res}, sqlUserError(err)
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
 		Summary: "read-only SQL over every node's ring tables, with node and rank tag columns; filters applied on the nodes"}

@@ -280,8 +280,9 @@ func planSkill(env *Env) Def {
 		schemas[SkillParams, skills.PlanResult](env),
 		hints(true, false, true, false),
 	)
-	h, call := typed(func(ctx context.Context, p SkillParams) (*skills.PlanResult, error) {
-		return PlanSkill(env, p.SkillID, p.Params)
+	h, call := typed(func(ctx context.Context, p SkillParams) (planAnswer, error) {
+		r, err := PlanSkill(env, p.SkillID, p.Params)
+		return planAnswer{r}, err
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call, Summary: "a skill's steps expanded, without running them"}
 }
@@ -326,8 +327,9 @@ func runSkill(env *Env) Def {
 		schemas[SkillParams, RunSkillResult](env),
 		hints(true, false, false, false),
 	)
-	h, call := typed(func(ctx context.Context, p SkillParams) (*skills.RunResult, error) {
-		return RunSkill(ctx, env, p.SkillID, p.Params)
+	h, call := typed(func(ctx context.Context, p SkillParams) (runAnswer, error) {
+		r, err := RunSkill(ctx, env, p.SkillID, p.Params)
+		return runAnswer{r}, err
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call, Summary: "run a scripted diagnosis: steps, findings, summary"}
 }

@@ -69,3 +69,29 @@ func Parse(s string) ([]int, error) {
 	}
 	return slices.Compact(slices.Sorted(slices.Values(out))), nil
 }
+
+// MaxText is how much of a rank set a text rendering shows: a large job's
+// sets with holes (every tenth node down) run to kilobytes.
+const MaxText = 120
+
+// Short cuts a long formatted rank set at a range boundary within MaxText
+// bytes and says how many ranks it holds in all (a JSON answer keeps the
+// whole set; text for a person or a model shows this).
+func Short(set string) string { return ShortTo(set, MaxText) }
+
+// ShortTo is Short within max bytes (a set named again, after the line
+// that gave it at MaxText, needs less).
+func ShortTo(set string, max int) string {
+	if len(set) <= max {
+		return set
+	}
+	cut := strings.LastIndexByte(set[:max], ',')
+	if cut < 0 {
+		return set
+	}
+	n := 0
+	if rs, err := Parse(set); err == nil {
+		n = len(rs)
+	}
+	return fmt.Sprintf("%s,… (%d ranks in all)", set[:cut], n)
+}

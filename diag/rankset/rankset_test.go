@@ -1,6 +1,7 @@
 package rankset
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -46,5 +47,30 @@ func TestParse(t *testing.T) {
 		if _, err := Parse(bad); err == nil || !strings.Contains(err.Error(), "rank set") {
 			t.Errorf("Parse(%q): %v", bad, err)
 		}
+	}
+}
+
+func TestShort(t *testing.T) {
+	if got := Short("0-3,7"); got != "0-3,7" {
+		t.Errorf("a short set is kept: %q", got)
+	}
+	var rs []int
+	for n := 0; n < 512; n++ {
+		if n%10 != 9 {
+			rs = append(rs, n*8, n*8+1, n*8+2, n*8+3, n*8+4, n*8+5, n*8+6, n*8+7)
+		}
+	}
+	got := Short(Format(rs))
+	if len(got) > MaxText+30 || !strings.HasSuffix(got, fmt.Sprintf(",… (%d ranks in all)", len(rs))) || !strings.HasPrefix(got, "0-71,80-151,") {
+		t.Errorf("a long set: %q", got)
+	}
+}
+
+func TestShortTo(t *testing.T) {
+	if got := ShortTo("0-71,80-151,160-231,240-311", 16); got != "0-71,80-151,… (288 ranks in all)" {
+		t.Errorf("%q", got)
+	}
+	if got := ShortTo("0-4095", 3); got != "0-4095" {
+		t.Errorf("one range is never cut: %q", got)
 	}
 }

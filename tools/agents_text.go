@@ -1,0 +1,160 @@
+package tools
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Bounds of the agents' tools' text.
+const (
+	maxTextProcLines = 32
+	maxTextOthers    = 5
+	maxTextOutput    = 16 << 10
+	maxTextTraceback = 30
+	maxTextConfigDoc = 100
+)
+
+// ModelText is the summary, then one line per process (pid, rank, how it
+// ended, eval), then the other data dirs' and the untrusted entries.
+func (r ListProcessesResult) ModelText() string {
+	var b strings.Builder
+	b.WriteString(r.Summary + ".\n")
+	for i, p := range r.Processes {
+		if i == maxTextProcLines {
+			fmt.Fprintf(&b, "… %d more process(es) in structured content: processes\n", len(r.Processes)-i)
+			break
+		}
+		state := "alive"
+		if !p.Alive {
+			state = "exited"
+			if p.Stale {
+				state += ", stale socket"
+			}
+		}
+		fmt.Fprintf(&b, "  pid %d rank %d (local %d, world %d", p.PID, p.Rank, p.LocalRank, p.WorldSize)
+		if p.Role != "" {
+			b.WriteString(", role " + p.Role)
+		}
+		fmt.Fprintf(&b, "): %s, agent %s, %d ring(s)", state, p.Kind, p.Rings)
+		if p.Torch != "" {
+			b.WriteString(", torch " + p.Torch)
+		}
+		if p.Eval {
+			b.WriteString(", eval allowed")
+		}
+		if p.Ended != "" {
+			b.WriteString("; ended: " + clip(p.Ended, 200))
+		}
+		if p.Command != "" {
+			// The interpreter by its name: the script and its arguments
+			// are what tell the processes apart.
+			cmd := p.Command
+			if exe, rest, ok := strings.Cut(cmd, " "); ok && strings.Contains(exe, "/") {
+				cmd = exe[strings.LastIndexByte(exe, '/')+1:] + " " + rest
+			}
+			b.WriteString("; cmd: " + clip(cmd, 120))
+		}
+		b.WriteString("\n")
+	}
+	for i, o := range r.OtherDataDir {
+		if i == maxTextOthers {
+			fmt.Fprintf(&b, "  … %d more in structured content: other_data_dir\n", len(r.OtherDataDir)-i)
+			break
+		}
+		fmt.Fprintf(&b, "  other data dir: pid %d writes to %s (left out unless named by pid)\n", o.PID, o.DataDir)
+	}
+	for i, u := range r.Untrusted {
+		if i == maxTextOthers {
+			fmt.Fprintf(&b, "  … %d more in structured content: untrusted\n", len(r.Untrusted)-i)
+			break
+		}
+		fmt.Fprintf(&b, "  untrusted: pid %d uid %d alive %v: %s\n", u.PID, u.UID, u.Alive, clip(u.Reason, 160))
+	}
+	if r.Truncated {
+		fmt.Fprintf(&b, "Cut: over %d entries per list; the first %d are listed.\n", maxProcesses, maxProcesses)
+	}
+	return b.String()
+}
+
+// ModelText is one line per key: key = value, settable or not, its doc.
+func (r GetConfigResult) ModelText() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d config key(s)", procWho(r.PID, r.Rank, ""), len(r.Values))
+	if len(r.Keys) > 0 {
+		n := 0
+		for _, k := range r.Keys {
+			if k.Settable {
+				n++
+			}
+		}
+		fmt.Fprintf(&b, ", %d settable with set_config", n)
+	}
+	b.WriteString(".\n")
+	if len(r.Keys) > 0 {
+		for _, k := range r.Keys {
+			set := ""
+			if k.Settable {
+				set = " [settable]"
+			}
+			fmt.Fprintf(&b, "  %s = %s%s", k.Key, clip(k.Value, 200), set)
+			if k.Doc != "" {
+				b.WriteString(" — " + clip(k.Doc, maxTextConfigDoc))
+			}
+			b.WriteString("\n")
+		}
+		return b.String()
+	}
+	for _, k := range sortedKeys(r.Values) {
+		fmt.Fprintf(&b, "  %s = %s\n", k, clip(r.Values[k], 200))
+	}
+	return b.String()
+}
+
+// ModelText is the status, then the output as printed (cut past 16 KiB,
+// said), then the traceback.
+func (r EvalPythonResult) ModelText() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "eval in %s: %s in %.0f ms", procWho(r.PID, r.Rank, ""), r.Status, r.DurationMS)
+	if r.Status == "timeout" {
+		b.WriteString(" (the code keeps running in its thread)")
+	}
+	b.WriteString(".\n")
+	out := r.Output
+	if out == "" {
+		b.WriteString("(no output)\n")
+	} else {
+		cut := ""
+		if len(out) > maxTextOutput {
+			cut = fmt.Sprintf("… output cut at %d of %d bytes (structured content: output has it all; print less)\n", maxTextOutput, len(out))
+			out = clipRaw(out, maxTextOutput)
+		}
+		b.WriteString("Output:\n" + out)
+		if !strings.HasSuffix(out, "\n") {
+			b.WriteString("\n")
+		}
+		b.WriteString(cut)
+	}
+	if len(r.Traceback) > 0 {
+		b.WriteString("Traceback:\n")
+		tb := r.Traceback
+		if len(tb) > maxTextTraceback {
+			fmt.Fprintf(&b, "  … %d earlier line(s) cut (structured content: traceback)\n", len(tb)-maxTextTraceback)
+			tb = tb[len(tb)-maxTextTraceback:] // the innermost lines say what failed
+		}
+		for _, l := range tb {
+			b.WriteString("  " + strings.TrimRight(l, "\n") + "\n")
+		}
+	}
+	return b.String()
+}
+
+// clipRaw cuts s to n bytes at a rune boundary, keeping its newlines.
+func clipRaw(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && (s[n]&0xC0) == 0x80 {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,53 @@
+package tools
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// TestAgentsTextCuts: the agents' tools' texts on what the live demo job
+// cannot show (TestModelTextLive covers that): hundreds of processes,
+// untrusted entries and other jobs' agents, one key read, a deep
+// traceback. Every cut says what was left out and where it is.
+func TestAgentsTextCuts(t *testing.T) {
+	lp := ListProcessesResult{Summary: "300 live process(es) with an agent (ranks 0-299); 1 untrusted entr(ies) in the shared directories", Truncated: true,
+		Untrusted:    []UntrustedView{{PID: 4242, UID: 1001, Alive: true, Reason: "pid dir owned by uid 1001, not the process's owner"}},
+		OtherDataDir: []OtherDataDirView{{PID: 5151, DataDir: "/scratch/other/data"}}}
+	for r := 0; r < maxProcesses; r++ {
+		lp.Processes = append(lp.Processes, ProcessView{PID: 1000 + r, Rank: r, LocalRank: r % 8, WorldSize: 300, Kind: "probing-mcp", Alive: true, Rings: 3,
+			Command: "/opt/conda/envs/train/bin/python3 /home/u/train.py --config big.yaml"})
+	}
+	_, n := sizes(t, "list_processes (256 of 300)", lp)
+	text := lp.ModelText()
+	for _, want := range []string{"300 live process(es)", "  pid 1000 rank 0 (local 0, world 300): alive, agent probing-mcp, 3 ring(s); cmd: python3 /home/u/train.py --config big.yaml",
+		"… 224 more process(es) in structured content: processes", "other data dir: pid 5151 writes to /scratch/other/data",
+		"untrusted: pid 4242 uid 1001 alive true: pid dir owned", "Cut: over 256 entries per list"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("list_processes text lacks %q:\n%s", want, text)
+		}
+	}
+	if n > 5<<10 {
+		t.Errorf("list_processes text %d bytes", n)
+	}
+
+	gc := GetConfigResult{PID: 77, Rank: -1, Values: map[string]string{"probing.sample_rate": "0.5"}}
+	if text := gc.ModelText(); text != "pid 77: 1 config key(s).\n  probing.sample_rate = 0.5\n" {
+		t.Errorf("get_config one key: %q", text)
+	}
+
+	ev := EvalPythonResult{PID: 9, Rank: 3, Status: "error", DurationMS: 2.4}
+	for i := 0; i < 40; i++ {
+		ev.Traceback = append(ev.Traceback, fmt.Sprintf("  File \"x.py\", line %d, in f%d\n", i, i))
+	}
+	ev.Traceback = append(ev.Traceback, "RecursionError: maximum recursion depth exceeded\n")
+	text = ev.ModelText()
+	for _, want := range []string{"eval in rank 3 (pid 9): error in 2 ms.\n(no output)\nTraceback:\n  … 11 earlier line(s) cut", "RecursionError: maximum recursion depth exceeded"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("eval_python text lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "in f10\n") || !strings.Contains(text, "in f39") {
+		t.Errorf("the innermost lines are the ones kept:\n%s", text)
+	}
+}

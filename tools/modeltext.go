@@ -1,0 +1,158 @@
+package tools
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
+)
+
+// Shared pieces of the ModelText renderings (the text content most
+// clients show the model): long rank sets cut, lines and cells capped,
+// every cut said with how to get the rest.
+
+// reRankSet finds the rank sets a domain package's text names
+// ("ranks 0-4,6-71,…"), so that one computed for the JSON can be shown cut.
+var reRankSet = regexp.MustCompile(`(ranks? )(\d+(?:[-,]\d+)+)`)
+
+// shortSets cuts every long rank set in s (rankset.Short).
+func shortSets(s string) string { return shortSetsTo(s, rankset.MaxText) }
+
+// shortSetsTo cuts every rank set in s to max bytes.
+func shortSetsTo(s string, max int) string {
+	return reRankSet.ReplaceAllStringFunc(s, func(m string) string {
+		sub := reRankSet.FindStringSubmatch(m)
+		return sub[1] + rankset.ShortTo(sub[2], max)
+	})
+}
+
+// clip cuts s to n bytes at a rune boundary, marking the cut; newlines
+// become spaces so that one item stays one line.
+func clip(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// ints64Set is a set of ids as ranges (history ids are consecutive).
+func ints64Set(ids []int64) string {
+	rs := make([]int, 0, len(ids))
+	for _, id := range ids {
+		rs = append(rs, int(id))
+	}
+	return rankset.Short(rankset.Format(rs))
+}
+
+// maxCoverageText is how many missing nodes the text names by address.
+const maxCoverageText = 3
+
+// coverageText is the whole-job scope in a few lines: how many nodes
+// answered, the missing ones' ranks as a cut set, their failure kinds
+// counted, the first few by name, and the membership problems.
+func coverageText(c *CoverageView) string {
+	if c == nil {
+		return ""
+	}
+	var b strings.Builder
+	raw := c.raw
+	missing := len(raw.Missing)
+	if missing == 0 {
+		missing = len(c.Missing)
+	}
+	fmt.Fprintf(&b, "Scope: the whole job, %d/%d node(s) answered", c.Answered, c.Asked)
+	if missing == 0 {
+		b.WriteString(".\n")
+	} else if len(raw.Missing) == 0 {
+		// A view without its coverage (decoded from JSON): its lines.
+		fmt.Fprintf(&b, "; %d did not: %s\n", missing, clip(strings.Join(c.Missing, "; "), 300))
+	} else {
+		var ranks []int
+		kinds := map[string]int{}
+		for _, o := range raw.Missing {
+			if rs, err := rankset.Parse(o.Node.Ranks); err == nil {
+				ranks = append(ranks, rs...)
+			}
+			kind := "failed"
+			if o.Err != nil {
+				kind = o.Err.Kind
+			}
+			kinds[kind]++
+		}
+		var ks []string
+		for k, n := range kinds {
+			ks = append(ks, fmt.Sprintf("%d %s", n, k))
+		}
+		sort.Strings(ks)
+		fmt.Fprintf(&b, "; %d did not (%s)", missing, strings.Join(ks, ", "))
+		if set := rankset.Format(ranks); set != "" {
+			fmt.Fprintf(&b, ", their ranks %s not seen", rankset.ShortTo(set, 60))
+		}
+		b.WriteString(":\n")
+		for i, o := range raw.Missing {
+			if i == maxCoverageText {
+				fmt.Fprintf(&b, "  … %d more node(s): list_cluster_nodes lists each with why (status=timeout, unreachable, …)\n", missing-i)
+				break
+			}
+			kind, msg := "failed", ""
+			if o.Err != nil {
+				kind, msg = o.Err.Kind, o.Err.Msg
+			}
+			fmt.Fprintf(&b, "  %s (%s) %s", o.Node.Host, o.Node.Addr, kind)
+			if o.Node.Ranks != "" {
+				b.WriteString(", ranks " + rankset.ShortTo(o.Node.Ranks, 40))
+			}
+			b.WriteString(": " + clip(msg, 80) + "\n")
+		}
+	}
+	for i, p := range c.Problems {
+		if i == maxCoverageText {
+			fmt.Fprintf(&b, "  … %d more membership problem(s) (structured content, list_cluster_nodes)\n", len(c.Problems)-i)
+			break
+		}
+		b.WriteString("  membership: " + clip(p, 160) + "\n")
+	}
+	return b.String()
+}
+
+// maxTextCell caps one cell of a text table.
+const maxTextCell = 60
+
+// cell renders one value for a text table: NULL for nil, one line, capped.
+func cell(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "NULL"
+	case string:
+		return clip(x, maxTextCell)
+	case float64:
+		return clip(fmt.Sprintf("%.6g", x), maxTextCell)
+	}
+	return clip(fmt.Sprint(v), maxTextCell)
+}
+
+// writeTable writes a pipe-separated table, the column names once, then
+// rows until maxBytes of text; it returns how many rows it wrote.
+func writeTable(b *strings.Builder, cols []string, rows [][]any, maxBytes int) int {
+	b.WriteString(strings.Join(cols, " | ") + "\n")
+	start := b.Len()
+	for i, r := range rows {
+		cs := make([]string, len(r))
+		for j, v := range r {
+			cs[j] = cell(v)
+		}
+		line := strings.Join(cs, " | ") + "\n"
+		if b.Len()-start+len(line) > maxBytes {
+			return i
+		}
+		b.WriteString(line)
+	}
+	return len(rows)
+}
