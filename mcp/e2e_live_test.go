@@ -143,8 +143,12 @@ func TestE2ELiveJob(t *testing.T) {
 	if sc.Status != "ok" || len(sc.Processes) != 4 {
 		t.Errorf("set_config on ranks 0-3: %s", out.call(t, 3).Text)
 	}
-	if txt := out.call(t, 4).Text; !strings.Contains(txt, `"probing.sample_rate":"0.5"`) {
-		t.Errorf("get_config after set_config: %s", txt)
+	var gc struct {
+		Values map[string]string `json:"values"`
+	}
+	json.Unmarshal(out.call(t, 4).ok(t), &gc)
+	if gc.Values["probing.sample_rate"] != "0.5" {
+		t.Errorf("get_config after set_config: %s", out.call(t, 4).ok(t))
 	}
 	var ev struct {
 		Status string `json:"status"`
@@ -161,8 +165,14 @@ func TestE2ELiveJob(t *testing.T) {
 	if msg := out.call(t, 7).toolError(t); !strings.Contains(msg, "rank 7") || !strings.Contains(msg, "0-3") {
 		t.Errorf("unknown rank: %q", msg)
 	}
-	if txt := out.call(t, 8).Text; !strings.Contains(txt, `"processes":[{"pid":`+fmt.Sprint(pids[2])) {
-		t.Errorf("merge=false: %.300s", txt)
+	var unmerged struct {
+		Processes []struct {
+			PID int `json:"pid"`
+		} `json:"processes"`
+	}
+	json.Unmarshal(out.call(t, 8).ok(t), &unmerged)
+	if len(unmerged.Processes) != 1 || unmerged.Processes[0].PID != pids[2] {
+		t.Errorf("merge=false: %.300s", out.call(t, 8).ok(t))
 	}
 	var ls struct {
 		Skills []struct {
@@ -174,8 +184,15 @@ func TestE2ELiveJob(t *testing.T) {
 	if len(ls.Skills) < 8 || ls.Skills[0].Root != "bundled" {
 		t.Errorf("list_skills: %s", out.call(t, 9).Text)
 	}
-	if txt := out.call(t, 10).Text; !strings.Contains(txt, `duration_ms \u003c 0`) || !strings.Contains(txt, `"min_age_s":"5"`) {
-		t.Errorf("plan_skill: %.800s", txt)
+	var plan struct {
+		Parameters map[string]string `json:"parameters"`
+		Steps      []struct {
+			SQL string `json:"sql"`
+		} `json:"steps"`
+	}
+	json.Unmarshal(out.call(t, 10).ok(t), &plan)
+	if plan.Parameters["min_age_s"] != "5" || len(plan.Steps) == 0 || !strings.Contains(plan.Steps[0].SQL, "duration_ms < 0") {
+		t.Errorf("plan_skill: %.800s", out.call(t, 10).ok(t))
 	}
 	var rs struct {
 		Status   string `json:"status"`
