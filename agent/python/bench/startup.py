@@ -25,8 +25,9 @@ It also measures, for PROBING=1, how long after the spawn the agent is
 usable (the median of --n/4 runs of a process that sleeps): the identity
 file written and the control socket answering GET /health.
 
-PROBING_DATA_DIR and PROBING_CTRL_ROOT point into the temp dir, so nothing
-of a real job is touched. The node daemon is switched off
+PROBING_DATA_DIR (a temp dir in /dev/shm, where the agent's default data
+dir is) and PROBING_CTRL_ROOT (in the temp dir) are the bench's own, so
+nothing of a real job is touched. The node daemon is switched off
 (PROBING_MCP_NODE=off) unless --node: a single process is its node's
 leader and would start `probing-mcp node` from a background thread.
 
@@ -68,12 +69,12 @@ def make_venvs(python, root, binary):
     return os.path.join(bare, "bin", "python"), os.path.join(agent, "bin", "python")
 
 
-def base_env(root, node):
+def base_env(root, data, node):
     env = dict(os.environ)
     for k in list(env):
         if k.startswith("PROBING") or k in ("PYTHONPATH", "PYTHONSTARTUP", "RANK", "LOCAL_RANK", "WORLD_SIZE"):
             del env[k]
-    env["PROBING_DATA_DIR"] = os.path.join(root, "data")
+    env["PROBING_DATA_DIR"] = data
     env["PROBING_CTRL_ROOT"] = os.path.join(root, "ctrl")
     if not node:
         env["PROBING_MCP_NODE"] = "off"
@@ -128,7 +129,7 @@ def ready_once(py, env):
             now = (time.perf_counter() - t0) * 1000
             if t_ident is None and os.path.exists(ident):
                 t_ident = now
-            if t_health is None and os.path.exists(sock) and health(sock):
+            if t_ident is not None and t_health is None and os.path.exists(sock) and health(sock):
                 t_health = (time.perf_counter() - t0) * 1000
             time.sleep(0.001)
     finally:
@@ -163,10 +164,13 @@ def main():
     ap.add_argument("--json", action="store_true", help="print only the JSON summary")
     a = ap.parse_args()
     root = tempfile.mkdtemp(prefix="probing-startup-")
+    data = None
     try:
         binary = a.binary or build_binary(os.path.join(root, "probing-mcp"))
         bare, agent = make_venvs(a.python, root, binary)
-        env = base_env(root, a.node)
+        # The data dir where the agent's default is: tmpfs (/dev/shm).
+        data = tempfile.mkdtemp(prefix="probing-startup-", dir="/dev/shm" if os.path.isdir("/dev/shm") else root)
+        env = base_env(root, data, a.node)
         modes = [("bare", bare, None), ("unset", agent, None), ("PROBING=1", agent, "1"), ("PROBING=2", agent, "2")]
         wall = dict((m[0], []) for m in modes)
         cpu = dict((m[0], []) for m in modes)
@@ -218,6 +222,8 @@ def main():
                 print("  %8d %8d %s" % (cum, self_us, name))
         print(json.dumps(summary, sort_keys=True))
     finally:
+        if data:
+            shutil.rmtree(data, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -19,7 +19,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from probing_mcp_agent import collectives, config, fr, memt, runtime, spans, steptiming, tables  # noqa: E402
+from probing_mcp_agent import collectives, config, fr, frenv, memt, runtime, spans, steptiming, tables  # noqa: E402
 
 
 @pytest.fixture
@@ -677,7 +677,7 @@ def test_watchdog_hooks_snapshot_and_chain(env, monkeypatch):
 
 def test_configure_env(env, monkeypatch):
     pid_dir = runtime.pid_dir()
-    monkeypatch.setattr(fr, "torch_version_on_disk", lambda: (2, 15))
+    monkeypatch.setattr(frenv, "torch_version_on_disk", lambda: (2, 15))
     e = {}
     got = fr.configure_env(e)
     assert got == {"TORCH_FR_BUFFER_SIZE": "2000",
@@ -686,12 +686,12 @@ def test_configure_env(env, monkeypatch):
     # ... and names who set the path defaults, for the children (per-rank prefixes)
     assert e == dict(got, PROBING_MCP_FR_DEFAULTS="%d:TORCH_FR_DUMP_TEMP_FILE,TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
                      % os.getpid())
-    monkeypatch.setattr(fr, "torch_version_on_disk", lambda: (2, 5))
+    monkeypatch.setattr(frenv, "torch_version_on_disk", lambda: (2, 5))
     e = {}
     fr.configure_env(e)
     assert set(e) == {"TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
                       "TORCH_NCCL_DEBUG_INFO_PIPE_FILE", "PROBING_MCP_FR_DEFAULTS"}
-    monkeypatch.setattr(fr, "torch_version_on_disk", lambda: None)
+    monkeypatch.setattr(frenv, "torch_version_on_disk", lambda: None)
     e = {}
     fr.configure_env(e)
     assert e["TORCH_FR_BUFFER_SIZE"] == e["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
