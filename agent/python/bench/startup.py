@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What the agent adds to every interpreter start.
 
-    python3 agent/python/bench/startup.py [--n 40] [--binary PATH] [--python python3]
-        [--node] [--importtime] [--json]
+    python3 agent/python/bench/startup.py [--n 40] [--binary PATH] [--compare PATH]
+        [--python python3] [--node] [--importtime] [--json]
 
 Builds probing-mcp (`go build ./cmd/probing-mcp` from the repository root,
 unless --binary names one), makes two venvs of --python in a temp dir and
@@ -15,6 +15,14 @@ shuffled order each round so that load on the machine hits them alike:
   unset       the venv with the agent, PROBING unset (the .pth hook only)
   PROBING=1   activated in this process
   PROBING=2   activated, and re-exported to children
+  cmp ...     with --compare BINARY: the same three with that binary's agent
+              (e.g. `git stash; go build -o /tmp/old ./cmd/probing-mcp`), so
+              that before and after come from one run
+
+The environment is passed on as it is: with PYTHONDONTWRITEBYTECODE=1 (set
+in some sandboxes and images) an agent that was not compiled at install is
+compiled again at every start; `env -u PYTHONDONTWRITEBYTECODE` lets the
+warm-up run write its .pyc files.
 
 For each: median and p90 of the wall time (spawn to exit) and of the
 child's CPU time (user + sys, from wait4), and the medians' difference
@@ -57,16 +65,15 @@ def build_binary(out):
     return out
 
 
-def make_venvs(python, root, binary):
-    bare = os.path.join(root, "bare")
-    agent = os.path.join(root, "agent")
-    for d in (bare, agent):
-        subprocess.run([python, "-m", "venv", "--without-pip", d], check=True)
-    r = subprocess.run([binary, "agent", "install", "--python", os.path.join(agent, "bin", "python")],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit("agent install failed: %s%s" % (r.stdout, r.stderr))
-    return os.path.join(bare, "bin", "python"), os.path.join(agent, "bin", "python")
+def make_venv(python, root, name, binary=None):
+    d = os.path.join(root, name)
+    subprocess.run([python, "-m", "venv", "--without-pip", d], check=True)
+    py = os.path.join(d, "bin", "python")
+    if binary:
+        r = subprocess.run([binary, "agent", "install", "--python", py], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit("agent install failed: %s%s" % (r.stdout, r.stderr))
+    return py
 
 
 def base_env(root, data, node):
@@ -159,6 +166,8 @@ def main():
     ap.add_argument("--n", type=int, default=40, help="runs per mode (default 40)")
     ap.add_argument("--binary", help="a built probing-mcp (default: go build one)")
     ap.add_argument("--python", default=sys.executable, help="the interpreter to make the venvs of")
+    ap.add_argument("--compare", metavar="BINARY", help="another probing-mcp (e.g. built from main): its agent "
+                    "in a third venv, measured in the same rounds (modes 'cmp ...')")
     ap.add_argument("--node", action="store_true", help="leave the node daemon start on")
     ap.add_argument("--importtime", action="store_true", help="show -X importtime under PROBING=1")
     ap.add_argument("--json", action="store_true", help="print only the JSON summary")
@@ -167,11 +176,15 @@ def main():
     data = None
     try:
         binary = a.binary or build_binary(os.path.join(root, "probing-mcp"))
-        bare, agent = make_venvs(a.python, root, binary)
+        bare = make_venv(a.python, root, "bare")
+        agent = make_venv(a.python, root, "agent", binary)
         # The data dir where the agent's default is: tmpfs (/dev/shm).
         data = tempfile.mkdtemp(prefix="probing-startup-", dir="/dev/shm" if os.path.isdir("/dev/shm") else root)
         env = base_env(root, data, a.node)
         modes = [("bare", bare, None), ("unset", agent, None), ("PROBING=1", agent, "1"), ("PROBING=2", agent, "2")]
+        if a.compare:
+            old = make_venv(a.python, root, "compare", a.compare)
+            modes += [("cmp unset", old, None), ("cmp PROB=1", old, "1"), ("cmp PROB=2", old, "2")]
         wall = dict((m[0], []) for m in modes)
         cpu = dict((m[0], []) for m in modes)
         for m in modes:  # warm the page cache and the .pyc files

@@ -133,17 +133,37 @@ def set_log_level(level):
     logger.setLevel(lv)
 
 
+_ESC = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def _quote(s):
+    """A JSON string literal, ASCII only, as json.dumps writes it."""
+    if s.isascii() and s.isprintable() and '"' not in s and "\\" not in s:
+        return '"' + s + '"'
+    out = ['"']
+    for ch in s:
+        e = _ESC.get(ch)
+        if e is not None:
+            out.append(e)
+            continue
+        o = ord(ch)
+        if 0x20 <= o < 0x7f:
+            out.append(ch)
+        elif o < 0x10000:
+            out.append("\\u%04x" % o)
+        else:
+            o -= 0x10000
+            out.append("\\u%04x\\u%04x" % (0xd800 | (o >> 10), 0xdc00 | (o & 0x3ff)))
+    out.append('"')
+    return "".join(out)
+
+
 def dumps(obj):
     """JSON text of obj: what json.dumps(obj, default=str) says, compact.
     The agent's own files are written with it at activation and at exit,
     where importing json (and the re it compiles) would cost every
-    interpreter start; _json's C string encoder does the escaping."""
-    try:
-        from _json import encode_basestring_ascii as q
-    except ImportError:  # an interpreter without the C accelerator
-        import json
-
-        return json.dumps(obj, default=str, separators=(",", ":"))
+    interpreter start."""
+    q = _quote
     out = []
 
     def enc(o, depth):
