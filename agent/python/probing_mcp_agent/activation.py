@@ -399,10 +399,12 @@ def complete():
     control socket's first client, the first ring a recorder creates,
     wait_ready(), or at once for a manual activate(). Never raises."""
     st = runtime.state
-    if st.ready or st.completing or not runtime.started():
+    if ready_event.is_set() or not runtime.started():
         return
+    # Another thread completing: wait for it (the lock), as what called
+    # this needs it done. The same thread again (an import inside): go on.
     with _complete_lock:
-        if st.ready or st.completing or not runtime.started():
+        if ready_event.is_set() or st.completing or not runtime.started():
             return
         st.completing = True
         try:
