@@ -141,8 +141,18 @@ func Install(python string, user bool, version string) ([]string, error) {
 	if err := ExtractTo(site, version); err != nil {
 		return nil, fmt.Errorf("writing into %s: %w", site, err)
 	}
-	did = append(did, fmt.Sprintf("wrote the agent package %s (Python %s, %s)", target, info.Version, info.Exe),
-		fmt.Sprintf("wrote the start-up hook %s: %q", filepath.Join(site, pthName), strings.TrimSpace(pthLine)))
+	did = append(did, fmt.Sprintf("wrote the agent package %s (Python %s, %s)", target, info.Version, info.Exe))
+	// Compiled now, as pip does: the site hook imports the agent at every
+	// start of an activated interpreter, and a site-packages its users
+	// cannot write (or PYTHONDONTWRITEBYTECODE) would make each start
+	// compile it again (about 150 ms).
+	comp := exec.CommandContext(ctx, info.Exe, "-m", "compileall", "-q", target)
+	if out, err := comp.CombinedOutput(); err != nil {
+		did = append(did, fmt.Sprintf("could not precompile %s (each start compiles it then): %v: %s", target, err, bytes.TrimSpace(out)))
+	} else {
+		did = append(did, "compiled it to bytecode ("+filepath.Join(target, "__pycache__")+")")
+	}
+	did = append(did, fmt.Sprintf("wrote the start-up hook %s: %q", filepath.Join(site, pthName), strings.TrimSpace(pthLine)))
 	placed, err := placeBinary(scripts, target, version, prev)
 	did = append(did, placed...)
 	if err != nil {

@@ -36,6 +36,12 @@ func TestInstallIntoAVirtualenv(t *testing.T) {
 	if !strings.Contains(strings.Join(did, "\n"), "imports probing_mcp_agent") {
 		t.Errorf("install did not report its check: %v", did)
 	}
+	// Precompiled: an activated start must not compile the agent again
+	// where site-packages is read-only for the job's user.
+	if pyc, _ := filepath.Glob(filepath.Join(filepath.Dir(filepath.Dir(vpy)), "lib", "python*", "site-packages",
+		"probing_mcp_agent", "__pycache__", "activation.*.pyc")); len(pyc) != 1 {
+		t.Errorf("install did not compile the agent: %v (%v)", pyc, did)
+	}
 	// --user inside a virtualenv is refused with the reason.
 	if _, err := agent.Install(vpy, true, "test"); err == nil || !strings.Contains(err.Error(), "user site-packages disabled") {
 		t.Errorf("--user in a venv: %v", err)

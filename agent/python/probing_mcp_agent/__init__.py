@@ -38,6 +38,20 @@ def record_collective(op, ranks, rank=None, nbytes=0):
     return collectives.record(op, ranks, rank=rank, nbytes=nbytes)
 
 
+def wait_ready(timeout=None):
+    """Completes the agent's start-up in this process, or waits for the
+    thread that does. The site hook leaves the config keys and the
+    recorders to their first use (torch's import, a client, a span), so
+    that it adds little to every interpreter's start. True when complete;
+    False on timeout or when the agent is not active."""
+    from . import activation, runtime
+
+    if not runtime.started():
+        return False
+    activation.complete()
+    return activation.ready_event.wait(timeout) and runtime.state.ready
+
+
 def is_active():
     """True when the agent is active in this process."""
     from . import runtime

@@ -1,17 +1,37 @@
-"""Starts the agent in this process (idempotent): config, faulthandler,
-control server, identity file, then the optional table/Flight Recorder
-modules, then the identity watcher, then (local rank 0) the node daemon.
+"""Starts the agent in this process (idempotent).
+
+In two parts, because the site hook runs it in every activated interpreter
+(PROBING=2: every child), where its cost is the start-up time of each:
+
+1. In the caller, what must hold before the program's first line, and only
+   that: the Flight Recorder variables (before torch reads them),
+   faulthandler (stack signal, crash file), the control socket bound and
+   listening (ctrl.py), the identity file, the exit records, the identity
+   watcher and (local rank 0) the node daemon's start, each a thread. It
+   imports no more than os, sys, threading, faulthandler, _socket, _signal
+   and _json.
+2. complete(), once, when first needed: logging, the config keys, the
+   table and Flight Recorder modules (their torch hooks are post-import
+   hooks: torch is not imported), then `ready`. It runs at the first
+   import of torch (a finder on sys.meta_path that finds nothing), at the
+   control socket's first client (before the HTTP server is imported and
+   answers), when a recorder creates its first ring (spans or
+   record_collective without torch), in probing_mcp_agent.wait_ready(),
+   and at once in a manual activate(). Most processes of a PROBING=2 tree
+   (compilers, tools, workers that never touch torch) never need it.
 
 Every step is guarded: a failing step is logged and the others still run;
 nothing here raises into the training process.
 """
 import atexit
-import importlib
 import os
 import sys
 import threading
 
-from . import config, runtime
+from . import runtime
+
+# Set when complete() has run.
+ready_event = threading.Event()
 
 _OFF = ("0", "off", "false", "no")
 _ON = ("1", "true", "on", "yes")
@@ -31,7 +51,7 @@ def original_probing_active():
 def _optional(modname, funcname, *args, **kwargs):
     """Calls .<modname>.<funcname>(); a missing module is skipped quietly."""
     try:
-        mod = importlib.import_module("." + modname, __package__)
+        mod = __import__(__package__ + "." + modname, fromlist=["_"])
     except ImportError as e:
         if getattr(e, "name", None) in (__package__ + "." + modname, modname):
             runtime.logger.debug("%s not present: %s", modname, e)
@@ -62,6 +82,8 @@ def _loglevel_validator(value):
 
 
 def _register_core_keys(st):
+    from . import config
+
     config.register("probing.loglevel", "warning", "the agent's logger level (debug, info, warning, error)",
                     validator=_loglevel_validator, on_change=runtime.set_log_level)
     ro = [
@@ -78,6 +100,26 @@ def _register_core_keys(st):
     ]
     for key, default, doc in ro:
         config.register(key, default, doc + " (read-only)", settable=False)
+
+
+def _set_core_values(st):
+    from . import config
+
+    for key, value in (("probing.server.address", st.tcp_address),
+                       ("probing.server.unix_socket", st.socket_path),
+                       ("probing.allow.eval", "true" if st.eval_allowed else "false"),
+                       ("probing.allow.eval.tcp", "true" if st.eval_tcp else "false"),
+                       ("probing.data.dir", st.data_dir),
+                       ("probing.ctrl.root", _ctrl_root()),
+                       ("probing.stack.signal", str(st.stack_signal if st.stack_signal else -1)),
+                       ("probing.crash.backtrace", "on" if st.crash_file else "off")):
+        _step("config " + key, config.set_internal, key, value)
+
+
+def _ctrl_root():
+    from . import ctrl
+
+    return ctrl.ctrl_root()
 
 
 def eval_policy(environ=None):
@@ -104,7 +146,7 @@ def eval_policy(environ=None):
 
 
 def _pick_stack_signal():
-    import signal
+    import _signal as signal  # signal.py's enums cost every start
 
     raw = (os.environ.get("PROBING_STACK_SIGNAL") or "").strip()
     if raw:
@@ -140,8 +182,8 @@ def _pick_stack_signal():
 
 
 def _install_stack_dump(st):
+    import _signal as signal
     import faulthandler
-    import signal
 
     n = _pick_stack_signal()
     if n is None:
@@ -187,6 +229,7 @@ def _install_exits():
     path = exits.install()
     runtime.update_identity(exceptions_file=path,
                             signal_files=dict((k, v[0]) for k, v in sorted(exits.st.signal_files.items())))
+    return True
 
 
 def _step(name, fn, *args):
@@ -202,9 +245,12 @@ def _at_exit():
     if st.pid != os.getpid():
         return
     try:
-        from . import server
+        server = sys.modules.get(__package__ + ".server")  # imported only if a client came
+        if server is not None:
+            server.close_all()
+        from . import ctrl
 
-        server.close_all()
+        ctrl.close_unix()
     except Exception:
         pass
     # An empty crash file means no crash: leave nothing behind.
@@ -237,9 +283,16 @@ def activate(mode="manual", beside_original=False):
             st.activation_mode = mode
         try:
             _activate(st)
-            return runtime.started()
         finally:
             st.activating = False
+        if mode in ("followed", "nested", "regex", "script"):  # the site hook: at start-up
+            _step("torch import hook", _complete_on_torch_import)
+        else:
+            complete()
+        from . import ctrl
+
+        _step("control socket thread", ctrl.serve)
+        return runtime.started()
     except Exception as e:
         try:
             runtime.logger.warning("activation failed: %r", e)
@@ -249,6 +302,7 @@ def activate(mode="manual", beside_original=False):
 
 
 def _activate(st):
+    """Part 1 (module doc), in the caller."""
     env = os.environ
     try:
         runtime.setup_logging(_loglevel_validator(env.get("PROBING_LOGLEVEL") or "warning"))
@@ -256,47 +310,35 @@ def _activate(st):
         runtime.setup_logging("warning")
         runtime.logger.warning("PROBING_LOGLEVEL=%r is not debug/info/warning/error; using warning",
                                env.get("PROBING_LOGLEVEL"))
+    ready_event.clear()
     st.data_dir = runtime._default_data_dir()
     st.eval_allowed, st.eval_tcp, st.eval_refusal = eval_policy(env)
     if st.eval_refusal and (env.get("PROBING_ALLOW_EVAL") or "").strip().lower() not in _OFF:
         runtime.logger.warning("%s", st.eval_refusal)
     st.auth_token = env.get("PROBING_AUTH_TOKEN") or ""
     st.auth_username = env.get("PROBING_AUTH_USERNAME") or "admin"
-    _step("config", _register_core_keys, st)
-    _step("config env", config.load_env)
-    try:
-        runtime.set_log_level(config.get("probing.loglevel", "warning"))
-    except Exception:
-        pass
     # Before any process group exists: the Flight Recorder buffer default.
-    _optional("fr", "configure_env")
+    _optional("frenv", "configure_env")
     _step("stack dump signal", _install_stack_dump, st)
     _step("crash backtrace", _install_crash_handler, st)
-    from . import server
+    from . import ctrl
 
-    st.socket_path = _step("control socket", server.start_unix) or ""
-    st.tcp_address = _step("tcp listener", server.start_tcp) or ""
-    for key, value in (("probing.server.address", st.tcp_address),
-                       ("probing.server.unix_socket", st.socket_path),
-                       ("probing.allow.eval", "true" if st.eval_allowed else "false"),
-                       ("probing.allow.eval.tcp", "true" if st.eval_tcp else "false"),
-                       ("probing.data.dir", st.data_dir),
-                       ("probing.ctrl.root", server.ctrl_root()),
-                       ("probing.stack.signal", str(st.stack_signal if st.stack_signal else -1)),
-                       ("probing.crash.backtrace", "on" if st.crash_file else "off")):
-        _step("config " + key, config.set_internal, key, value)
+    st.socket_path = _step("control socket", ctrl.start_unix) or ""
+    if (env.get("PROBING_SERVER_ADDR") or "").strip() or (env.get("PROBING_PORT") or "").strip():
+        from . import server  # TCP asked for: bound now, served as before
+
+        st.tcp_address = _step("tcp listener", server.start_tcp) or ""
     from . import identity
 
     st.identity = None
     st.identity = _step("identity", identity.build)
     st.started = True
-    _step("identity file", runtime.write_identity)
     _step("atexit", atexit.register, _at_exit)
-    _optional("tables", "start")
-    _optional("fr", "install_watchdog_hook")
-    # After the Flight Recorder hook, so that ours runs first: the record is
-    # on disk before a snapshot (or anything else) can hang or kill us.
-    _step("exit records", _install_exits)
+    # Before the program's first line: an exception or exit at once is
+    # recorded too. The Flight Recorder hook, chained later, goes under it.
+    # It writes the identity file (with the records' paths), else:
+    if not _step("exit records", _install_exits):
+        _step("identity file", runtime.write_identity)
 
     def _watch():
         try:
@@ -306,9 +348,95 @@ def _activate(st):
 
     _step("identity watcher", lambda: threading.Thread(target=_watch, name="probing-mcp-identity",
                                                        daemon=True).start())
-    # Last: the node daemon (local rank 0 only; nodestart.py), from a daemon
-    # thread, so activation does not wait for it.
+    # The node daemon (local rank 0 only; nodestart.py), from a daemon
+    # thread of its own.
     _optional("nodestart", "start")
-    st.ready = True
-    runtime.logger.info("active (%s): socket %s%s, data dir %s", st.activation_mode, st.socket_path or "none",
-                        (", tcp " + st.tcp_address) if st.tcp_address else "", st.data_dir)
+
+
+def _fr_hook_under_exits():
+    """The Flight Recorder's excepthooks, chained under the exit records'
+    (installed earlier, in part 1), so that ours runs first: the record is
+    on disk before a snapshot (or anything else) can hang or kill us."""
+    from . import exits, fr
+
+    fr.install_watchdog_hook()
+    if sys.excepthook is fr._sys_hook and fr._prev_sys[0] is exits._sys_hook:
+        fr._prev_sys[0], exits.st.prev_sys_hook = exits.st.prev_sys_hook, fr._sys_hook
+        sys.excepthook = exits._sys_hook
+    if getattr(threading, "excepthook", None) is fr._thread_hook and fr._prev_thread[0] is exits._thread_hook:
+        fr._prev_thread[0], exits.st.prev_thread_hook = exits.st.prev_thread_hook, fr._thread_hook
+        threading.excepthook = exits._thread_hook
+
+
+class _TorchFinder(object):
+    """On sys.meta_path from activation until torch is first imported: then
+    it completes the start-up (the recorders' own post-import hooks watch
+    torch.distributed and torch.optim, which torch imports after itself).
+    It finds nothing and imports nothing."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            try:
+                sys.meta_path.remove(self)
+            except ValueError:
+                pass
+            complete()
+        return None
+
+
+def _complete_on_torch_import():
+    if "torch" in sys.modules:
+        complete()
+    else:
+        sys.meta_path.insert(0, _TorchFinder())
+
+
+_complete_lock = threading.RLock()
+
+
+def complete():
+    """Part 2 (module doc), once: at the first of torch's import, the
+    control socket's first client, the first ring a recorder creates,
+    wait_ready(), or at once for a manual activate(). Never raises."""
+    st = runtime.state
+    if ready_event.is_set() or not runtime.started():
+        return
+    # Another thread completing: wait for it (the lock), as what called
+    # this needs it done. The same thread again (an import inside): go on.
+    with _complete_lock:
+        if ready_event.is_set() or st.completing or not runtime.started():
+            return
+        st.completing = True
+        try:
+            _complete(st)
+        finally:
+            st.completing = False
+
+
+def _complete(st):
+    try:
+        _step("logging", runtime.real_logger)
+        _step("config", _register_core_keys, st)
+        from . import config
+
+        _step("config env", config.load_env)
+        try:
+            runtime.set_log_level(config.get("probing.loglevel", "warning"))
+        except Exception:
+            pass
+        _set_core_values(st)
+        _optional("tables", "start")
+        if sys.modules.get(__package__ + ".exits") is not None:
+            _step("flight recorder hook", _fr_hook_under_exits)
+        else:
+            _optional("fr", "install_watchdog_hook")
+        st.ready = True
+        runtime.logger.info("active (%s): socket %s%s, data dir %s", st.activation_mode, st.socket_path or "none",
+                            (", tcp " + st.tcp_address) if st.tcp_address else "", st.data_dir)
+    except Exception as e:
+        try:
+            runtime.logger.warning("activation failed: %r", e)
+        except Exception:
+            pass
+    finally:
+        ready_event.set()

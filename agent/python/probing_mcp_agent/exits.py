@@ -31,10 +31,9 @@ Bounds: messages 4 KiB, 64 frames (innermost), 8 chained exceptions, 64
 thread names, 256 exception records and 4 MiB per file; "exit" and
 "main_thread_exit" are always written (one each).
 """
+import _signal as signal  # the C module: signal.py's enums cost every start
 import collections
-import json
 import os
-import signal
 import sys
 import threading
 import time
@@ -161,7 +160,7 @@ def write(rec, always=False):
             st.dropped += 1
             return False
         try:
-            line = (json.dumps(rec, default=str, separators=(",", ":")) + "\n").encode("utf-8", "replace")
+            line = (runtime.dumps(rec) + "\n").encode("utf-8", "replace")
             fd = st.fh.fileno()
             n = 0
             while n < len(line):  # one write() for any sane record; the loop covers a short write

@@ -17,7 +17,6 @@ adds "<name>=v". Without any of them the role is torchrun's ROLE_NAME (as
 the Go side does when it reads /proc/<pid>/environ).
 """
 import os
-import socket
 import sys
 
 from . import runtime
@@ -118,7 +117,7 @@ def build(environ=None):
     env = os.environ if environ is None else environ
     st = runtime.state
     try:
-        host = socket.gethostname()
+        host = os.uname().nodename  # gethostname(), without importing socket
     except Exception:
         host = ""
     ident = {

@@ -7,8 +7,6 @@ update_identity(**fields), started(), and the `logger`.
 Nothing here starts threads or imports anything heavy, so importing it is
 cheap and safe in any process, activated or not.
 """
-import json
-import logging
 import os
 import sys
 import threading
@@ -19,45 +17,109 @@ LOGGER_NAME = "probing_mcp_agent"
 IDENTITY_FILE = ".identity.json"
 STACKS_FILE = ".stacks.txt"
 
-logger = logging.getLogger(LOGGER_NAME)
-
 _LEVELS = {
-    "debug": logging.DEBUG,
-    "trace": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "warn": logging.WARNING,
-    "error": logging.ERROR,
-    "critical": logging.ERROR,
+    "debug": 10,
+    "trace": 10,
+    "info": 20,
+    "warning": 30,
+    "warn": 30,
+    "error": 40,
+    "critical": 40,
 }
 
 
-class _StderrHandler(logging.Handler):
-    """Writes to the *current* sys.stderr; never raises."""
+class _LazyLogger(object):
+    """The agent's logger. logging (with the re, traceback and string it
+    imports) costs more than the rest of an activation, and most processes
+    never log a line: so logging is imported only when a record at an
+    enabled level is emitted, or when real_logger() is called (activation's
+    background part does, so that the modules using
+    logging.getLogger(LOGGER_NAME) find the handler); from then on this
+    delegates to the real `probing_mcp_agent` logger."""
 
-    def emit(self, record):
-        try:
-            stream = sys.stderr or sys.__stderr__
-            if stream is None:
-                return
-            stream.write(self.format(record) + "\n")
-            stream.flush()
-        except Exception:
-            pass
+    def __init__(self):
+        self._level = 30
+        self._real = None
 
-    def handleError(self, record):  # noqa: N802 (logging API)
-        pass
+    def isEnabledFor(self, level):  # noqa: N802 (logging API)
+        r = self._real
+        return r.isEnabledFor(level) if r is not None else level >= self._level
+
+    def setLevel(self, level):  # noqa: N802
+        self._level = level
+        if self._real is not None:
+            self._real.setLevel(level)
+
+    def log(self, level, msg, *args, **kwargs):
+        if self.isEnabledFor(level):
+            real_logger().log(level, msg, *args, **kwargs)
+
+    def debug(self, msg, *args, **kwargs):
+        self.log(10, msg, *args, **kwargs)
+
+    def info(self, msg, *args, **kwargs):
+        self.log(20, msg, *args, **kwargs)
+
+    def warning(self, msg, *args, **kwargs):
+        self.log(30, msg, *args, **kwargs)
+
+    def error(self, msg, *args, **kwargs):
+        self.log(40, msg, *args, **kwargs)
+
+    def exception(self, msg, *args, **kwargs):
+        kwargs.setdefault("exc_info", True)
+        self.log(40, msg, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(real_logger(), name)
+
+
+logger = _LazyLogger()
+_logger_lock = threading.Lock()
+
+
+def real_logger():
+    """The logging.Logger behind `logger`, with the agent's stderr handler
+    (imports logging on the first call)."""
+    r = logger._real
+    if r is not None:
+        return r
+    with _logger_lock:
+        if logger._real is None:
+            import logging
+
+            class _StderrHandler(logging.Handler):
+                """Writes to the *current* sys.stderr; never raises."""
+
+                def emit(self, record):
+                    try:
+                        stream = sys.stderr or sys.__stderr__
+                        if stream is None:
+                            return
+                        stream.write(self.format(record) + "\n")
+                        stream.flush()
+                    except Exception:
+                        pass
+
+                def handleError(self, record):  # noqa: N802 (logging API)
+                    pass
+
+            lg = logging.getLogger(LOGGER_NAME)
+            if not any(getattr(h, "_probing_mcp", False) for h in lg.handlers):
+                h = _StderrHandler()
+                h._probing_mcp = True
+                h.setFormatter(logging.Formatter("probing-mcp-agent[%(process)d] %(levelname)s: %(message)s"))
+                lg.addHandler(h)
+                lg.propagate = False
+            lg.setLevel(logger._level)
+            logger._real = lg
+        return logger._real
 
 
 def setup_logging(level="warning"):
-    """Installs the agent's stderr handler once and sets its level."""
+    """Sets the agent's log level (the stderr handler comes with the first
+    record, see _LazyLogger)."""
     try:
-        if not any(getattr(h, "_probing_mcp", False) for h in logger.handlers):
-            h = _StderrHandler()
-            h._probing_mcp = True
-            h.setFormatter(logging.Formatter("probing-mcp-agent[%(process)d] %(levelname)s: %(message)s"))
-            logger.addHandler(h)
-            logger.propagate = False
         set_log_level(level)
     except Exception:
         pass
@@ -71,6 +133,87 @@ def set_log_level(level):
     logger.setLevel(lv)
 
 
+_ESC = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def _quote(s):
+    """A JSON string literal, ASCII only, as json.dumps writes it."""
+    if s.isascii() and s.isprintable() and '"' not in s and "\\" not in s:
+        return '"' + s + '"'
+    out = ['"']
+    for ch in s:
+        e = _ESC.get(ch)
+        if e is not None:
+            out.append(e)
+            continue
+        o = ord(ch)
+        if 0x20 <= o < 0x7f:
+            out.append(ch)
+        elif o < 0x10000:
+            out.append("\\u%04x" % o)
+        else:
+            o -= 0x10000
+            out.append("\\u%04x\\u%04x" % (0xd800 | (o >> 10), 0xdc00 | (o & 0x3ff)))
+    out.append('"')
+    return "".join(out)
+
+
+def dumps(obj):
+    """JSON text of obj: what json.dumps(obj, default=str) says, compact.
+    The agent's own files are written with it at activation and at exit,
+    where importing json (and the re it compiles) would cost every
+    interpreter start."""
+    q = _quote
+    out = []
+
+    def enc(o, depth):
+        if depth > 64:
+            raise ValueError("too deeply nested")
+        if o is None:
+            out.append("null")
+        elif o is True:
+            out.append("true")
+        elif o is False:
+            out.append("false")
+        elif isinstance(o, str):
+            out.append(q(o))
+        elif isinstance(o, int):
+            out.append(int.__repr__(o))
+        elif isinstance(o, float):
+            if o != o:
+                out.append("NaN")
+            elif o in (float("inf"), float("-inf")):
+                out.append("Infinity" if o > 0 else "-Infinity")
+            else:
+                out.append(float.__repr__(o))
+        elif isinstance(o, dict):
+            out.append("{")
+            for i, (k, v) in enumerate(o.items()):
+                if i:
+                    out.append(",")
+                if isinstance(k, str):
+                    out.append(q(k))
+                elif k is None or isinstance(k, (bool, int, float)):
+                    out.append(q(dumps(k)))
+                else:
+                    out.append(q(str(k)))
+                out.append(":")
+                enc(v, depth + 1)
+            out.append("}")
+        elif isinstance(o, (list, tuple)):
+            out.append("[")
+            for i, v in enumerate(o):
+                if i:
+                    out.append(",")
+                enc(v, depth + 1)
+            out.append("]")
+        else:
+            out.append(q(str(o)))
+
+    enc(obj, 0)
+    return "".join(out)
+
+
 class _State(object):
     def __init__(self):
         self.lock = threading.RLock()
@@ -79,6 +222,7 @@ class _State(object):
     def reset(self):
         self.started = False  # activate() ran to its end in this pid
         self.activating = False
+        self.completing = False  # activation.complete() is running
         self.ready = False
         self.pid = None  # the pid that activated
         self.data_dir = None
@@ -96,6 +240,7 @@ class _State(object):
         self.crash_file = ""
         self.crash_fh = None
         self.servers = []
+        self.unix_listener = None  # (socket, path, inode) bound by ctrl.py, until server.py takes it over
         self.stood_aside = ""  # why the agent stood aside, if it did
         self.activation_mode = ""
 
@@ -211,7 +356,7 @@ def write_identity(ident=None):
         d = pid_dir()
         path = os.path.join(d, IDENTITY_FILE)
         tmp = "%s.tmp.%d.%d" % (path, os.getpid(), threading.get_ident())
-        data = json.dumps(ident, indent=1, sort_keys=False, default=str)
+        data = dumps(ident)
         # 0o644 whatever the umask: the server believes an identity file
         # only when no one but its owner can have written it.
         with open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as f:
@@ -246,6 +391,13 @@ def _after_fork_in_child():
         for s in servers:
             try:
                 s.socket.close()  # the child's copy of the listening fd
+            except Exception:
+                pass
+        lst = state.unix_listener
+        state.unix_listener = None
+        if lst is not None:
+            try:
+                lst[0].close()  # the child's copy only (no shutdown: that would stop the parent's)
             except Exception:
                 pass
         state.started = False

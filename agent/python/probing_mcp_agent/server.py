@@ -674,6 +674,29 @@ def start_unix():
     return path
 
 
+def adopt_unix(raw, path, ino, fd, addr):
+    """Takes over the control socket ctrl.py bound at activation (raw, a
+    _socket.socket) whose first connection (fd) it accepted: serves that
+    connection, then all others, in the calling thread."""
+    st = runtime.state
+    if st.unix_listener is None or st.unix_listener[0] is not raw:
+        os.close(fd)  # closed at exit meanwhile
+        return
+    srv = UnixServer(path)
+    srv.socket.close()
+    srv.socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=raw.detach())
+    srv._probing_path = path
+    srv._probing_ino = ino
+    st.servers.append(srv)
+    st.unix_listener = None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
+    if srv.verify_request(conn, addr):
+        srv.process_request(conn, addr)
+    else:
+        srv.shutdown_request(conn)
+    _serve_forever(srv)
+
+
 def tcp_spec(environ=None):
     """(host, port) to bind from PROBING_SERVER_ADDR or PROBING_PORT, or None."""
     env = os.environ if environ is None else environ

@@ -192,6 +192,12 @@ class Ring(object):
 def _path(table):
     from . import runtime
 
+    if runtime.state.started and not runtime.state.ready:
+        # The first ring of an activated process: the recorders' config
+        # keys (PROBING_SAMPLE_RATE, ...) apply from here on.
+        from . import activation
+
+        activation.complete()
     return os.path.join(runtime.pid_dir(), "python." + table)
 
 

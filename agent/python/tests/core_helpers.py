@@ -87,7 +87,7 @@ class Env(object):
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def run(args, env, timeout=20, **kw):
+def run(args, env, timeout=60, **kw):
     return subprocess.run([PYTHON] + list(args), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           timeout=timeout, universal_newlines=True, **kw)
 
@@ -97,7 +97,7 @@ def spawn(args, env, **kw):
                             stderr=subprocess.PIPE, universal_newlines=True, **kw)
 
 
-def readline(proc, timeout=15, want=None):
+def readline(proc, timeout=60, want=None):
     """Reads stdout lines until one starts with want (or any line)."""
     import select
 
@@ -151,7 +151,7 @@ def spawn_agent(tree, **env):
     p = spawn([script], tree.env(PROBING="1", **env))
     readline(p, want="UP")
     sock = wait_path(tree.sock(p.pid))
-    deadline = time.time() + 10
+    deadline = time.time() + 60  # a hang guard
     while get(sock, "/ready").status != 200 and time.time() < deadline:
         time.sleep(0.02)
     return p, sock
@@ -167,7 +167,7 @@ def finish(proc):
         stop(proc)
 
 
-def wait_path(path, timeout=10):
+def wait_path(path, timeout=60):
     deadline = time.time() + timeout
     while time.time() < deadline:
         if os.path.exists(path):
@@ -200,7 +200,7 @@ class Reply(object):
         return json.loads(self.body.decode("utf-8"))
 
 
-def request(target, method, path, body=None, headers=None, timeout=5):
+def request(target, method, path, body=None, headers=None, timeout=30):
     """target: a socket path, or (host, port) for TCP."""
     if isinstance(target, tuple):
         c = http.client.HTTPConnection(target[0], target[1], timeout=timeout)

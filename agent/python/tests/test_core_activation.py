@@ -11,6 +11,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import core_helpers as H  # noqa: E402
+from test_core_process import FAKE_TORCH  # noqa: E402
 
 PROBE = r'''
 import json, os, subprocess, sys
@@ -297,3 +298,86 @@ def test_core_decide_unit(monkeypatch):
     assert d["active"] is True  # -m after the script is the script's argument
     d = _hook.decide({"PROBING": "INIT:/x.py+nested"}, ["t.py"])
     assert d["active"] is True and d["child"] == "nested" and d["init"] == "/x.py"
+
+
+# -- start-up cost: what activation imports, and what it leaves to first use --
+
+LAZY = r'''
+import os, sys
+first = sorted(sys.modules)  # as the program's first line finds them
+rt = sys.modules["probing_mcp_agent.runtime"]
+pid = os.getpid()
+ident = os.path.join(os.environ["PROBING_DATA_DIR"], str(pid), ".identity.json")
+state = [rt.started(), rt.state.ready, os.path.exists(ident), os.path.exists(rt.state.socket_path)]
+if os.environ.get("LAZY_TORCH"):
+    import torch  # a fake: see FAKE_TORCH
+    state.append(rt.state.ready and "probing_mcp_agent.tables" in sys.modules)
+if os.environ.get("LAZY_WAIT"):
+    import probing_mcp_agent
+    state.append(probing_mcp_agent.wait_ready(60))
+    from probing_mcp_agent import config
+    state.append("probing.tables.flush_interval" in config.all())
+sys.stdout.write(repr((first, state)) + "\n")
+'''
+
+# What the site hook must not import at start-up (server.py, tables, config,
+# logging, json, ...): the program pays for them only when it needs them.
+HEAVY = ("logging", "json", "re", "signal", "socket", "http.server", "socketserver", "subprocess",
+         "probing_mcp_agent.server", "probing_mcp_agent.tables", "probing_mcp_agent.memt",
+         "probing_mcp_agent.config", "probing_mcp_agent.fr", "probing_mcp_agent.collectives")
+
+
+def _lazy(tree, **env):
+    import ast
+
+    script = tree.write("lazy.py", LAZY)
+    r = H.run([script], tree.env(**env))
+    assert r.returncode == 0, r.stderr
+    return ast.literal_eval(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("value", ["1", "2"])
+def test_core_activation_imports_little(tree, value):
+    import ast
+
+    first, state = _lazy(tree, PROBING=value)
+    # Active, the identity file and the socket there before the program's
+    # first line; the rest is not done yet.
+    assert state == [True, False, True, True], state
+    off = H.run(["-c", "import sys; sys.stdout.write(repr(sorted(sys.modules)))"], tree.env())
+    before = set(ast.literal_eval(off.stdout))
+    assert [m for m in HEAVY if m in first and m not in before] == []
+
+
+def test_core_activation_completes_at_torch_import(tree):
+    for rel, text in FAKE_TORCH.items():
+        tree.write("fake/" + rel, text)
+    env = tree.env(PROBING="1", LAZY_TORCH="1")
+    env["PYTHONPATH"] += os.pathsep + os.path.join(tree.root, "fake")
+    script = tree.write("lazy.py", LAZY)
+    r = H.run([script], env)
+    assert r.returncode == 0, r.stderr
+    import ast
+
+    _, state = ast.literal_eval(r.stdout.strip().splitlines()[-1])
+    assert state == [True, False, True, True, True], state
+
+
+def test_core_activation_wait_ready_completes(tree):
+    _, state = _lazy(tree, PROBING="1", LAZY_WAIT="1")
+    assert state == [True, False, True, True, True, True], state
+
+
+def test_core_first_client_completes_the_start(tree):
+    """The control socket answers its first client with the start-up
+    complete: the recorders' config keys are there."""
+    script = tree.write("idle_child.py", H.IDLE_CHILD)
+    p = H.spawn([script], tree.env(PROBING="1"))
+    try:
+        H.readline(p, want="UP")
+        sock = H.wait_path(tree.sock(p.pid))
+        r = H.get(sock, "/config/_keys")
+        assert r.status == 200 and "probing.tables.flush_interval" in r.body.decode(), r.body[:300]
+        assert H.get(sock, "/ready").status == 200
+    finally:
+        H.stop(p)

@@ -44,7 +44,11 @@ if os.environ.get("RANK_MANUAL"):
     import probing_mcp_agent, probing_mcp_agent.nodestart as ns
     ns._SH = os.environ["RANK_MANUAL"]
     probing_mcp_agent.activate()
+import probing_mcp_agent
 from probing_mcp_agent import nodestart as ns
+# The site hook ends the start-up (the node daemon's thread among it) in
+# the background: wait for it (a hang guard).
+assert probing_mcp_agent.wait_ready(30), "the agent's start-up did not finish"
 for t in threading.enumerate():
     if t.name == "probing-mcp-node-start":
         t.join(30)
