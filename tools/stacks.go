@@ -32,7 +32,8 @@ type GetStacksResult struct {
 	// the whole-job scope, each source with its ranks): agent (the
 	// in-process agent answered), faulthandler (the agent did not answer;
 	// the GIL-free signal dump was read), proc (no Python frames: kernel
-	// thread states only), probing (the original agent: main thread only).
+	// thread states only), probing (the original agent: every thread, one
+	// request each).
 	Sources map[string]string `json:"sources"`
 	// Coverage says which nodes answered (the whole-job scope only).
 	Coverage *CoverageView `json:"coverage,omitempty"`

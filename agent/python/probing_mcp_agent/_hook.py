@@ -109,9 +109,21 @@ def excluded(environ, argv, cmdline, main_file=None):
         return "the probing CLI"
     if mod in _PROBING_TOOL_MODULES:
         return "python -m %s" % mod
-    if main_file and "probing" in main_file and "cli" in main_file and "probing_mcp" not in main_file:
+    if main_file and _is_probing_cli(main_file):
         return "the probing CLI"
     return ""
+
+
+def _is_probing_cli(main_file):
+    """The original Probing package's CLI (probing/cli.py, probing/cli/...):
+    judged by the path's components, so that a script under a directory
+    whose name merely contains "probing" and "cli" (a TMPDIR such as
+    /home/clive/probing-runs) still activates."""
+    parts = main_file.replace("\\", "/").split("/")
+    for i, p in enumerate(parts[:-1]):
+        if p == "probing" and (parts[i + 1] == "cli" or parts[i + 1].startswith("cli.")):
+            return True
+    return False
 
 
 def decide(environ, argv, cmdline=None, main_file=None):

@@ -208,6 +208,18 @@ def test_core_probing_cli_excluded(tree):
     assert out["active"] is False and out["PROBING"] == "1"
 
 
+def test_core_probing_cli_by_path_components():
+    sys.path.insert(0, H.AGENT_PY)
+    from probing_mcp_agent import _hook
+    cli = ["/venv/lib/python3.11/site-packages/probing/cli.py", "/venv/site-packages/probing/cli/__main__.py"]
+    for f in cli:
+        assert _hook.excluded({}, ["python"], ["python"], main_file=f) == "the probing CLI", f
+    # Directories that merely contain the words are not the CLI.
+    for f in ["/tmp/clive/probing_mcp_demo-1/socket_rank.py", "/home/clive/probing-runs/train.py",
+              "/tmp/clitest/probing_demo/train.py", "/work/probing/client.py"]:
+        assert _hook.excluded({}, ["python"], ["python"], main_file=f) == "", f
+
+
 def test_core_stands_aside_for_original_probing(tree):
     # A stand-in for the original agent's wheel: probing.pth -> probing_hook,
     # which (like the real one) copies PROBING to PROBING_ORIGINAL, deletes
@@ -279,6 +291,7 @@ def test_core_manual_activate_is_idempotent(tree):
 
 def test_core_decide_unit(monkeypatch):
     monkeypatch.delenv("PROBING", raising=False)
+    sys.path.insert(0, H.AGENT_PY)
     sys.path.insert(0, H.AGENT_PY)
     from probing_mcp_agent import _hook
 
