@@ -287,6 +287,7 @@ def activate(mode="manual", beside_original=False):
             st.activating = False
         if mode in ("followed", "nested", "regex", "script"):  # the site hook: at start-up
             _step("torch import hook", _complete_on_torch_import)
+            _step("delayed completion", _complete_later)
         else:
             complete()
         from . import ctrl
@@ -392,6 +393,34 @@ def _complete_on_torch_import():
 
 
 _complete_lock = threading.RLock()
+
+# A process that lives this long is worth completing before anyone asks:
+# the first client (get_stacks of a job that just hung) must not pay for
+# the imports, which on a loaded node can outlast its timeout and send it to
+# the faulthandler fallback. Short-lived processes of a PROBING=2 tree exit
+# before then and pay nothing; a torch rank has completed at torch's import.
+COMPLETE_AFTER_S = 1.0
+
+
+def _complete_later():
+    v = (os.environ.get("PROBING_MCP_COMPLETE_AFTER") or "").strip()
+    try:
+        delay = float(v) if v else COMPLETE_AFTER_S
+    except ValueError:
+        delay = COMPLETE_AFTER_S
+    if delay < 0 or delay != delay:
+        return  # negative: only on demand
+
+    def _run():
+        if ready_event.wait(delay):
+            return
+        complete()
+        try:  # the first client's handover then finds the server loaded
+            from . import server  # noqa: F401
+        except Exception:
+            pass
+
+    threading.Thread(target=_run, name="probing-mcp-complete", daemon=True).start()
 
 
 def complete():

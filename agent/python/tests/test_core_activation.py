@@ -343,6 +343,9 @@ HEAVY = ("logging", "json", "re", "signal", "socket", "http.server", "socketserv
 def _lazy(tree, **env):
     import ast
 
+    # Completion on demand only: the delayed one (a second after
+    # activation) could otherwise come first on a loaded machine.
+    env.setdefault("PROBING_MCP_COMPLETE_AFTER", "-1")
     script = tree.write("lazy.py", LAZY)
     r = H.run([script], tree.env(**env))
     assert r.returncode == 0, r.stderr
@@ -365,7 +368,7 @@ def test_core_activation_imports_little(tree, value):
 def test_core_activation_completes_at_torch_import(tree):
     for rel, text in FAKE_TORCH.items():
         tree.write("fake/" + rel, text)
-    env = tree.env(PROBING="1", LAZY_TORCH="1")
+    env = tree.env(PROBING="1", LAZY_TORCH="1", PROBING_MCP_COMPLETE_AFTER="-1")
     env["PYTHONPATH"] += os.pathsep + os.path.join(tree.root, "fake")
     script = tree.write("lazy.py", LAZY)
     r = H.run([script], env)
@@ -379,6 +382,23 @@ def test_core_activation_completes_at_torch_import(tree):
 def test_core_activation_wait_ready_completes(tree):
     _, state = _lazy(tree, PROBING="1", LAZY_WAIT="1")
     assert state == [True, False, True, True, True, True], state
+
+
+def test_core_long_lived_process_completes_unasked(tree):
+    """A process that outlives PROBING_MCP_COMPLETE_AFTER completes its
+    start-up with no client, no torch and no wait_ready, and loads the
+    server: the first client of a job that has just hung must not pay for
+    the imports (on a loaded node they can outlast its timeout)."""
+    script = tree.write("unasked.py", (
+        "import sys, time\n"
+        "rt = sys.modules['probing_mcp_agent.runtime']\n"
+        "deadline = time.time() + 60  # a hang guard; the wait is on the state\n"
+        "while not (rt.state.ready and 'probing_mcp_agent.server' in sys.modules) and time.time() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "sys.stdout.write(repr([rt.state.ready, 'probing_mcp_agent.server' in sys.modules]) + '\\n')\n"))
+    r = H.run([script], tree.env(PROBING="1", PROBING_MCP_COMPLETE_AFTER="0.2"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[True, True]", r.stdout
 
 
 def test_core_first_client_completes_the_start(tree):
