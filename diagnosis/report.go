@@ -5,6 +5,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
@@ -206,9 +207,20 @@ func diagnose(in Input) Report {
 		if js.State == StateProgressing {
 			conf = Medium // moving, but its pace could not be judged
 		}
-		rep.Hypotheses = []Hypothesis{{Category: CatHealthy, Confidence: conf, Evidence: []Evidence{{"progress", js.Why}},
-			Confirm: "call again in a while: the steps keep coming", Refute: "a rank whose last activity stops advancing"}}
+		h := Hypothesis{Category: CatHealthy, Confidence: conf, Evidence: []Evidence{{"progress", js.Why}},
+			Confirm: "call again in a while: the steps keep coming", Refute: "a rank whose last activity stops advancing"}
 		rep.Summary = "No hang: " + js.Why + "."
+		if js.Quiet > 0 {
+			// Every rank silent for several steps: the start of a stall
+			// looks exactly like this, so no confident all-clear.
+			h.Confidence = Low
+			quiet := fmt.Sprintf("but no rank has made progress for %s (%.0f× the typical step of %s): a pause or a stall in the making; past %s it is a stall",
+				js.Quiet.Round(time.Millisecond), float64(js.Quiet)/float64(js.Step), js.Step.Round(time.Millisecond), js.Threshold.Round(time.Millisecond))
+			h.Evidence = append(h.Evidence, Evidence{"progress", quiet})
+			h.Confirm = fmt.Sprintf("call again in %s: if still no rank has moved, it is a stall and the culprit is named", (js.Threshold-js.Quiet).Round(time.Second)+time.Second)
+			rep.Summary = "No hang yet: " + js.Why + "; " + quiet + "."
+		}
+		rep.Hypotheses = []Hypothesis{h}
 		return rep
 	case StateSlow:
 		h := Hypothesis{Category: CatStraggler, culprits: js.Slow, Confidence: Medium,

@@ -110,6 +110,26 @@ func TestDiagnoseNoFalseAlarm(t *testing.T) {
 	}
 }
 
+// TestDiagnoseQuietJobIsNoConfidentAllClear: every rank silent for six of
+// its half-second steps, still under the 5 s threshold. It is not yet a
+// stall, but a hang starts exactly like this (a loaded machine's cpu_stall
+// was called healthy with high confidence at this point): the all-clear is
+// low confidence, says how long no rank moved, and when to call again.
+func TestDiagnoseQuietJobIsNoConfidentAllClear(t *testing.T) {
+	if h := Diagnose(scenario(everyoneBut(3, 2, "default", "pair"), 0.05)).Hypotheses[0]; h.Confidence != High {
+		t.Errorf("just stepped: %+v", h)
+	}
+	rep := Diagnose(scenario(everyoneBut(3, 2, "default", "pair"), 3))
+	h := rep.Hypotheses[0]
+	if rep.State != StateHealthy || h.Category != CatHealthy || h.Confidence != Low {
+		t.Fatalf("%+v", rep)
+	}
+	if !strings.HasPrefix(rep.Summary, "No hang yet: ") || !strings.Contains(rep.Summary, "no rank has made progress for 3s") ||
+		!strings.Contains(rep.Summary, "past 5s it is a stall") || !strings.Contains(h.Confirm, "call again in 3s") {
+		t.Errorf("summary %q, confirm %q", rep.Summary, h.Confirm)
+	}
+}
+
 func TestDiagnoseDeadRank(t *testing.T) {
 	in := scenario(everyoneBut(5, 4, "none", "pair"), 200)
 	in.Ranks[5].Alive = false

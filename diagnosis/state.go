@@ -77,7 +77,16 @@ type JobState struct {
 	Dead []int
 	// Young: stalled for less than MinStall (see Classify).
 	Young bool
+	// Quiet, for a job judged moving: how long no rank has made progress
+	// when that is at least quietFactor typical steps (and a second), yet
+	// under the threshold: a stall in the making looks like this, so the
+	// "no hang" is not said with high confidence. 0 otherwise.
+	Quiet time.Duration
 }
+
+// quietFactor: idle for this many typical steps, every rank at once, is
+// more than jitter (a healthy job's ranks act every step).
+const quietFactor = 3
 
 // youngFloor is the shortest idle time that can be a stall at all.
 const youngFloor = 5 * time.Second
@@ -161,6 +170,9 @@ func Classify(ps []Progress, opt StateOptions) JobState {
 			js.Why += fmt.Sprintf(", but for less than %s: a pause (checkpoint, evaluation) looks the same for a while", opt.MinStall)
 		}
 		return js
+	}
+	if js.Step > 0 && least >= max(time.Second, quietFactor*js.Step) {
+		js.Quiet = least
 	}
 	for r, st := range perRank {
 		if js.Step > 0 && float64(st) >= opt.SlowFactor*float64(js.Step) {

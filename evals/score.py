@@ -279,9 +279,13 @@ def run_case(case, opt):
         r["truth"] = truth
         r["ready_s"] = round(time.monotonic() - t_start, 1)
         # A hang is a stall only once it has lasted past the threshold: wait
-        # until the ranks' last activity (before settled_at) is that old.
+        # until the ranks' last activity (before settled_at) is that old,
+        # past stall_seconds and past the diagnosis's own threshold of 10
+        # typical steps (the job's step_s: slower on a loaded machine; at
+        # most a minute).
         if truth.get("state") in ("stalled", "dead") and rf.get("settled_at"):
-            wait = float(rf["settled_at"]) + opt.stall_seconds + 2 - time.time()
+            own = min(60.0, 10 * float(rf.get("step_s") or 0))
+            wait = float(rf["settled_at"]) + max(opt.stall_seconds, own) + 2 - time.time()
             if wait > 0:
                 time.sleep(wait)
         args = {"stall_seconds": opt.stall_seconds}

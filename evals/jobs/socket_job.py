@@ -510,6 +510,7 @@ def launch(args):
                                               stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT,
                                               env=env, start_new_session=True))
             logs.append(lp)
+        launched = time.time()
         deadline = time.monotonic() + READY_TIMEOUT_S
         why = ""
         while True:
@@ -531,13 +532,19 @@ def launch(args):
                 sys.stderr.write("  rank %d (pid %d, rc %s), log tail:\n%s\n" % (r, procs[r].pid, procs[r].poll(), _log_tail(lp)))
             return 2
         settled_at = time.time()
+        # The job's pace as it ran (start-up included, so an over-estimate):
+        # on a loaded machine steps slow down, and the diagnosis's stall
+        # threshold (10 typical steps) with them; the scorer waits for it.
+        _, done, _ = fabric.snapshot()
+        steps = max(1, min(done.get(r, 0) for r in range(args.world)))
+        step_s = round((settled_at - launched) / steps, 3)
         if cat not in ("healthy", "straggler"):
             time.sleep(SETTLE_S)
         if args.post_mortem:
             kill_all(procs)
         write_ready(args.ready_file, {"pids": [p.pid for p in procs],
                                       "truth": truth(args.scenario, args.world, args.post_mortem),
-                                      "settled_at": settled_at, "logs": logdir})
+                                      "settled_at": settled_at, "step_s": step_s, "logs": logdir})
         while True:
             for p in procs:
                 p.poll()  # reap: a zombie would still look alive
