@@ -100,7 +100,7 @@ func fill(d *server.Device, l load) {
 			return nil, nvml.ERROR_NOT_FOUND
 		}
 		md := &mock.Device{
-			GetUUIDFunc:         func() (string, nvml.Return) { return "MIG-" + d.UUID[4:] + "-" + string(rune('0'+i)), nvml.SUCCESS },
+			GetUUIDFunc:           func() (string, nvml.Return) { return "MIG-" + d.UUID[4:] + "-" + string(rune('0'+i)), nvml.SUCCESS },
 			IsMigDeviceHandleFunc: func() (bool, nvml.Return) { return true, nvml.SUCCESS },
 			// GetMemoryInfoFunc left nil: the mock panics, as a binding bug would.
 		}

@@ -258,7 +258,7 @@ func groupLine(idx []int, snaps []Snapshot, sig Signature, why string) string {
 		noun = "GPUs"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s (%s) %s", noun, rankset.Format(idx), name, sig)
+	fmt.Fprintf(&b, "%s %s (%s) %s", noun, rankset.Short(rankset.Format(idx)), name, sig)
 	var parts []string
 	if sig == SigLost || sig == SigError || sig == SigUnknown {
 		parts = append(parts, why)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -266,7 +265,10 @@ func ReadKmsg(path string) KmsgResult {
 	if path == "" {
 		path = "/dev/kmsg"
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	// Raw syscalls, not os.File: Go parks an O_NONBLOCK file that epoll
+	// accepts (/dev/kmsg, a FIFO) in its poller, and Read would wait there
+	// for the next record instead of returning EAGAIN.
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		switch {
 		case errors.Is(err, fs.ErrPermission):
@@ -276,7 +278,7 @@ func ReadKmsg(path string) KmsgResult {
 		}
 		return KmsgResult{Note: fmt.Sprintf("%s: %v: Xids before the watcher started are not known", path, err)}
 	}
-	defer f.Close()
+	defer syscall.Close(fd)
 	var res KmsgResult
 	// /dev/kmsg gives one record per read and refuses a buffer smaller
 	// than the record (EINVAL); a plain file gives chunks. Both are split
@@ -285,7 +287,14 @@ func ReadKmsg(path string) KmsgResult {
 	var pending []byte
 	total := 0
 	for total < maxKmsgRead {
-		n, err := f.Read(buf)
+		n, err := syscall.Read(fd, buf)
+		if err == syscall.EINTR {
+			continue
+		}
+		n = max(n, 0)
+		if n == 0 && err == nil {
+			err = io.EOF
+		}
 		total += n
 		pending = append(pending, buf[:n]...)
 		for {
