@@ -12,9 +12,11 @@ package gpu
 //go:generate go run ./internal/gensyms
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -95,7 +97,11 @@ type NVML struct {
 	status Status
 	devs   []nvml.Device // handles by index, when State is StateOK
 	refs   sync.WaitGroup
+	stops  []context.CancelFunc // the watchers', cancelled by Close
 }
+
+// closeWait bounds how long Close waits for NVML calls in flight.
+var closeWait = 10 * time.Second
 
 // Open loads NVML from path (DefaultLibrary when empty) and initialises it.
 // It never fails: what went wrong is in Status. No go-nvml call is made
@@ -183,24 +189,31 @@ func (n *NVML) acquire() ([]nvml.Device, error) {
 	return n.devs, nil
 }
 
-// Close shuts NVML down after the operations in flight (watchers included:
-// cancel their contexts first). Further calls answer ErrNotReady.
+// Close stops the watchers, waits for the NVML calls in flight and shuts
+// NVML down. A call stuck in NVML (a wedged GPU) is waited for at most
+// closeWait; Shutdown is then skipped and the error says so. Further
+// calls answer ErrNotReady.
 func (n *NVML) Close() error {
 	n.mu.Lock()
-	lib, was := n.lib, n.status.State
+	lib, stops := n.lib, n.stops
 	n.status = Status{State: StateClosed, Reason: "closed"}
-	n.lib, n.devs = nil, nil
+	n.lib, n.devs, n.stops = nil, nil, nil
 	n.mu.Unlock()
 	if lib == nil {
 		return nil
 	}
-	n.refs.Wait()
-	_ = was
+	for _, stop := range stops {
+		stop()
+	}
+	idle := make(chan struct{})
+	go func() { n.refs.Wait(); close(idle) }()
+	select {
+	case <-idle:
+	case <-time.After(closeWait):
+		return fmt.Errorf("gpu: an NVML call has not returned after %s (a wedged GPU or driver): NVML not shut down", closeWait)
+	}
 	if ret, perr := call(lib.Shutdown); perr != nil || ret != nvml.SUCCESS {
-		if perr != nil {
-			return fmt.Errorf("NVML Shutdown: %w", perr)
-		}
-		return fmt.Errorf("NVML Shutdown: %s", Reason(ret))
+		return fmt.Errorf("NVML Shutdown: %s", why(ret, perr))
 	}
 	return nil
 }

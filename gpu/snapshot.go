@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -125,24 +126,56 @@ const (
 
 // Sample snapshots every GPU, in index order. A GPU that fails (lost,
 // panicking, a handle that never came) still has its entry with the
-// reasons. It stops between GPUs when ctx ends; GPUs not sampled then say so.
+// reasons. When ctx ends first (an NVML call can block for long on a
+// wedged GPU or driver) it returns at once: the GPUs not sampled say so,
+// and the sampling goes on in the background until NVML answers.
 func (n *NVML) Sample(ctx context.Context) ([]Snapshot, error) {
 	devs, err := n.acquire()
 	if err != nil {
 		return nil, err
 	}
-	defer n.refs.Done()
+	var mu sync.Mutex
+	res := make([]Snapshot, len(devs))
+	done := make([]bool, len(devs))
+	current := -1
+	fin := make(chan struct{})
+	go func() {
+		defer n.refs.Done()
+		defer close(fin)
+		for i, d := range devs {
+			if ctx.Err() != nil {
+				return
+			}
+			mu.Lock()
+			current = i
+			mu.Unlock()
+			var s Snapshot
+			if d == nil {
+				s = Snapshot{Index: i, Time: time.Now(), Missing: map[string]string{"all": "NVML gave no handle for this index at Init (a GPU lost or excluded)"}}
+			} else {
+				s = SampleDevice(i, d)
+			}
+			mu.Lock()
+			res[i], done[i] = s, true
+			mu.Unlock()
+		}
+	}()
+	select {
+	case <-fin:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
 	out := make([]Snapshot, len(devs))
-	for i, d := range devs {
-		if ctx.Err() != nil {
-			out[i] = Snapshot{Index: i, Time: time.Now(), Missing: map[string]string{"all": "not sampled: " + ctx.Err().Error()}}
-			continue
+	for i := range out {
+		switch {
+		case done[i]:
+			out[i] = res[i]
+		case i == current:
+			out[i] = Snapshot{Index: i, Time: time.Now(), Missing: map[string]string{"all": "not sampled: NVML did not answer before the deadline (the GPU or its driver may be wedged)"}}
+		default:
+			out[i] = Snapshot{Index: i, Time: time.Now(), Missing: map[string]string{"all": "not sampled: " + context.Cause(ctx).Error()}}
 		}
-		if d == nil {
-			out[i] = Snapshot{Index: i, Time: time.Now(), Missing: map[string]string{"all": "NVML gave no handle for this index at Init (a GPU lost or excluded)"}}
-			continue
-		}
-		out[i] = SampleDevice(i, d)
 	}
 	return out, nil
 }

@@ -404,3 +404,20 @@ func bound(lines []string, max int) string {
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
+
+// AssignGPUs sets the GPU index (and UUID) of events that name only a bus
+// id (the kernel log's), from the snapshots' bus ids.
+func AssignGPUs(events []XidEvent, snaps []Snapshot) {
+	for i := range events {
+		e := &events[i]
+		if e.GPU >= 0 || e.PCIBusID == "" {
+			continue
+		}
+		for _, s := range snaps {
+			if sameBus(e.PCIBusID, s.PCIBusID) {
+				e.GPU, e.UUID = s.Index, s.UUID
+				break
+			}
+		}
+	}
+}

@@ -37,7 +37,7 @@ type Watcher struct {
 }
 
 // Watch registers every GPU for WatchedEvents and collects them until ctx
-// ends. GPUs that cannot be registered (not supported, lost) are said in
+// ends or the session is closed. GPUs that cannot be registered (not supported, lost) are said in
 // Notes; the watcher runs for the others. NVML reports only events after
 // registration: backfill with ReadKmsg.
 func (n *NVML) Watch(ctx context.Context, opts WatchOptions) (*Watcher, error) {
@@ -51,11 +51,14 @@ func (n *NVML) Watch(ctx context.Context, opts WatchOptions) (*Watcher, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctx, stop := context.WithCancel(ctx)
 	n.mu.Lock()
 	lib := n.lib
+	n.stops = append(n.stops, stop)
 	n.mu.Unlock()
 	set, ret, perr := call2(lib.EventSetCreate)
 	if perr != nil || ret != nvml.SUCCESS {
+		stop()
 		n.refs.Done()
 		return nil, fmt.Errorf("gpu: NVML event set: %s", why(ret, perr))
 	}
@@ -89,6 +92,7 @@ func (n *NVML) Watch(ctx context.Context, opts WatchOptions) (*Watcher, error) {
 	}
 	if registered == 0 {
 		_, _ = call(set.Free)
+		stop()
 		n.refs.Done()
 		return nil, fmt.Errorf("gpu: no GPU could be registered for events: %v", w.notes)
 	}
