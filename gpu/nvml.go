@@ -96,8 +96,10 @@ type NVML struct {
 	mu     sync.Mutex
 	status Status
 	devs   []nvml.Device // handles by index, when State is StateOK
-	refs   sync.WaitGroup
-	stops  []context.CancelFunc // the watchers', cancelled by Close
+	// noHandle says why devs[i] is nil.
+	noHandle []string
+	refs     sync.WaitGroup
+	stops    []context.CancelFunc // the watchers', cancelled by Close
 }
 
 // closeWait bounds how long Close waits for NVML calls in flight.
@@ -152,10 +154,13 @@ func OpenLib(lib Lib) *NVML {
 		count = min(count, MaxDevices)
 		n.status = Status{State: StateOK, Driver: drv, Devices: count}
 		n.devs = make([]nvml.Device, count)
+		n.noHandle = make([]string, count)
 		for i := range n.devs {
 			d, ret, perr := call2(func() (nvml.Device, nvml.Return) { return lib.DeviceGetHandleByIndex(i) })
-			if perr == nil && ret == nvml.SUCCESS {
+			if perr == nil && ret == nvml.SUCCESS && d != nil {
 				n.devs[i] = d
+			} else {
+				n.noHandle[i] = "NVML gave no handle for this GPU at Init: " + why(ret, perr)
 			}
 		}
 	}
@@ -180,13 +185,18 @@ var ErrNotReady = errors.New("gpu: NVML not ready")
 
 // acquire holds the session open for one operation, or says why not.
 func (n *NVML) acquire() ([]nvml.Device, error) {
+	devs, _, err := n.acquireWhy()
+	return devs, err
+}
+
+func (n *NVML) acquireWhy() ([]nvml.Device, []string, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.status.State != StateOK {
-		return nil, fmt.Errorf("%w: %s: %s", ErrNotReady, n.status.State, n.status.Reason)
+		return nil, nil, fmt.Errorf("%w: %s: %s", ErrNotReady, n.status.State, n.status.Reason)
 	}
 	n.refs.Add(1)
-	return n.devs, nil
+	return n.devs, n.noHandle, nil
 }
 
 // Close stops the watchers, waits for the NVML calls in flight and shuts

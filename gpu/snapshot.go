@@ -130,7 +130,7 @@ const (
 // wedged GPU or driver) it returns at once: the GPUs not sampled say so,
 // and the sampling goes on in the background until NVML answers.
 func (n *NVML) Sample(ctx context.Context) ([]Snapshot, error) {
-	devs, err := n.acquire()
+	devs, noHandle, err := n.acquireWhy()
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func (n *NVML) Sample(ctx context.Context) ([]Snapshot, error) {
 			mu.Unlock()
 			var s Snapshot
 			if d == nil {
-				s = Snapshot{Index: i, Time: time.Now(), Missing: map[string]string{"all": "NVML gave no handle for this index at Init (a GPU lost or excluded)"}}
+				s = Snapshot{Index: i, Time: time.Now(), Missing: map[string]string{"all": noHandle[i]}}
 			} else {
 				s = SampleDevice(i, d)
 			}

@@ -176,3 +176,19 @@ func TestClockEventNames(t *testing.T) {
 		t.Fatal("none")
 	}
 }
+
+// A GPU NVML gives no handle for at Init keeps its entry with the reason.
+func TestSampleNoHandle(t *testing.T) {
+	srv := a100(spinningA100)
+	devs := srv.Devices
+	srv.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+		if i == 6 {
+			return nil, nvml.ERROR_GPU_IS_LOST
+		}
+		return devs[i], nvml.SUCCESS
+	}
+	snaps, err := OpenLib(srv).Sample(context.Background())
+	if err != nil || len(snaps) != 8 || !contains(snaps[6].Missing["all"], "no handle for this GPU at Init: GPU is lost") || snaps[7].PowerW == nil {
+		t.Fatalf("%v %+v", err, snaps[6])
+	}
+}

@@ -96,7 +96,7 @@ func Classify(s Snapshot, xids []XidEvent) (Signature, string) {
 
 // critical: the Xids that mean the GPU (not only one kernel) is faulty.
 func critical(e XidEvent) bool {
-	if e.Kind == "double_bit_ecc" {
+	if e.Kind == "double_bit_ecc" || e.Kind == "gpu_lost" {
 		return true
 	}
 	switch e.Xid {

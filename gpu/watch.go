@@ -105,6 +105,7 @@ func (w *Watcher) run(ctx context.Context) {
 	defer w.n.refs.Done()
 	defer func() { _, _ = call(w.set.Free) }()
 	ms := uint32(min(w.opts.Poll.Milliseconds(), 60_000))
+	lost := false
 	for ctx.Err() == nil {
 		data, ret, perr := call2(func() (nvml.EventData, nvml.Return) { return w.set.Wait(ms) })
 		switch {
@@ -114,8 +115,17 @@ func (w *Watcher) run(ctx context.Context) {
 		case ret == nvml.ERROR_TIMEOUT:
 			continue
 		case ret == nvml.ERROR_GPU_IS_LOST:
-			// A GPU fell off: NVML keeps answering for the others.
-			w.add(XidEvent{Kind: "xid", Xid: 79, Meaning: XidMeaning(79) + " (NVML wait said GPU_IS_LOST)", GPU: -1, Source: "nvml", Time: time.Now()})
+			// A registered GPU fell off. Said once; the wait may answer
+			// this at once from now on, so it is retried at the poll
+			// period, not in a tight loop.
+			if !lost {
+				lost = true
+				w.add(XidEvent{Kind: "gpu_lost", Meaning: "NVML's event wait says a GPU is lost (fallen off the bus? see Xid 79 in the kernel log)", GPU: -1, Source: "nvml", Time: time.Now()})
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(w.opts.Poll):
+			}
 			continue
 		case ret != nvml.SUCCESS:
 			w.stop("NVML event wait: " + Reason(ret))

@@ -16,7 +16,8 @@ import (
 // XidEvent is one GPU error: an NVML event (Source "nvml") or an NVRM
 // line of the kernel log (Source "kmsg").
 type XidEvent struct {
-	// Kind is "xid", "double_bit_ecc" or "single_bit_ecc".
+	// Kind is "xid", "double_bit_ecc", "single_bit_ecc" or "gpu_lost" (the
+	// event wait itself said a GPU is lost, not which).
 	Kind string `json:"kind"`
 	Xid  uint64 `json:"xid,omitempty"`
 	// Meaning is the Xid (or ECC event) in words (XidMeaning).
@@ -33,7 +34,7 @@ type XidEvent struct {
 	// Time: when NVML delivered it; for kmsg, Boot is the kernel's
 	// timestamp since boot and Time is zero.
 	Time time.Time     `json:"time,omitzero"`
-	Boot time.Duration `json:"since_boot,omitempty"`
+	Boot time.Duration `json:"since_boot_ns,omitempty"`
 }
 
 // xidMeanings: the Xids a hang diagnosis acts on (NVIDIA's Xid catalogue).
