@@ -3,6 +3,7 @@ module github.com/probing-mcp/probing-mcp
 go 1.26.8
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/edsrzf/mmap-go v1.2.0
 	github.com/invopop/jsonschema v0.14.0
 	github.com/mark3labs/mcp-go v1.2.1
