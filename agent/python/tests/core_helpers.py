@@ -27,6 +27,14 @@ AGENT_PY = os.path.dirname(HERE)  # agent/python
 PKG = os.path.join(AGENT_PY, "probing_mcp_agent")
 PYTHON = os.environ.get("PROBING_TEST_PYTHON") or sys.executable
 
+# A test run started as a background job of a non-interactive shell (nohup,
+# some CI runners) inherits SIGINT ignored, and exec passes an ignored
+# signal on: every child would then ignore SIGINT, and the tests of what
+# SIGINT does to an agent's process could not pass. The children start as
+# from a terminal: a caught (not ignored) signal is reset by exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 _SCRUB_PREFIXES = ("PROBING", "SLURM_", "OMPI_", "PMI_", "TORCHELASTIC_", "MPI_")
 _SCRUB = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "ROLE_NAME",
           "TP_RANK", "PP_RANK", "DP_RANK", "PYTHONPATH", "PYTHONFAULTHANDLER", "PYTHONSTARTUP")
