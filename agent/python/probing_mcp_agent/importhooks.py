@@ -1,0 +1,142 @@
+"""Post-import hooks: run a callback when a module is imported (now, if it
+already is, or at its first import), without importing it. The recorders
+use it to hook torch.distributed and torch.optim only once the program
+imports them. A finder on sys.meta_path while anything is watched; it
+finds nothing itself, and leaves once nothing is watched.
+
+Nothing here may break the training process: a failing callback is logged
+once (through tables.warn_once) and the import goes on.
+"""
+
+import sys
+import threading
+
+
+def _warn_once(key, msg, *args):
+    from .tables import warn_once  # here, not at import: tables imports this module
+
+    warn_once(key, msg, *args)
+
+
+_watch = {}          # module name -> [callbacks]
+_watch_lock = threading.RLock()
+_busy = set()
+
+
+class _Loader(object):
+    """Wraps a module's loader to run callbacks once the module executed.
+    The module's __loader__ and __spec__.loader are put back to the real
+    loader before its code runs, so nothing downstream sees the wrapper."""
+
+    def __init__(self, loader, name):
+        self._loader = loader
+        self._name = name
+
+    def create_module(self, spec):
+        f = getattr(self._loader, "create_module", None)
+        return f(spec) if f is not None else None
+
+    def exec_module(self, module):
+        try:
+            spec = getattr(module, "__spec__", None)
+            if spec is not None and spec.loader is self:
+                spec.loader = self._loader
+            if getattr(module, "__loader__", None) is self:
+                module.__loader__ = self._loader
+        except Exception:
+            pass
+        self._loader.exec_module(module)
+        _fire(self._name, module)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _Finder(object):
+    """A sys.meta_path entry that only looks at the watched names; for any
+    other import it returns None at the cost of one dict lookup."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _watch or fullname in _busy:
+            return None
+        _busy.add(fullname)
+        try:
+            spec = None
+            for f in list(sys.meta_path):
+                if f is self or isinstance(f, _Finder):
+                    continue
+                fs = getattr(f, "find_spec", None)
+                if fs is None:
+                    continue
+                try:
+                    spec = fs(fullname, path, target)
+                except TypeError:
+                    spec = fs(fullname, path)
+                if spec is not None:
+                    break
+        except Exception:
+            return None
+        finally:
+            _busy.discard(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        spec.loader = _Loader(spec.loader, fullname)
+        return spec
+
+    def invalidate_caches(self):
+        pass
+
+
+_finder = _Finder()
+
+
+def _fire(name, module):
+    with _watch_lock:
+        cbs = _watch.pop(name, [])
+        if not _watch:
+            try:
+                sys.meta_path.remove(_finder)
+            except ValueError:
+                pass
+    for cb in cbs:
+        try:
+            cb(module)
+        except Exception as e:
+            _warn_once(("import-hook", name, getattr(cb, "__name__", "")),
+                      "post-import hook for %s failed: %s", name, e)
+
+
+def _loaded(name):
+    m = sys.modules.get(name)
+    if m is None:
+        return None
+    spec = getattr(m, "__spec__", None)
+    if spec is not None and getattr(spec, "_initializing", False):
+        return None
+    return m
+
+
+def when_imported(name, callback):
+    """Call ``callback(module)`` once module ``name`` has been imported:
+    now if it already is, else right after its code ran."""
+    m = _loaded(name)
+    if m is not None:
+        callback(m)
+        return
+    with _watch_lock:
+        _watch.setdefault(name, []).append(callback)
+        if _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+    if name in sys.modules:
+        # Being imported right now (we were activated from inside that
+        # import): its find_spec is past, so poll until it has finished.
+        def poll():
+            for _ in range(600):
+                time.sleep(0.1)
+                if name not in _watch:
+                    return
+                mod = _loaded(name)
+                if mod is not None:
+                    _fire(name, mod)
+                    return
+        threading.Thread(target=poll, name="probing-mcp-import-watch", daemon=True).start()
