@@ -7,8 +7,8 @@ HTTP server behind it (server.py: http.server, socketserver, json, the
 endpoints) costs more than all the rest of an activation and most
 processes are never asked anything, so the thread that accepts the first
 connection completes the start-up (activation.complete()), imports it,
-and serves that connection and all later ones exactly as
-server.start_unix() does. A client that connects meanwhile waits in the
+and hands the socket to it (server.adopt_unix()), which serves that
+connection and all later ones. A client that connects meanwhile waits in the
 listen backlog.
 
 Only os, _socket and threading here: this module runs in every activated

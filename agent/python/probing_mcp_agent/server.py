@@ -29,7 +29,6 @@ from . import config, envfilter, runtime, tcphost
 
 MAX_BODY = 4 << 20
 MAX_CONNECTIONS = 64
-DEFAULT_CTRL_ROOT = "/tmp/probing"
 
 _CODES = {400: "BAD_REQUEST", 401: "UNAUTHORIZED", 403: "FORBIDDEN", 404: "NOT_FOUND",
           405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 429: "TOO_MANY_REQUESTS",
@@ -599,79 +598,6 @@ def _serve(srv, name):
     t = threading.Thread(target=_serve_forever, args=(srv,), name=name, daemon=True)
     t.start()
     return t
-
-
-def ctrl_root():
-    return os.environ.get("PROBING_CTRL_ROOT") or DEFAULT_CTRL_ROOT
-
-
-def _socket_alive(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.settimeout(0.5)
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-
-
-def start_unix():
-    """Binds $PROBING_CTRL_ROOT/<pid>.sock; returns its path ("" on failure)."""
-    root = ctrl_root()
-    pid = os.getpid()
-    try:
-        runtime._makedirs(root, 0o1777)
-    except OSError as e:
-        runtime.logger.warning("cannot create the control root %s: %s", root, e)
-        return ""
-    path = os.path.join(root, "%d.sock" % pid)
-    if os.path.lexists(path):
-        # Our pid, so it is a leftover of a dead process that had it (pid
-        # reuse), unless another pid namespace shares this directory.
-        if _socket_alive(path):
-            from . import identity as _identity
-
-            alt = os.path.join(root, "%d-%d.sock" % (pid, _identity.start_time()))
-            runtime.logger.warning("%s answers although this process owns pid %d (another pid namespace?); "
-                                   "using %s", path, pid, alt)
-            path = alt
-            if os.path.lexists(path):
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
-        else:
-            try:
-                os.unlink(path)
-                runtime.logger.info("removed the stale control socket %s", path)
-            except OSError as e:
-                runtime.logger.warning("cannot remove the stale socket %s: %s", path, e)
-                return ""
-    if len(path.encode()) > 107:
-        runtime.logger.warning("control socket path %s is too long for AF_UNIX; no control socket", path)
-        return ""
-    srv = UnixServer(path)
-    try:
-        srv.server_bind()
-        try:
-            os.chmod(path, 0o600)
-        except OSError:
-            pass
-        srv.server_activate()
-    except Exception as e:
-        srv.server_close()
-        runtime.logger.warning("cannot bind the control socket %s: %s", path, e)
-        return ""
-    srv._probing_path = path
-    try:
-        srv._probing_ino = os.stat(path).st_ino
-    except OSError:
-        srv._probing_ino = None
-    runtime.state.servers.append(srv)
-    _serve(srv, "probing-mcp-server")
-    return path
 
 
 def adopt_unix(raw, path, ino, fd, addr):
