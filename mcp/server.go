@@ -19,6 +19,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/bytesize"
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/internal/envswitch"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/prompts"
 	"github.com/probing-mcp/probing-mcp/storage"
@@ -39,19 +40,10 @@ type Config struct {
 	Env         tools.Env
 }
 
-// ParseSwitch reads an on/off variable: 1, true, on, yes (any case,
-// surrounding space ignored) are on; 0, false, off, no and empty are off.
-// Anything else is an error naming the variable and the values: a typo
-// such as PROBING_MCP_ALLOW_WRITE=2 must not quietly mean off (or on).
-func ParseSwitch(name, v string) (bool, error) {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "1", "true", "on", "yes":
-		return true, nil
-	case "", "0", "false", "off", "no":
-		return false, nil
-	}
-	return false, fmt.Errorf("%s=%q: want 1, true, on or yes to switch it on; 0, false, off, no or unset for off", name, v)
-}
+// ParseSwitch reads an on/off variable (envswitch.Parse): anything but
+// 1/true/on/yes or 0/false/off/no/unset is an error, so a typo such as
+// PROBING_MCP_ALLOW_WRITE=2 does not quietly mean off.
+func ParseSwitch(name, v string) (bool, error) { return envswitch.Parse(name, v) }
 
 // ConfigFromEnv reads the PROBING_* variables. getenv is os.Getenv outside
 // tests; level is the live log level the server may change.

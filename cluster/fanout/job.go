@@ -13,6 +13,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/internal/envswitch"
 )
 
 // Options bound a fan-out.
@@ -57,13 +58,11 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 	} else if ok {
 		o.Deadline = time.Duration(f * float64(time.Second))
 	}
-	switch strings.ToLower(strings.TrimSpace(getenv(cluster.EnvStrict))) {
-	case "", "0", "false", "off", "no":
-	case "1", "true", "on", "yes":
-		o.Strict = true
-	default:
-		return o, fmt.Errorf("%s=%q: want 1 or 0", cluster.EnvStrict, getenv(cluster.EnvStrict))
+	strict, err := envswitch.Parse(cluster.EnvStrict, getenv(cluster.EnvStrict))
+	if err != nil {
+		return o, err
 	}
+	o.Strict = strict
 	return o, nil
 }
 
