@@ -14,6 +14,7 @@ import (
 	"strconv"
 
 	"github.com/probing-mcp/probing-mcp/prompts"
+	"github.com/probing-mcp/probing-mcp/tools"
 )
 
 // maxExactID is the largest integer id mcp-go echoes exactly: it reads ids
@@ -52,7 +53,7 @@ func precheck(msg []byte) (answer []byte, badID bool) {
 			s, ok = "", true
 		}
 		if !ok {
-			return invalidParamsResponse(m.ID, fmt.Sprintf("prompt argument %q must be a string (MCP prompt arguments are strings), got %s", k, jsonKind(v))), false
+			return invalidParamsResponse(m.ID, fmt.Sprintf("prompt argument %q must be a string (MCP prompt arguments are strings), got %s", k, tools.DescribeValue(v))), false
 		}
 		args[k] = s
 	}
@@ -60,22 +61,6 @@ func precheck(msg []byte) (answer []byte, badID bool) {
 		return invalidParamsResponse(m.ID, err.Error()), false
 	}
 	return nil, false
-}
-
-func jsonKind(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case float64:
-		return "a number"
-	case bool:
-		return "a boolean"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "an object"
-	}
-	return "a string"
 }
 
 // invalidParamsResponse is -32602 for the request id (already checked).

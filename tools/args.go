@@ -246,7 +246,7 @@ func (p *propSpec) rangeText() string {
 
 // want says what p takes, with what came instead.
 func (p *propSpec) want(got any) error {
-	return fmt.Errorf("got %s; %s", describeValue(got), p.example())
+	return fmt.Errorf("got %s; %s", DescribeValue(got), p.example())
 }
 
 // example is "want <type>, e.g. <value>".
@@ -277,9 +277,9 @@ func (p *propSpec) example() string {
 	return "see the tool's input schema"
 }
 
-// describeValue names a JSON value's type and, briefly, the value, without
-// quoting much of what a client sent.
-func describeValue(v any) string {
+// DescribeValue names a JSON value's type and, briefly, the value, without
+// quoting much of what a client sent (also for prompt arguments, in mcp).
+func DescribeValue(v any) string {
 	switch x := v.(type) {
 	case string:
 		return "the string " + quoteArg(x)

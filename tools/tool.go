@@ -156,7 +156,7 @@ func jsonArgs(args any, spec *argSpec) (map[string]any, error) {
 	}
 	var m map[string]any
 	if err != nil || json.Unmarshal(b, &m) != nil || m == nil {
-		return nil, userErrorf("arguments must be a JSON object of named values, got %s; this tool's arguments: %s", describeValue(args), spec.list())
+		return nil, userErrorf("arguments must be a JSON object of named values, got %s; this tool's arguments: %s", DescribeValue(args), spec.list())
 	}
 	return m, nil
 }
