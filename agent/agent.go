@@ -159,6 +159,12 @@ func Discover(opt Options) ([]*Agent, error) {
 		if d.Identity != nil && d.Identity.Agent == KindOurs {
 			a.Kind, a.Identity, a.Socket = KindOurs, d.Identity, d.Identity.Socket
 		}
+		if d.Identity != nil && d.Identity.Agent == procfacts.AgentNode {
+			// The node daemon's GPU rings: rings only, role node, no rank
+			// (its environment may carry the rank of the process that
+			// started it; the identity says otherwise).
+			a.Identity = d.Identity
+		}
 	}
 	// Our control sockets (an agent whose identity file is elsewhere, e.g.
 	// another PROBING_DATA_DIR, is still found, and marked OtherDataDir).

@@ -363,3 +363,28 @@ func TestRingsOfAReusedPid(t *testing.T) {
 		t.Fatalf("rings of a reused pid taken as alive: %+v %v", a, err)
 	}
 }
+
+// The node daemon's GPU rings (identity agent probing-mcp-node) are a
+// rings-only process of role node and no rank, whatever rank its
+// environment inherited from the rank that started it.
+func TestNodeDaemonRingsAreNoRank(t *testing.T) {
+	opt := newDirs(t)
+	me := os.Getpid()
+	dir := filepath.Join(opt.DataDir, strconv.Itoa(me))
+	w, err := memt.Create(filepath.Join(dir, "gpu.nvml"), []memt.Column{{Name: "ts", Type: memt.I64}}, memt.Options{ChunkSize: 256, NumChunks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	st, _ := procfacts.StartTime(me)
+	b, _ := json.Marshal(procfacts.Identity{Agent: procfacts.AgentNode, PID: me, StartTime: st, Rank: -1, LocalRank: -1, NodeRank: -1, Role: "node"})
+	if err := os.WriteFile(filepath.Join(dir, procfacts.IdentityFile), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("RANK", "0")
+	found, err := agent.Discover(opt)
+	a := find(found, me)
+	if err != nil || a == nil || a.Kind != agent.KindRingOnly || a.Rank() != -1 || a.Identity == nil || a.Identity.Role != "node" {
+		t.Fatalf("node daemon dir: %+v %v", a, err)
+	}
+}

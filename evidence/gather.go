@@ -12,6 +12,7 @@ import (
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -30,6 +31,10 @@ type Options struct {
 	// leaves their analysis out: a node daemon ships them to the
 	// coordinator, which analyses every node's together (AnalyzeFR).
 	RawFR bool
+	// GPU is the sampler of this process, if it samples; Host names this
+	// node in the GPU report.
+	GPU  GPUSource
+	Host string
 }
 
 // RankEvidence is what is known of one rank.
@@ -98,13 +103,9 @@ type Bundle struct {
 	// Unreachable names the ranks no source could reach (a node daemon
 	// that did not answer) and why; their absence is evidence, not proof.
 	Unreachable map[int]string `json:",omitempty"`
-	// GPU is the slot for the node's GPU state (a later issue fills it).
-	GPU *GPUState
-}
-
-// GPUState is what the node's GPUs say; not gathered yet.
-type GPUState struct {
-	Notes []string
+	// GPU is each node's GPUs (NodeGPU): one report per node, with its
+	// host; the ranks' GPUs are found through each device's processes.
+	GPU []gpu.Report `json:",omitempty"`
 }
 
 // MaxWorld is the largest world size believed: every rank of the job
@@ -162,6 +163,14 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 			known = append(known, a.Rank())
 		}
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r := NodeGPU(ctx, opt.GPU, opt.SQL, opt.Host)
+		mu.Lock()
+		b.GPU = []gpu.Report{r}
+		mu.Unlock()
+	}()
 	if opt.SQL != nil {
 		wg.Add(2)
 		go func() {

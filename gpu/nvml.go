@@ -75,6 +75,9 @@ const (
 	StateNoDevice  State = "no_device"  // NVML answers and counts no GPU
 	StateError     State = "error"      // Init or the count failed another way (the reason says how)
 	StateClosed    State = "closed"     // Close was called
+	// StateNotSampled: no sampler has run here (a report read from a data
+	// dir no daemon wrote GPU rings to); NVML was not asked.
+	StateNotSampled State = "not_sampled"
 )
 
 // Status is the state with its reason, for a person or an LLM.

@@ -35,10 +35,13 @@ type Snapshot struct {
 	ClockEventMask *uint64       `json:"clock_event_mask,omitempty"`
 	ECC            *ECC          `json:"ecc,omitempty"`
 	RemappedRows   *RemappedRows `json:"remapped_rows,omitempty"`
-	// NVLink lists the active links, with their error counters.
-	NVLink    []LinkErrors `json:"nvlink,omitempty"`
-	MIG       *MIG         `json:"mig,omitempty"`
-	Processes []Process    `json:"processes,omitempty"`
+	// NVLink lists the active links, with their error counters (read back
+	// from the rings: only the links with errors or a missing counter);
+	// NVLinkActive counts the active links.
+	NVLink       []LinkErrors `json:"nvlink,omitempty"`
+	NVLinkActive int          `json:"nvlink_active,omitempty"`
+	MIG          *MIG         `json:"mig,omitempty"`
+	Processes    []Process    `json:"processes,omitempty"`
 	// ProcessesCut: processes past MaxProcesses, not listed.
 	ProcessesCut int `json:"processes_cut,omitempty"`
 
@@ -364,6 +367,7 @@ func sampleNVLink(sp *sampler, d Device) {
 		}
 		le.Missing = strings.Join(missing, "; ")
 		sp.s.NVLink = append(sp.s.NVLink, le)
+		sp.s.NVLinkActive++
 	}
 }
 

@@ -14,6 +14,11 @@ import (
 // never tables.
 const IdentityFile = ".identity.json"
 
+// AgentNode is the identity's agent of a node daemon's (or serve's) pid
+// directory: it holds the node's GPU rings, is no rank and answers no
+// agent API.
+const AgentNode = "probing-mcp-node"
+
 // MaxIdentityBytes bounds an identity file (argv is the only long part).
 const MaxIdentityBytes = 256 << 10
 

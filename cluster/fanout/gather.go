@@ -208,6 +208,12 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 				merged.FRDumps = append(merged.FRDumps, d)
 			}
 		}
+		for _, g := range b.GPU {
+			if g.Host == "" {
+				g.Host = n.Host
+			}
+			merged.GPU = append(merged.GPU, g)
+		}
 		for _, p := range b.Problems {
 			merged.Problems = append(merged.Problems, n.Host+": "+p)
 		}

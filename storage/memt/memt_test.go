@@ -7,8 +7,11 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -319,5 +322,37 @@ func TestSizing(t *testing.T) {
 	env["PROBING_TABLE_DEFAULT_MB"] = "lots"
 	if _, err := CapacityFor("comm_collective", get); err == nil {
 		t.Error("bad PROBING_TABLE_DEFAULT_MB accepted")
+	}
+}
+
+// A table the file system cannot hold fails Create with an error that
+// says so (the pages are reserved), instead of a SIGBUS at the first row
+// written through the mapping. RLIMIT_FSIZE stands in for a full disk,
+// in a child process so the limit binds nothing else.
+func TestCreateFileSystemFull(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("fallocate is Linux's")
+	}
+	if os.Getenv("MEMT_FSIZE_CHILD") == "1" {
+		signal.Ignore(syscall.SIGXFSZ)
+		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: 4096, Max: 4096}); err != nil {
+			fmt.Println("setrlimit:", err)
+			return
+		}
+		path := filepath.Join(os.Getenv("MEMT_FSIZE_DIR"), "python.big")
+		_, err := Create(path, []Column{{"ts", I64}}, Options{ChunkSize: 64 << 10, NumChunks: 4})
+		_, statErr := os.Stat(path)
+		fmt.Printf("err=%v\nleft=%v\n", err, statErr == nil)
+		return
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCreateFileSystemFull$")
+	cmd.Env = append(os.Environ(), "MEMT_FSIZE_CHILD=1", "MEMT_FSIZE_DIR="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "is the file system full?") || !strings.Contains(string(out), "left=false") {
+		t.Fatalf("Create on a full file system: want an error naming it and no file left, got:\n%s", out)
 	}
 }

@@ -95,6 +95,12 @@ func Create(path string, cols []Column, opt Options) (*Writer, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		return fail(fmt.Errorf("memt: %s is locked by another writer: %w", path, err))
 	}
+	// The pages are reserved now: a write through the mapping into a hole
+	// that a full disk (or /dev/shm) cannot back is a SIGBUS that kills
+	// the writer, where a failed Create is an error it can report.
+	if err := reserve(f, int64(g.FileSize())); err != nil {
+		return fail(fmt.Errorf("memt: reserving %d bytes for %s: %w (is the file system full?)", g.FileSize(), path, err))
+	}
 	if err := f.Truncate(int64(g.FileSize())); err != nil {
 		return fail(err)
 	}
