@@ -23,20 +23,11 @@ type GPUSource interface {
 // data dir's rings (a daemon's, or a dead job's: the minutes before it
 // ended). It never fails: what could not be read is in the report.
 func NodeGPU(ctx context.Context, live GPUSource, e *sqlengine.Engine, host string) gpu.Report {
+	var lr gpu.Report
 	if live != nil {
-		if r := live.Report(); r.Source != gpu.SourceNone || r.Status.State != gpu.StateOK {
-			r.Host = host
-			if r.Source == gpu.SourceNone {
-				// The sampler found no GPU: rings another process left
-				// (an earlier daemon, on a node whose driver broke since)
-				// still tell the past.
-				if old, err := ReadGPURings(ctx, e); err == nil && old.Source == gpu.SourceRings && len(old.Devices) > 0 {
-					old.Host = host
-					old.Notes = append(old.Notes, "the live sampler has no GPU now ("+string(r.Status.State)+": "+r.Status.Reason+"); this is the last sample found in the data dir")
-					return old
-				}
-			}
-			return r
+		if lr = live.Report(); lr.Source == gpu.SourceLive {
+			lr.Host = host
+			return lr
 		}
 	}
 	r, err := ReadGPURings(ctx, e)
@@ -44,6 +35,19 @@ func NodeGPU(ctx context.Context, live GPUSource, e *sqlengine.Engine, host stri
 		r = gpu.Report{Source: gpu.SourceNone, Status: gpu.Status{State: gpu.StateNotSampled, Reason: "the GPU rings could not be read: " + err.Error()}}
 	}
 	r.Host = host
+	failed := live != nil && lr.Status.State != gpu.StateNotSampled && lr.Status.State != ""
+	switch {
+	case len(r.Devices) > 0 && failed:
+		// The sampler here finds no GPU now (a driver that broke since);
+		// rings an earlier sampler left still tell the past.
+		r.Notes = append(r.Notes, "the live sampler has no GPU now ("+string(lr.Status.State)+": "+lr.Status.Reason+"); this is the last sample found in the data dir")
+	case len(r.Devices) == 0 && failed:
+		// Why this node has no GPU, as NVML said it.
+		lr.Host = host
+		return lr
+	case len(r.Devices) == 0 && live != nil && lr.Status.Reason != "" && r.Status.State == gpu.StateNotSampled:
+		r.Status.Reason += "; here: " + lr.Status.Reason
+	}
 	return r
 }
 

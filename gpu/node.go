@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"strconv"
 	"strings"
 	"syscall"
@@ -201,4 +202,79 @@ func removeNodeDir(dir string) error {
 func ownedBy(fi os.FileInfo, uid int) bool {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	return ok && int(st.Uid) == uid
+}
+
+// NodeService keeps one sampler per data dir running on a node: the
+// process that holds the lock samples; the others try again every
+// lockRetry, so when the sampling process exits (a serve whose session
+// ended, a daemon gone idle) another takes over.
+type NodeService struct {
+	cfg     NodeConfig
+	dataDir string
+	host    string
+	logger  *slog.Logger
+
+	mu  sync.Mutex
+	cur *NodeSampler
+	why string // why this process does not sample
+}
+
+// lockRetry is how often a process that does not sample tries the lock.
+var lockRetry = 15 * time.Second
+
+// RunNode starts the service; it returns at once.
+func RunNode(ctx context.Context, cfg NodeConfig, dataDir, host string, logger *slog.Logger) *NodeService {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &NodeService{cfg: cfg, dataDir: dataDir, host: host, logger: logger}
+	if !cfg.On {
+		s.why = EnvGPU + "=0: this process samples no GPU (the GPU rings of another process are still read)"
+		return s
+	}
+	s.why = "starting"
+	go s.run(ctx)
+	return s
+}
+
+func (s *NodeService) run(ctx context.Context) {
+	logged := false
+	for {
+		ns, err := StartNode(ctx, s.cfg, s.dataDir, s.host, s.logger)
+		if err == nil {
+			s.mu.Lock()
+			s.cur, s.why = ns, ""
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Lock()
+		s.why = err.Error()
+		s.mu.Unlock()
+		if !errors.Is(err, ErrSampledElsewhere) {
+			s.logger.Warn("no GPU sampling", "err", err)
+			return
+		}
+		if !logged {
+			s.logger.Info("GPU sampling is another process's; its rings are read", "retry", lockRetry)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(lockRetry):
+		}
+	}
+}
+
+// Report is this process's sampler's newest round; when this process
+// does not sample, a report of source none and state not_sampled that
+// says why (the caller reads the rings then).
+func (s *NodeService) Report() Report {
+	s.mu.Lock()
+	cur, why := s.cur, s.why
+	s.mu.Unlock()
+	if cur != nil {
+		return cur.Report()
+	}
+	return Report{Host: s.host, Source: SourceNone, Status: Status{State: StateNotSampled, Reason: why}}
 }

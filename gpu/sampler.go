@@ -227,8 +227,7 @@ func (s *Sampler) round(ctx context.Context) {
 
 // readKmsg reads the kernel log and keeps the Xid lines not seen before.
 func (s *Sampler) readKmsg() {
-	res := ReadKmsg(s.opts.KmsgPath)
-	boot := bootTime()
+	res := readKmsgTimed(s.opts.KmsgPath)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.kmsgMsg = res.Note
@@ -238,9 +237,6 @@ func (s *Sampler) readKmsg() {
 			continue
 		}
 		s.kmsgKey[k] = true
-		if e.Time.IsZero() && !boot.IsZero() && e.Boot > 0 {
-			e.Time = boot.Add(e.Boot)
-		}
 		s.kmsg = append(s.kmsg, e)
 		s.unsent++
 	}
@@ -269,6 +265,18 @@ func (s *Sampler) takeNewKmsg() []XidEvent {
 	return out
 }
 
+// readKmsgTimed is ReadKmsg with each record's wall-clock time.
+func readKmsgTimed(path string) KmsgResult {
+	res := ReadKmsg(path)
+	boot := bootTime()
+	for i := range res.Events {
+		if e := &res.Events[i]; e.Time.IsZero() && !boot.IsZero() && e.Boot > 0 {
+			e.Time = boot.Add(e.Boot)
+		}
+	}
+	return res
+}
+
 // bootTime is the wall-clock time of the kernel log's zero, or zero when
 // it cannot be read. The log stamps records with the monotonic clock
 // (which stops while suspended), so that clock, not CLOCK_BOOTTIME.
@@ -278,4 +286,31 @@ func bootTime() time.Time {
 		return time.Time{}
 	}
 	return time.Now().Add(-time.Duration(ts.Nano()))
+}
+
+// SampleOnce opens NVML, samples every GPU once (within limit), reads
+// the kernel log's Xids, attaches ranks and closes NVML: the CLI's view
+// of a node where no sampler runs. It never fails; the report says what
+// could not be read.
+func SampleOnce(ctx context.Context, library, host string, limit time.Duration) Report {
+	n := Open(library)
+	defer n.Close()
+	st := n.Status()
+	if st.State != StateOK {
+		return Report{Host: host, Status: st, Source: SourceNone}
+	}
+	sctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	snaps, err := n.Sample(sctx)
+	if err != nil {
+		return Report{Host: host, Status: st, Source: SourceNone, Notes: []string{err.Error()}}
+	}
+	AttachRanks(snaps, "")
+	k := readKmsgTimed("")
+	r := NewReport(host, st, snaps, k.Events, k.Dropped)
+	r.Source = SourceLive
+	if k.Note != "" {
+		r.Notes = append(r.Notes, k.Note)
+	}
+	return r
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/cluster/fanout"
 	"github.com/probing-mcp/probing-mcp/cluster/membership"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
+	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/storage"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -97,6 +98,11 @@ func nodeCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp node: --http %s is reachable from other hosts, and without PROBING_AUTH_TOKEN anyone could read this node's jobs: set PROBING_AUTH_TOKEN (the coordinator uses the same), or bind 127.0.0.1\n", *addr)
 		return 2
 	}
+	gcfg, err := gpu.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
+		return 2
+	}
 	dataDir := storage.DataDir(os.Getenv)
 	lock, err := node.Lock(filepath.Join(dataDir, "probing-mcp", "node.lock"))
 	if errors.Is(err, node.ErrRunning) {
@@ -137,6 +143,9 @@ func nodeCmd(args []string, stdout, stderr io.Writer) int {
 	src := &node.Local{Self: self, Version: versionString(), Agents: agent.OptionsFromEnv(os.Getenv), SQL: engine}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The node's GPUs, sampled into the data dir's gpu.* rings while the
+	// daemon runs (the minutes before a hang are there when it is asked).
+	gpu.RunNode(ctx, gcfg, dataDir, self.Host, logger)
 	ma, mp := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT")
 	if selfHost, _, _ := net.SplitHostPort(self.Addr); ma != "" && mp != "" && !*noRegister && fanout.LoopbackHost(selfHost) && !fanout.LoopbackHost(ma) {
 		// Every node's daemon would register the same 127.0.0.1 address.

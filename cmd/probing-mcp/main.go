@@ -33,6 +33,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/cluster/membership"
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/mcp"
 	"github.com/probing-mcp/probing-mcp/tools"
 )
@@ -84,6 +85,9 @@ Usage:
   probing-mcp query SQL [--data-dir DIR] [--json] [--limit N]
       Read-only SQL over the ring tables the training processes recorded
       (live or left behind by a dead job), as the MCP query tool runs it.
+  probing-mcp gpu [--devices] [--json] [--rings] [--require]
+      What this node's GPUs are doing (NVML now, or the gpu.* rings a sampler
+      left), each GPU's signature (spinning, idle, busy, lost, error) and Xids.
   probing-mcp agent install|uninstall [--python PATH] [--user]
       Install the in-process agent into a Python interpreter (activate with PROBING=1).
   probing-mcp demo [--torch auto|yes|no] [--exit]
@@ -119,6 +123,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return analyze(args[1:], stdout, stderr)
 	case "query":
 		return query(args[1:], stdout, stderr)
+	case "gpu", "gpus":
+		return gpuCmd(args[1:], stdout, stderr)
 	case "agent":
 		return agentCmd(args[1:], stdout, stderr)
 	case "demo":
@@ -255,13 +261,23 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
 		return 2
 	}
+	gcfg, err := gpu.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if cfg.Env.Cluster == nil {
+		// This node's GPUs, unless its node daemon samples them (then its
+		// rings are read; this server takes over if the daemon exits).
+		gpu.RunNode(ctx, gcfg, cfg.DataDir, nodeHost(), logger)
+	}
 	s, err := mcp.New(cfg, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	logger.Info("starting", "version", versionString(), "write_tools", cfg.AllowWrite)
 	logFileRoots(logger, cfg.Env.Files)
 	if *httpAddr == "" {
