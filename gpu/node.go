@@ -8,9 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"sync"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
