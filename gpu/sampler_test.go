@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage/memt"
+	"github.com/probing-mcp/probing-mcp/storage/tabledocs"
 )
 
 // recorder keeps every tick a sampler passes on, and writes it on to the
@@ -284,5 +286,27 @@ func TestPruneNodeDirs(t *testing.T) {
 	}
 	if !exists(filepath.Join(old4, "notes.txt")) || exists(filepath.Join(old4, TableNVML)) {
 		t.Fatal("a pruned directory's other files must stay, its tables go")
+	}
+}
+
+// The table docs describe exactly the columns the sampler writes, in
+// order and type (describe_tables and the model read them).
+func TestRingDocs(t *testing.T) {
+	for _, d := range ringDefs {
+		schema, name, _ := strings.Cut(d.name, ".")
+		doc, ok := tabledocs.Lookup(schema, name)
+		if !ok {
+			t.Errorf("%s: not documented in storage/tabledocs", d.name)
+			continue
+		}
+		if len(doc.Columns) != len(d.cols) {
+			t.Errorf("%s: %d columns documented, %d written", d.name, len(doc.Columns), len(d.cols))
+			continue
+		}
+		for i, c := range d.cols {
+			if doc.Columns[i].Name != c.Name || doc.Columns[i].Type != c.Type.String() {
+				t.Errorf("%s column %d: documented %s %s, written %s %s", d.name, i, doc.Columns[i].Name, doc.Columns[i].Type, c.Name, c.Type)
+			}
+		}
 	}
 }

@@ -128,6 +128,10 @@ var contractColumns = map[string][]string{
 }
 
 // Storage each contract table must have.
+// oursBeyondContract are tables probing-mcp writes that Probing does not;
+// gpu's TestRingDocs checks their columns against the writer.
+var oursBeyondContract = map[string]bool{"gpu.nvml": true, "gpu.processes": true, "gpu.xid": true, "gpu.sampler": true}
+
 var contractStorage = map[string]string{
 	"python.backtrace": storageVirtual,
 	"process.kmsg":     storageVirtual,
@@ -177,7 +181,7 @@ func TestMatchesContract(t *testing.T) {
 		}
 	}
 	for k := range got {
-		if _, ok := contractColumns[k]; !ok {
+		if _, ok := contractColumns[k]; !ok && !oursBeyondContract[k] {
 			t.Errorf("%s: documented but not in the contract list of this test", k)
 		}
 	}
