@@ -7,7 +7,7 @@ VENV   := .venv
 # applies to every cgo package; -O2 -g is Go's default, kept).
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: build demo test eval bench bench-sql fuzz clean
+.PHONY: build demo test eval bench bench-sql fuzz gpu-check clean
 
 # The first build compiles SQLite (cgo): 2-4 minutes on 2 cores, with a
 # line every 30 s; later builds take seconds.
@@ -65,6 +65,12 @@ bench-sql:
 	$(GO) test ./storage/memt -run '^$$' -bench Writer -benchtime 10000000x
 	$(GO) test ./storage/sqlengine -run '^$$' -bench SQL -benchtime 3x -timeout 60m
 	$(GO) test -tags sqlite_vtable ./storage/sqlengine -run '^$$' -bench GoVTab -benchtime 3x
+
+# On a machine with an NVIDIA GPU (under two minutes): every NVML field,
+# LD_BIND_NOW=1, the sampler's rings, and the idle/spinning/busy signatures
+# (PYTHON with torch+CUDA for the last two). Exit 3: no GPU here.
+gpu-check: build
+	scripts/gpu-check bin/probing-mcp
 
 fuzz:
 	$(GO) test ./diag/pickle -run '^$$' -fuzz FuzzDecode -fuzztime 60s
