@@ -40,6 +40,8 @@ type NodeConfig struct {
 	On       bool
 	Interval time.Duration
 	Library  string
+	// open replaces loading the library (tests: a mock server).
+	open func() *NVML
 }
 
 // ConfigFromEnv reads PROBING_GPU, PROBING_GPU_SAMPLE_MS and
@@ -89,7 +91,12 @@ func StartNode(ctx context.Context, cfg NodeConfig, dataDir, host string, logger
 		return nil, err
 	}
 	ns := &NodeSampler{lock: lock}
-	n := Open(cfg.Library)
+	var n *NVML
+	if cfg.open != nil {
+		n = cfg.open()
+	} else {
+		n = Open(cfg.Library)
+	}
 	opts := SamplerOptions{Interval: cfg.Interval, Host: host, Logger: logger, Open: func() *NVML { return n }}
 	// Rings only where there are GPUs: a CPU-only node's daemon leaves no
 	// files behind (its report says why it has no GPU).

@@ -310,3 +310,28 @@ func TestRingDocs(t *testing.T) {
 		}
 	}
 }
+
+// With GPUs, the node service samples into rings in its pid directory;
+// a second service on the same data dir reads instead, and takes over
+// once the first stops.
+func TestRunNodeWritesRingsAndHandsOver(t *testing.T) {
+	old := lockRetry
+	lockRetry = 10 * time.Millisecond
+	defer func() { lockRetry = old }()
+	dir := t.TempDir()
+	cfg := NodeConfig{On: true, Interval: 10 * time.Millisecond, open: func() *NVML { return OpenLib(a100(spinningA100)) }}
+	ctx1, stop1 := context.WithCancel(context.Background())
+	a := RunNode(ctx1, cfg, dir, "h", nil)
+	waitFor(t, "the first service to sample", func() bool { return a.Report().Source == SourceLive && len(a.Report().Devices) == 8 })
+	ring := filepath.Join(dir, strconv.Itoa(os.Getpid()), TableNVML)
+	waitFor(t, "rows in gpu.nvml", func() bool { return ringRows(t, ring) >= 16 })
+	ctx2, stop2 := context.WithCancel(context.Background())
+	defer stop2()
+	b := RunNode(ctx2, cfg, dir, "h", nil)
+	waitFor(t, "the second service to say why it does not sample", func() bool {
+		r := b.Report()
+		return r.Source == SourceNone && contains(r.Status.Reason, "another process samples")
+	})
+	stop1()
+	waitFor(t, "the second service to take over", func() bool { return b.Report().Source == SourceLive })
+}
