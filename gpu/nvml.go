@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -102,6 +103,7 @@ type NVML struct {
 	// noHandle says why devs[i] is nil.
 	noHandle []string
 	refs     sync.WaitGroup
+	sampling atomic.Bool          // a Sample's NVML calls are in flight
 	stops    []context.CancelFunc // the watchers', cancelled by Close
 }
 

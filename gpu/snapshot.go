@@ -137,6 +137,17 @@ func (n *NVML) Sample(ctx context.Context) ([]Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One sampling at a time: a round still stuck in NVML (a wedged GPU)
+	// is not joined by another each period, which would pile up
+	// goroutines blocked in the driver without bound.
+	if !n.sampling.CompareAndSwap(false, true) {
+		n.refs.Done()
+		out := make([]Snapshot, len(devs))
+		for i := range out {
+			out[i] = Snapshot{Index: i, Time: time.Now(), Missing: map[string]string{"all": "not sampled: an earlier sample is still waiting for NVML (the GPU or its driver may be wedged)"}}
+		}
+		return out, nil
+	}
 	var mu sync.Mutex
 	res := make([]Snapshot, len(devs))
 	done := make([]bool, len(devs))
@@ -144,6 +155,7 @@ func (n *NVML) Sample(ctx context.Context) ([]Snapshot, error) {
 	fin := make(chan struct{})
 	go func() {
 		defer n.refs.Done()
+		defer n.sampling.Store(false)
 		defer close(fin)
 		for i, d := range devs {
 			if ctx.Err() != nil {

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,4 +66,44 @@ func TestAssignGPUs(t *testing.T) {
 	if evs[0].GPU != 1 || evs[0].UUID != "GPU-b" || evs[1].GPU != -1 || evs[2].GPU != 0 {
 		t.Fatalf("%+v", evs)
 	}
+}
+
+// While a wedged GPU holds a round in NVML, later rounds do not start
+// another sampling behind it: they say an earlier one is still waiting.
+func TestSampleDoesNotPileUpOnAWedgedGPU(t *testing.T) {
+	srv := a100(spinningA100)
+	release := make(chan struct{})
+	var calls atomic.Int32
+	entered := make(chan struct{})
+	srv.Devices[2].(*server.Device).GetPowerUsageFunc = func() (uint32, nvml.Return) {
+		if calls.Add(1) == 1 {
+			close(entered)
+		}
+		<-release
+		return 1, nvml.SUCCESS
+	}
+	n := OpenLib(srv)
+	// Round 0 ends once the call is stuck in NVML.
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-entered; cancel() }()
+	if _, err := n.Sample(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 5; i++ {
+		snaps, err := n.Sample(context.Background())
+		if err != nil || len(snaps) != 8 {
+			t.Fatal(err)
+		}
+		if !contains(snaps[0].Missing["all"], "an earlier sample is still waiting") {
+			t.Fatalf("round %d: %v", i, snaps[0].Missing)
+		}
+	}
+	if c := calls.Load(); c != 1 {
+		t.Fatalf("the wedged call was entered %d times, want once", c)
+	}
+	close(release)
+	waitFor(t, "sampling to resume", func() bool {
+		snaps, _ := n.Sample(context.Background())
+		return snaps[0].Missing["all"] == "" && snaps[0].PowerW != nil
+	})
 }
