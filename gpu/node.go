@@ -97,7 +97,7 @@ func StartNode(ctx context.Context, cfg NodeConfig, dataDir, host string, logger
 	} else {
 		n = Open(cfg.Library)
 	}
-	opts := SamplerOptions{Interval: cfg.Interval, Host: host, Logger: logger, Open: func() *NVML { return n }}
+	opts := SamplerOptions{Interval: cfg.Interval, Host: host, Logger: logger, Open: func() *NVML { return n }, DataDir: dataDir}
 	// Rings only where there are GPUs: a CPU-only node's daemon leaves no
 	// files behind (its report says why it has no GPU).
 	var ringErr error

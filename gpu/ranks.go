@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path/filepath"
+	"strconv"
 
 	"github.com/probing-mcp/probing-mcp/procfacts"
 )
@@ -13,6 +15,14 @@ import (
 // procfacts.PlaceFromEnv). A process whose environment cannot be read
 // keeps rank -1 and RankWhy says why.
 func AttachRanks(snaps []Snapshot, procRoot string) {
+	AttachRanksFrom(snaps, procRoot, "")
+}
+
+// AttachRanksFrom is AttachRanks that asks the agents first: the identity
+// file an agent wrote in dataDir/<pid>/ (believed only when the process
+// that owns the pid now wrote it: same start time, its owner's file),
+// then the environment.
+func AttachRanksFrom(snaps []Snapshot, procRoot, dataDir string) {
 	if procRoot == "" {
 		procRoot = procfacts.Proc
 	}
@@ -24,7 +34,9 @@ func AttachRanks(snaps []Snapshot, procRoot string) {
 				p.Rank, p.LocalRank, p.Role, p.RankWhy = c.Rank, c.LocalRank, c.Role, c.RankWhy
 				continue
 			}
-			rankOf(p, procRoot)
+			if !rankFromIdentity(p, procRoot, dataDir) {
+				rankOf(p, procRoot)
+			}
 			cache[p.PID] = *p
 		}
 	}
@@ -47,4 +59,28 @@ func rankOf(p *Process, procRoot string) {
 	if !pl.HasRank() {
 		p.RankWhy = fmt.Sprintf("pid %d has no launcher rank variable (RANK, LOCAL_RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK…): not a rank of a job", p.PID)
 	}
+}
+
+func rankFromIdentity(p *Process, procRoot, dataDir string) bool {
+	if dataDir == "" {
+		return false
+	}
+	pid := int(p.PID)
+	id, fi, err := procfacts.ReadIdentity(filepath.Join(dataDir, strconv.Itoa(pid), procfacts.IdentityFile))
+	if err != nil || id.PID != pid || id.Agent == procfacts.AgentNode {
+		return false
+	}
+	st, err := procfacts.StatAt(procRoot, pid)
+	if err != nil || st.Start != id.StartTime {
+		return false // a reused pid, or a process gone
+	}
+	own, err := procfacts.ProcessOwner(pid)
+	if err != nil || procfacts.CheckFile(fi, own) != nil {
+		return false
+	}
+	p.Rank, p.LocalRank, p.Role = id.Rank, id.LocalRank, id.Role
+	if p.Rank < 0 {
+		p.RankWhy = fmt.Sprintf("pid %d's agent names no rank", pid)
+	}
+	return true
 }

@@ -1,12 +1,15 @@
 package gpu
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
 // Real processes: a rank, a process without rank variables, one gone.
@@ -59,4 +62,39 @@ func TestAttachRanksUnreadable(t *testing.T) {
 		t.Fatalf("%+v", p)
 	}
 	_ = strconv.Itoa
+}
+
+// An agent's identity file places a process whose environment names no
+// rank; a stale one (another start time: the pid was reused) does not.
+func TestAttachRanksFromIdentity(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	var st uint64
+	var err error
+	waitFor(t, "the child's stat", func() bool { st, err = procfacts.StartTime(pid); return err == nil })
+	dir := t.TempDir()
+	write := func(start uint64) {
+		os.MkdirAll(filepath.Join(dir, strconv.Itoa(pid)), 0o755)
+		b, _ := json.Marshal(procfacts.Identity{Agent: "probing-mcp", PID: pid, StartTime: start, Rank: 12, LocalRank: 4, Role: "worker"})
+		if err := os.WriteFile(filepath.Join(dir, strconv.Itoa(pid), procfacts.IdentityFile), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(st)
+	snaps := []Snapshot{{Processes: []Process{{PID: uint32(pid)}}}}
+	AttachRanksFrom(snaps, "", dir)
+	if p := snaps[0].Processes[0]; p.Rank != 12 || p.LocalRank != 4 || p.Role != "worker" {
+		t.Fatalf("from the identity: %+v", p)
+	}
+	write(st + 1)
+	snaps = []Snapshot{{Processes: []Process{{PID: uint32(pid)}}}}
+	AttachRanksFrom(snaps, "", dir)
+	if p := snaps[0].Processes[0]; p.Rank != -1 || !strings.Contains(p.RankWhy, "no launcher rank variable") {
+		t.Fatalf("a stale identity must not be believed: %+v", p)
+	}
 }

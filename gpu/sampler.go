@@ -25,8 +25,10 @@ type SamplerOptions struct {
 	// GPUs whose events NVML does not support.
 	KmsgPath  string
 	KmsgEvery time.Duration
-	// ProcRoot is where process environments are read (procfacts.Proc).
+	// ProcRoot is where process environments are read (procfacts.Proc);
+	// DataDir holds the agents' identity files, asked first.
 	ProcRoot string
+	DataDir  string
 	Host     string
 	// Sink receives every tick (the rings); nil keeps only the newest in
 	// memory.
@@ -172,7 +174,7 @@ func (s *Sampler) round(ctx context.Context) {
 		}
 		return
 	}
-	AttachRanks(snaps, s.opts.ProcRoot)
+	AttachRanksFrom(snaps, s.opts.ProcRoot, s.opts.DataDir)
 	s.mu.Lock()
 	var nv []XidEvent
 	var nvDropped int
