@@ -236,8 +236,7 @@ func snapshotFromRow(v []any) gpu.Snapshot {
 func rows(ctx context.Context, e *sqlengine.Engine, q string, row func([]any)) error {
 	res, err := e.Query(ctx, q, sqlengine.MaxLimit)
 	if err != nil {
-		var se *sqlengine.Error
-		if errors.As(err, &se) && strings.Contains(se.Msg, "no such table") {
+		if noTable(err) {
 			return nil
 		}
 		return err
@@ -246,4 +245,11 @@ func rows(ctx context.Context, e *sqlengine.Engine, q string, row func([]any)) e
 		row(r.Values())
 	}
 	return nil
+}
+
+// noTable: the statement names a table no process wrote (no rows, not a
+// failure).
+func noTable(err error) bool {
+	var se *sqlengine.Error
+	return errors.As(err, &se) && strings.Contains(se.Msg, "no such table")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -83,8 +82,7 @@ func pages(ctx context.Context, e *sqlengine.Engine, q string, row func([]any)) 
 	for offset := 0; offset < MaxCommRows; offset += sqlengine.MaxLimit {
 		res, err := e.Query(ctx, fmt.Sprintf("%s LIMIT %d OFFSET %d", q, sqlengine.MaxLimit, offset), sqlengine.MaxLimit)
 		if err != nil {
-			var se *sqlengine.Error
-			if errors.As(err, &se) && strings.Contains(se.Msg, "no such table") {
+			if noTable(err) {
 				return nil
 			}
 			return err

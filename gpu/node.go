@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/internal/envswitch"
+	"github.com/probing-mcp/probing-mcp/internal/filelock"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
@@ -128,19 +129,12 @@ func StartNode(ctx context.Context, cfg NodeConfig, dataDir, host string, logger
 }
 
 func lockFile(path string) (*os.File, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("GPU sampler lock %s: %w", path, err)
+	f, err := filelock.Take(path)
+	if errors.Is(err, filelock.ErrHeld) {
+		return nil, ErrSampledElsewhere
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("GPU sampler lock %s: %w", path, err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, ErrSampledElsewhere
-		}
-		return nil, fmt.Errorf("GPU sampler lock %s: %w", path, err)
+		return nil, fmt.Errorf("GPU sampler %w", err)
 	}
 	return f, nil
 }

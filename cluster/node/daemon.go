@@ -8,9 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
-	"syscall"
 	"time"
+
+	"github.com/probing-mcp/probing-mcp/internal/filelock"
 )
 
 // ErrRunning: another daemon holds this node's lock.
@@ -36,22 +36,13 @@ type DaemonOptions struct {
 // Lock takes the per-node lock; the file stays locked while the process
 // lives (a kill -9 releases it with the process).
 func Lock(path string) (*os.File, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("node lock %s: %w", path, err)
+	f, err := filelock.Take(path)
+	if errors.Is(err, filelock.ErrHeld) {
+		return nil, ErrRunning
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("node lock %s: %w", path, err)
+		return nil, fmt.Errorf("node %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, ErrRunning
-		}
-		return nil, fmt.Errorf("node lock %s: %w", path, err)
-	}
-	f.Truncate(0)
-	fmt.Fprintf(f, "%d\n", os.Getpid())
 	return f, nil
 }
 
