@@ -141,7 +141,7 @@ func (v *gpuView) faults(js JobState) (out []gpuFault, orphans []string) {
 	return out, orphans
 }
 
-// devOrder is the device of an event: by index, else by UUID; -1 when
+// devOf is the device of an event: by index, else by UUID; -1 when
 // not known (the event names only a bus no device has).
 func (v *gpuView) devOf(i int, e gpu.XidEvent) int {
 	for j, d := range v.in.GPU[i].Devices {
