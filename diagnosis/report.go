@@ -11,6 +11,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
@@ -27,6 +28,9 @@ const (
 	CatStraggler      = "straggler"
 	CatUnreachable    = "unreachable_rank"
 	CatHealthy        = "healthy"
+	// CatGPUFault: the culprit's GPU failed (a critical Xid, lost, an
+	// uncorrectable memory error) under a stalled or dead job (gpu.go).
+	CatGPUFault = "gpu_fault"
 )
 
 // Confidence levels.
@@ -60,6 +64,11 @@ type RankFacts struct {
 	Record      *procfacts.Ending
 	Crash       *evidence.Crash // what faulthandler wrote as a fatal signal killed it
 	EndedNS     int64
+	// Node is the node daemon's address that gave its evidence ("" when
+	// read here); LocalRank its rank on its node, -1 unknown. They find
+	// its GPU (gpu.go).
+	Node      string
+	LocalRank int
 }
 
 // Input is everything Diagnose weighs; the evidence service builds it.
@@ -80,6 +89,9 @@ type Input struct {
 	// Unreachable: ranks no source could reach (their node did not
 	// answer), and why.
 	Unreachable map[int]string
+	// GPU is each node's GPUs (evidence.Bundle.GPU); nil: not read, and
+	// the verdict is the one without GPU evidence.
+	GPU []gpu.Report
 }
 
 // Evidence is one line of proof and where it came from.
@@ -221,6 +233,7 @@ func diagnose(in Input) Report {
 			rep.Summary = "No hang yet: " + js.Why + "; " + quiet + "."
 		}
 		rep.Hypotheses = []Hypothesis{h}
+		rep.DataQuality = append(rep.DataQuality, gpuMoving(in)...)
 		return rep
 	case StateSlow:
 		h := Hypothesis{Category: CatStraggler, culprits: js.Slow, Confidence: Medium,
@@ -229,6 +242,7 @@ func diagnose(in Input) Report {
 			Refute:   "the same ranks are not slow in the next window"}
 		rep.Hypotheses = []Hypothesis{finish(h, in)}
 		rep.Summary = fmt.Sprintf("No hang, but a straggler: %s; %s.", rankWords(js.Slow), js.Why)
+		rep.DataQuality = append(rep.DataQuality, gpuMoving(in)...)
 		return rep
 	}
 	m, problems := FromComm(in.Comm, in.World)
@@ -287,6 +301,9 @@ func diagnose(in Input) Report {
 	if c := frCoverage(in); c != "" {
 		rep.DataQuality = append(rep.DataQuality, c)
 	}
+	var gpuNotes []string
+	rep.Hypotheses, gpuNotes = withGPU(rep.Hypotheses, in, js)
+	rep.DataQuality = append(rep.DataQuality, gpuNotes...)
 	if len(rep.Hypotheses) == 0 {
 		h := Hypothesis{Category: CatUnreachable, Confidence: Low,
 			Evidence: []Evidence{{"comm_rings", "no rank is recorded inside a collective, and nothing shows who waits for whom"}},
@@ -469,7 +486,7 @@ func summary(h Hypothesis, js JobState) string {
 	switch {
 	case len(h.culprits) == 0:
 		s = fmt.Sprintf("No culprit found (%s, %s confidence): %s", h.Category, h.Confidence, h.Evidence[0].Text)
-	case h.Category == CatMissing || h.Category == CatMismatch:
+	case h.Category == CatMissing || h.Category == CatMismatch || h.Category == CatGPUFault:
 		s = fmt.Sprintf("%s is the culprit (%s, %s confidence)%s: %s", who, h.Category, h.Confidence, where, h.Evidence[0].Text)
 	case h.Category == CatAllIn:
 		s = fmt.Sprintf("Every rank is inside the same collective (%s, %s confidence): the hang is below the ranks", h.Category, h.Confidence)
@@ -515,8 +532,12 @@ func FromBundle(b *evidence.Bundle, st StateOptions) Input {
 	for r, e := range b.Ranks {
 		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS,
 			Threads: evidence.WithLocks(e.Threads, e.Locks), StackSource: e.StackSource, StackErr: e.StackErr, AgentErr: e.AgentErr, OSThreads: e.OSThreads,
-			Record: e.Record, EndedNS: e.EndedNS, Crash: e.Crash}
+			Record: e.Record, EndedNS: e.EndedNS, Crash: e.Crash, Node: e.Node, LocalRank: -1}
+		if e.LocalRank != nil {
+			in.Ranks[r].LocalRank = *e.LocalRank
+		}
 	}
+	in.GPU = b.GPU
 	return in
 }
 

@@ -68,7 +68,7 @@ TORCH_JOB = "tp_gloo_job.py"
 # the job's error, not a case to score.
 STATES = ("healthy", "progressing", "slow", "stalled", "dead")
 CATEGORIES = ("cpu_stall", "missing_from_collective", "collective_mismatch", "dead_rank", "main_thread_dead",
-              "deadlock", "gil_held", "all_in_collective", "straggler", "unreachable_rank", "healthy")
+              "deadlock", "gil_held", "all_in_collective", "gpu_fault", "straggler", "unreachable_rank", "healthy")
 
 
 class Case(object):

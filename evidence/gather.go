@@ -81,6 +81,10 @@ type RankEvidence struct {
 	// Node is the node daemon (its address) that gave this evidence;
 	// "" when it was read here.
 	Node string `json:",omitempty"`
+	// LocalRank is its rank on its node from its identity (usually its
+	// GPU index); nil when unknown. The diagnosis maps a rank to its GPU
+	// by it only when the GPUs list no processes (a container hides them).
+	LocalRank *int `json:",omitempty"`
 }
 
 // Bundle is the evidence for one scope (this node).
@@ -209,6 +213,10 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 			sizes[id.WorldSize] = append(sizes[id.WorldSize], a.Rank())
 		}
 		e := &RankEvidence{Rank: a.Rank(), PID: a.PID, UID: a.UID, Alive: a.Alive}
+		if id := a.Identity; id != nil && id.LocalRank >= 0 {
+			l := id.LocalRank
+			e.LocalRank = &l
+		}
 		if a.Ending != nil {
 			e.Ending, e.Raised = a.Ending.Summary(a.Alive), a.Ending.Exception != nil
 			e.Record, e.EndedNS = a.Ending, EndedNS(a.Ending)

@@ -109,10 +109,10 @@ func diagnoseHang(env *Env) Def {
 		mcplib.WithToolTitle("Diagnose a hung job"),
 		mcplib.WithDescription("One call for \"why is my job stuck?\": gathers every source on this node in parallel (the agents' identities "+
 			"and liveness, how each rank ended, every rank's main-thread stack, the collectives each rank entered and left from the comm "+
-			"rings, step progress), decides first whether the job is hung at all (healthy, progressing, slow, stalled, dead: a moving job "+
+			"rings, step progress, the GPUs' state and Xid errors), decides first whether the job is hung at all (healthy, progressing, slow, stalled, dead: a moving job "+
 			"never gets a hang verdict), then follows who waits for whom across process groups to the culprit. Answers the culprit ranks, "+
 			"the category (cpu_stall, missing_from_collective, collective_mismatch, dead_rank, main_thread_dead, deadlock, gil_held, "+
-			"all_in_collective, straggler, unreachable_rank, healthy), the line of code, the evidence with its sources, what would confirm "+
+			"all_in_collective, gpu_fault, straggler, unreachable_rank, healthy), the line of code, the evidence with its sources, what would confirm "+
 			"or refute it, and what data was missing. Works post-mortem from what a dead job left in the data dir."),
 		schemas[DiagnoseHangParams, DiagnoseHangResult](env),
 		hints(true, false, false, false),
