@@ -511,13 +511,15 @@ func clock(t time.Time, ref int64) string {
 
 // notRead says, in one line, which nodes' GPUs could not be read: the
 // verdict did not weigh GPU state there. A node without GPUs (no_device)
-// is no gap and is not named.
+// is no gap and is not named, nor one without NVIDIA's library: that is
+// almost always a node without NVIDIA GPUs (a CPU job), and saying so in
+// every verdict would be noise (gpu_status says it when asked).
 func (v *gpuView) notRead() string {
 	by := map[string][]string{}
 	var order []string
 	n := 0
 	for _, g := range v.in.GPU {
-		if len(g.Devices) > 0 || g.Status.State == gpu.StateOK || g.Status.State == gpu.StateNoDevice {
+		if len(g.Devices) > 0 || g.Status.State == gpu.StateOK || g.Status.State == gpu.StateNoDevice || g.Status.State == gpu.StateNoLibrary {
 			continue
 		}
 		k := string(g.Status.State)

@@ -117,6 +117,13 @@ func StartNode(ctx context.Context, cfg NodeConfig, dataDir, host string, logger
 		ns.Sampler.latest.Notes = append(ns.Sampler.latest.Notes, "the GPU rings are not written: "+ringErr.Error())
 		ns.Sampler.mu.Unlock()
 	}
+	if !n.Ready() {
+		// Nothing to sample: the lock is let go at once, so that every
+		// other process on the node learns the state from NVML itself
+		// rather than waiting on a sampler that will never write.
+		lock.Close()
+		return ns, nil
+	}
 	go func() {
 		<-ns.Sampler.Done()
 		<-ctx.Done()
@@ -233,36 +240,42 @@ func RunNode(ctx context.Context, cfg NodeConfig, dataDir, host string, logger *
 		s.why = EnvGPU + "=0: this process samples no GPU (the GPU rings of another process are still read)"
 		return s
 	}
-	s.why = "starting"
-	go s.run(ctx)
+	// The first attempt is made now (NVML's Init, well under a second),
+	// so that the first question asked gets the node's state.
+	if s.try(ctx) {
+		go s.run(ctx)
+	}
 	return s
 }
 
+// try starts the sampler; false when done trying (it samples, or the
+// failure is not the lock).
+func (s *NodeService) try(ctx context.Context) bool {
+	ns, err := StartNode(ctx, s.cfg, s.dataDir, s.host, s.logger)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		s.cur, s.why = ns, ""
+		return false
+	}
+	s.why = err.Error()
+	if !errors.Is(err, ErrSampledElsewhere) {
+		s.logger.Warn("no GPU sampling", "err", err)
+		return false
+	}
+	return true
+}
+
 func (s *NodeService) run(ctx context.Context) {
-	logged := false
+	s.logger.Info("GPU sampling is another process's; its rings are read", "retry", lockRetry)
 	for {
-		ns, err := StartNode(ctx, s.cfg, s.dataDir, s.host, s.logger)
-		if err == nil {
-			s.mu.Lock()
-			s.cur, s.why = ns, ""
-			s.mu.Unlock()
-			return
-		}
-		s.mu.Lock()
-		s.why = err.Error()
-		s.mu.Unlock()
-		if !errors.Is(err, ErrSampledElsewhere) {
-			s.logger.Warn("no GPU sampling", "err", err)
-			return
-		}
-		if !logged {
-			s.logger.Info("GPU sampling is another process's; its rings are read", "retry", lockRetry)
-			logged = true
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(lockRetry):
+		}
+		if !s.try(ctx) {
+			return
 		}
 	}
 }

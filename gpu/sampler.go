@@ -316,3 +316,21 @@ func SampleOnce(ctx context.Context, library, host string, limit time.Duration) 
 	}
 	return r
 }
+
+// Once is a GPU source for a one-shot command (the CLI's diagnose): NVML
+// sampled on the first Report (SampleOnce), that report kept. It writes
+// no rings and holds no lock.
+type Once struct {
+	Library, Host string
+	Limit         time.Duration
+	once          sync.Once
+	r             Report
+}
+
+// Report samples on the first call.
+func (o *Once) Report() Report {
+	o.once.Do(func() {
+		o.r = SampleOnce(context.Background(), o.Library, o.Host, max(o.Limit, time.Second))
+	})
+	return o.r
+}

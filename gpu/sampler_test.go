@@ -208,22 +208,27 @@ func TestStartNodeOnePerDataDir(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := NodeConfig{On: true, Interval: time.Second, Library: "/nonexistent/libnvidia-ml.so.1"}
-	a, err := StartNode(ctx, cfg, dir, "h", nil)
-	if err != nil {
+	withGPU := NodeConfig{On: true, Interval: time.Second, open: func() *NVML { return OpenLib(a100(spinningA100)) }}
+	if _, err := StartNode(ctx, withGPU, dir, "h", nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := StartNode(ctx, cfg, dir, "h", nil); err != ErrSampledElsewhere {
+	if _, err := StartNode(ctx, withGPU, dir, "h", nil); err != ErrSampledElsewhere {
 		t.Fatalf("second sampler on one data dir: %v", err)
 	}
-	if r := a.Report(); r.Status.State != StateNoLibrary {
-		t.Fatalf("%+v", r)
+	// No GPU: the lock is not kept (every process reads NVML's state
+	// itself), and no rings nor pid directory are left behind.
+	dir2 := t.TempDir()
+	cfg := NodeConfig{On: true, Interval: time.Second, Library: "/nonexistent/libnvidia-ml.so.1"}
+	for range 2 {
+		a, err := StartNode(ctx, cfg, dir2, "h", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := a.Report(); r.Status.State != StateNoLibrary || a.Rings != nil {
+			t.Fatalf("%+v (rings %v)", r, a.Rings)
+		}
 	}
-	// No GPU: no rings and no pid directory left behind.
-	if a.Rings != nil {
-		t.Fatal("rings opened without a GPU")
-	}
-	if _, err := os.Stat(filepath.Join(dir, strconv.Itoa(os.Getpid()))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir2, strconv.Itoa(os.Getpid()))); !os.IsNotExist(err) {
 		t.Fatalf("pid dir made on a node without GPUs: %v", err)
 	}
 }
