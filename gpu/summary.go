@@ -257,8 +257,17 @@ func groupLine(idx []int, snaps []Snapshot, sig Signature, why string) string {
 	if len(idx) > 1 {
 		noun = "GPUs"
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s (%s) %s", noun, rankset.Short(rankset.Format(idx)), name, sig)
+	head := fmt.Sprintf("%s %s (%s) %s", noun, rankset.Short(rankset.Format(idx)), name, sig)
+	if st := Stats(snaps, sig, why); st != "" {
+		return head + ": " + st
+	}
+	return head
+}
+
+// Stats are a group's counters in words ("100% util, 70-75 W of 700 W,
+// 45 °C, ranks 0-7"): what groupLine says after the GPUs' names; the
+// whole-job view (tools) heads them with hosts.
+func Stats(snaps []Snapshot, sig Signature, why string) string {
 	var parts []string
 	if sig == SigLost || sig == SigError || sig == SigUnknown {
 		parts = append(parts, why)
@@ -349,10 +358,7 @@ func groupLine(idx []int, snaps []Snapshot, sig Signature, why string) string {
 		notes = append(notes[:4], fmt.Sprintf("%d more notes", len(notes)-4))
 	}
 	parts = append(parts, notes...)
-	if len(parts) > 0 {
-		b.WriteString(": " + strings.Join(parts, ", "))
-	}
-	return b.String()
+	return strings.Join(parts, ", ")
 }
 
 // spread is "70" when all agree (rounded), else "68-72".

@@ -12,6 +12,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/gpu"
 )
 
 // ranksOf are a node's ranks as membership or its last answer said.
@@ -255,4 +256,39 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 	merged.FRDumps = nil
 	cov.Problems = append(cov.Problems, problems...)
 	return merged, cov
+}
+
+// GPU asks every node for its GPUs. A node's report with more devices
+// than a node can hold (gpu.MaxDevices) is garbage, not a node; one
+// without a host is named by its node.
+func (j *Job) GPU(ctx context.Context) ([]gpu.Report, Coverage, error) {
+	ns, problems, err := j.nodes(ctx)
+	if err != nil {
+		return nil, Coverage{Problems: problems}, err
+	}
+	var mu sync.Mutex
+	var reps []gpu.Report
+	cov := j.each(ctx, ns, func(ctx context.Context, n cluster.Node) error {
+		var rep node.GPUReply
+		if err := j.Client.Do(ctx, n, http.MethodPost, node.PathGPU, node.GPURequest{}, &rep); err != nil {
+			return err
+		}
+		r := rep.Report
+		if len(r.Devices) > gpu.MaxDevices || len(r.Xids) > gpu.MaxXidEvents {
+			return &PeerError{Addr: n.Addr, Kind: KindGarbage, Msg: fmt.Sprintf("its GPU report lists %d devices and %d Xid events (at most %d and %d)", len(r.Devices), len(r.Xids), gpu.MaxDevices, gpu.MaxXidEvents)}
+		}
+		if r.Source == "" && r.Status.State == "" {
+			return &PeerError{Addr: n.Addr, Kind: KindGarbage, Msg: "its answer holds no GPU report"}
+		}
+		if r.Host == "" {
+			r.Host = n.Host
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		reps = append(reps, r)
+		return nil
+	})
+	cov.Problems = append(problems, cov.Problems...)
+	sort.SliceStable(reps, func(a, b int) bool { return reps[a].Host < reps[b].Host })
+	return reps, cov, j.strict(cov)
 }

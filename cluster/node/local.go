@@ -24,6 +24,9 @@ type Local struct {
 	Agents  agent.Options
 	// SQL is the node's ring tables; nil serves no tables.
 	SQL *sqlengine.Engine
+	// GPUSampler is this process's GPU sampler (the daemon's); nil reads the
+	// newest round another sampler left in the rings through SQL.
+	GPUSampler evidence.GPUSource
 }
 
 // errNoSQL answers table requests of a node without an engine.
@@ -130,7 +133,8 @@ func (l *Local) Evidence(ctx context.Context, req EvidenceRequest) (*EvidenceRep
 	if dl, ok := ctx.Deadline(); ok {
 		d = time.Until(dl)
 	}
-	b := evidence.Gather(ctx, evidence.Options{Agents: l.Agents, SQL: l.SQL, Deadline: d, CommPerRank: req.CommPerRank, RawFR: true})
+	b := evidence.Gather(ctx, evidence.Options{Agents: l.Agents, SQL: l.SQL, Deadline: d, CommPerRank: req.CommPerRank, RawFR: true,
+		GPU: l.GPUSampler, Host: l.Self.Host})
 	return &EvidenceReply{Bundle: b}, nil
 }
 
@@ -190,4 +194,10 @@ func (l *Local) Scan(ctx context.Context, req fedsql.ScanRequest) (*fedsql.ScanR
 		return nil, err
 	}
 	return f.Scan(ctx, req)
+}
+
+// GPU is the node's GPUs: the live sampler's newest round, else the
+// rings', else why there is none (never an error).
+func (l *Local) GPU(ctx context.Context, _ GPURequest) (*GPUReply, error) {
+	return &GPUReply{Report: evidence.NodeGPU(ctx, l.GPUSampler, l.SQL, l.Self.Host)}, nil
 }

@@ -137,3 +137,20 @@ func TestLockAndIdleExit(t *testing.T) {
 		t.Fatal("the idle daemon did not exit")
 	}
 }
+
+// TestGPURoute: POST /v1/gpu answers the node's GPU report with its host
+// (no sampler and no engine here: not_sampled, with why); the 404 names
+// the route.
+func TestGPURoute(t *testing.T) {
+	s := newServer(t, "")
+	code, body := do(t, "POST", s.URL+node.PathGPU, "", `{}`, nil)
+	if code != 200 || !strings.Contains(body, `"host":"n0"`) || !strings.Contains(body, `"state":"not_sampled"`) || !strings.Contains(body, "no data dir") {
+		t.Fatalf("%d %s", code, body)
+	}
+	if code, body := do(t, "POST", s.URL+node.PathGPU, "", `{"ranks":"0"}`, nil); code != 400 || !strings.Contains(body, "ranks") {
+		t.Errorf("unknown field: %d %s", code, body)
+	}
+	if code, body := do(t, "GET", s.URL+"/v1/nothing", "", "", nil); code != 404 || !strings.Contains(body, "/v1/gpu") {
+		t.Errorf("404: %d %s", code, body)
+	}
+}

@@ -26,6 +26,7 @@ type Source interface {
 	FlightRecorder(ctx context.Context, req FRRequest) (*FRReply, error)
 	Tables(ctx context.Context) ([]fedsql.Table, error)
 	Scan(ctx context.Context, req fedsql.ScanRequest) (*fedsql.ScanReply, error)
+	GPU(ctx context.Context, req GPURequest) (*GPUReply, error)
 }
 
 // Config shapes a daemon's handler.
@@ -70,11 +71,12 @@ func Handler(cfg Config) http.Handler {
 	mux.Handle("POST "+PathFR, call(cfg, func(ctx context.Context, q *FRRequest) (any, error) { return cfg.Source.FlightRecorder(ctx, *q) }))
 	mux.Handle("POST "+PathTables, call(cfg, func(ctx context.Context, _ *struct{}) (any, error) { return cfg.Source.Tables(ctx) }))
 	mux.Handle("POST "+PathScan, call(cfg, func(ctx context.Context, q *fedsql.ScanRequest) (any, error) { return cfg.Source.Scan(ctx, *q) }))
+	mux.Handle("POST "+PathGPU, call(cfg, func(ctx context.Context, q *GPURequest) (any, error) { return cfg.Source.GPU(ctx, *q) }))
 	for p, h := range cfg.Extra {
 		mux.Handle(p, h)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path+" (the node API: GET /v1/node, POST /v1/stacks, /v1/evidence, /v1/flight_recorder, /v1/tables, /v1/scan)")
+		writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path+" (the node API: GET /v1/node, POST /v1/stacks, /v1/evidence, /v1/flight_recorder, /v1/tables, /v1/scan, /v1/gpu)")
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if cfg.Token != "" && r.URL.Path != PathHealth {

@@ -11,6 +11,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/gpu"
 )
 
 // Paths of the node API.
@@ -22,6 +23,7 @@ const (
 	PathFR       = "/v1/flight_recorder"
 	PathTables   = "/v1/tables"
 	PathScan     = "/v1/scan"
+	PathGPU      = "/v1/gpu"
 )
 
 // TimeoutHeader carries the caller's time left, in milliseconds: a
@@ -82,4 +84,14 @@ type FRRequest struct {
 type FRReply struct {
 	Dumps    []evidence.FRDump `json:"dumps"`
 	Problems []string          `json:"problems,omitempty"`
+}
+
+// GPURequest asks for the node's GPUs (nothing to select: a node has a
+// few GPUs, and the coordinator bounds what it keeps).
+type GPURequest struct{}
+
+// GPUReply is the node's GPU report (evidence.NodeGPU): the live
+// sampler's, the rings', or why there is none.
+type GPUReply struct {
+	Report gpu.Report `json:"report"`
 }
