@@ -9,7 +9,7 @@ import (
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 )
 
-var allTools = []string{"diagnose_hang", "analyze_flight_recorder", "list_processes", "get_stacks", "snapshot_flight_recorder",
+var allTools = []string{"diagnose_hang", "analyze_flight_recorder", "list_processes", "get_stacks", "gpu_status", "snapshot_flight_recorder",
 	"get_config", "query", "describe_tables", "set_config", "eval_python", "list_skills", "plan_skill", "run_skill"}
 
 func render(t *testing.T, tools map[string]bool, name string, args map[string]string) (string, error) {

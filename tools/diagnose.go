@@ -69,7 +69,7 @@ func Diagnose(ctx context.Context, env *Env, p DiagnoseHangParams) (DiagnoseHang
 		st.MinStall = time.Duration(p.StallSeconds) * time.Second
 		st.NoHistoryStall = st.MinStall
 	}
-	ro := diagnosis.RunOptions{Evidence: evidence.Options{Agents: env.Agents, SQL: env.SQL}, State: st}
+	ro := diagnosis.RunOptions{Evidence: evidence.Options{Agents: env.Agents, SQL: env.SQL, GPU: env.GPU, Host: nodeHost()}, State: st}
 	var cov *CoverageView
 	if env.Cluster != nil {
 		// The whole job: every node's bundle, merged.

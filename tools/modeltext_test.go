@@ -26,6 +26,7 @@ var resultTypes = map[string]reflect.Type{
 	"analyze_flight_recorder":  reflect.TypeFor[AnalyzeFlightRecorderResult](),
 	"list_processes":           reflect.TypeFor[ListProcessesResult](),
 	"get_stacks":               reflect.TypeFor[GetStacksResult](),
+	"gpu_status":               reflect.TypeFor[GPUStatusResult](),
 	"snapshot_flight_recorder": reflect.TypeFor[SnapshotFlightRecorderResult](),
 	"get_config":               reflect.TypeFor[GetConfigResult](),
 	"query":                    reflect.TypeFor[queryAnswer](),

@@ -16,6 +16,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/cluster/fanout"
+	"github.com/probing-mcp/probing-mcp/evidence"
 	"github.com/probing-mcp/probing-mcp/storage/history"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -47,6 +48,9 @@ type Env struct {
 	// Cluster, when set, makes the whole job every tool's default scope
 	// (serve --job/--peers): the node daemons are asked, not this node.
 	Cluster *fanout.Job
+	// GPU is this process's GPU sampler (serve in the node scope); nil
+	// reads the newest round a sampler left in the rings through SQL.
+	GPU evidence.GPUSource
 }
 
 // Def is one tool and how the server must treat it.
@@ -64,7 +68,7 @@ type Def struct {
 
 // All returns every tool, in the order they are listed and documented.
 func All(env *Env) []Def {
-	defs := []Def{diagnoseHang(env), analyzeFlightRecorder(env), listProcesses(env), getStacks(env), snapshotFlightRecorder(env), getConfig(env)}
+	defs := []Def{diagnoseHang(env), analyzeFlightRecorder(env), listProcesses(env), getStacks(env), gpuStatus(env), snapshotFlightRecorder(env), getConfig(env)}
 	if env.SQL != nil {
 		defs = append(defs, queryTool(env), describeTables(env))
 	}

@@ -1,0 +1,461 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	mcplib "github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/probing-mcp/probing-mcp/cluster"
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/gpu"
+)
+
+// GPUStatusParams are the arguments of gpu_status.
+type GPUStatusParams struct {
+	Detail     string `json:"detail,omitempty" jsonschema:"enum=summary,enum=devices" jsonschema_description:"summary (default): identical GPUs merged across nodes, odd ones first; devices: each GPU's snapshot, paged"`
+	Host       string `json:"host,omitempty" jsonschema_description:"Only this node (its host name)"`
+	MaxDevices int    `json:"max_devices,omitempty" jsonschema:"minimum=0,maximum=1024" jsonschema_description:"Devices to list with detail devices (default 64, max 1024)"`
+	Offset     int    `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"First device to list with detail devices (default 0)"`
+}
+
+// GPUNode is one node's GPUs in one line.
+type GPUNode struct {
+	Host   string    `json:"host"`
+	State  gpu.State `json:"state"`
+	Source string    `json:"source"`
+	// Devices counts the node's GPUs by signature ("8 spinning").
+	Devices   int       `json:"devices"`
+	SampledAt time.Time `json:"sampled_at,omitzero"`
+	Line      string    `json:"line"`
+}
+
+// GPUDevice is one GPU's snapshot with its node.
+type GPUDevice struct {
+	Host string `json:"host"`
+	gpu.DeviceState
+}
+
+// GPUStatusResult is the GPUs of this node or the whole job, bounded.
+type GPUStatusResult struct {
+	// Summary is the merged account: Xid events first, then the odd GPUs
+	// with host, index and rank, then the identical ones collapsed.
+	Summary string `json:"summary"`
+	// Nodes is one line per node, the odd ones (no GPU data, faults, old
+	// samples) first; NodesTotal counts them all.
+	Nodes      []GPUNode `json:"nodes"`
+	NodesTotal int       `json:"nodes_total"`
+	// Devices (detail devices) is a page of the GPUs, faults first.
+	Devices      []GPUDevice `json:"devices,omitempty"`
+	DevicesTotal int         `json:"devices_total"`
+	Truncated    bool        `json:"truncated,omitempty"`
+	NextOffset   *int        `json:"next_offset,omitempty"`
+	// Coverage says which nodes answered (the whole-job scope only).
+	Coverage *CoverageView `json:"coverage,omitempty"`
+	now      time.Time
+}
+
+// maxGPUNodes bounds the node lines of a result.
+const maxGPUNodes = 64
+
+// nodeHost names this node as the job's membership does.
+func nodeHost() string {
+	if h := strings.TrimSpace(os.Getenv(cluster.EnvNodeHost)); h != "" {
+		return h
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+func gpuStatus(env *Env) Def {
+	tool := mcplib.NewTool("gpu_status",
+		mcplib.WithToolTitle("GPU state of the node or job"),
+		mcplib.WithDescription("Every GPU's state from NVML on this node (or every node of the job): Xid errors first, then GPUs that differ "+
+			"(lost, ECC/remap faults, idle among spinning) with host, index and rank, then identical GPUs merged (spinning = 100% util at "+
+			"idle power, an NCCL kernel waiting on a peer). Read from the node sampler, live or its rings (post-mortem)."),
+		schemas[GPUStatusParams, GPUStatusResult](env),
+		hints(true, false, true, false),
+	)
+	h, call := typed(func(ctx context.Context, p GPUStatusParams) (GPUStatusResult, error) {
+		return GPUStatus(ctx, env, p)
+	})
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
+		Summary: "the GPUs' state (NVML, Xid errors): identical GPUs merged across nodes, the odd ones first with host, index and rank"}
+}
+
+// GPUStatus answers gpu_status.
+func GPUStatus(ctx context.Context, env *Env, p GPUStatusParams) (GPUStatusResult, error) {
+	switch p.Detail {
+	case "", "summary", "devices":
+	default:
+		return GPUStatusResult{}, userErrorf("detail %q: want summary or devices", p.Detail)
+	}
+	if p.MaxDevices < 0 || p.MaxDevices > 1024 || p.Offset < 0 {
+		return GPUStatusResult{}, userErrorf("max_devices must be 0..1024 and offset >= 0")
+	}
+	if p.MaxDevices == 0 {
+		p.MaxDevices = 64
+	}
+	res := GPUStatusResult{now: time.Now()}
+	var reps []gpu.Report
+	if env.Cluster != nil {
+		rs, cov, err := env.Cluster.GPU(ctx)
+		if err != nil {
+			return GPUStatusResult{}, &UserError{msg: err.Error()}
+		}
+		reps, res.Coverage = rs, coverageView(cov)
+	} else {
+		reps = []gpu.Report{evidence.NodeGPU(ctx, env.GPU, env.SQL, nodeHost())}
+	}
+	if p.Host != "" {
+		var sel []gpu.Report
+		var hosts []string
+		for _, r := range reps {
+			if r.Host == p.Host {
+				sel = append(sel, r)
+			}
+			hosts = append(hosts, r.Host)
+		}
+		if len(sel) == 0 {
+			if len(hosts) > 20 {
+				hosts = append(hosts[:20], fmt.Sprintf("and %d more", len(hosts)-20))
+			}
+			return GPUStatusResult{}, userErrorf("host %q: no node of that name answered; the hosts: %s", p.Host, strings.Join(hosts, ", "))
+		}
+		reps = sel
+	}
+	res.Summary = mergeGPUs(reps, res.now, gpu.MaxSummary)
+	res.Nodes, res.NodesTotal = gpuNodes(reps, res.now)
+	devs := oddFirst(reps)
+	res.DevicesTotal = len(devs)
+	if p.Detail == "devices" {
+		end := min(len(devs), p.Offset+p.MaxDevices)
+		if p.Offset < end {
+			res.Devices = devs[p.Offset:end]
+		}
+		if end < len(devs) {
+			res.Truncated, res.NextOffset = true, &end
+		}
+	}
+	return res, nil
+}
+
+// gpuNodes is one line per node, the odd ones first, bounded.
+func gpuNodes(reps []gpu.Report, now time.Time) ([]GPUNode, int) {
+	type keyed struct {
+		n   GPUNode
+		odd int // 0 a fault, 1 no GPU data, 2 odd otherwise, 3 as the rest
+	}
+	var ks []keyed
+	for _, r := range reps {
+		n := GPUNode{Host: r.Host, State: r.Status.State, Source: r.Source, Devices: len(r.Devices), SampledAt: r.SampledAt}
+		count := map[gpu.Signature]int{}
+		var order []gpu.Signature
+		odd := 3
+		if r.Status.State != gpu.StateOK || len(r.Devices) == 0 {
+			odd = 1
+		}
+		if len(r.Xids) > 0 {
+			odd = 0
+		}
+		for _, d := range r.Devices {
+			if count[d.Signature] == 0 {
+				order = append(order, d.Signature)
+			}
+			count[d.Signature]++
+			if d.Signature == gpu.SigLost || d.Signature == gpu.SigError {
+				odd = 0
+			}
+		}
+		var parts []string
+		for _, s := range order {
+			parts = append(parts, fmt.Sprintf("%d %s", count[s], s))
+		}
+		if len(order) > 1 {
+			odd = min(odd, 2)
+		}
+		switch {
+		case len(r.Devices) == 0:
+			n.Line = fmt.Sprintf("%s: %s", r.Status.State, r.Status.Reason)
+		default:
+			n.Line = fmt.Sprintf("%d GPU(s): %s", len(r.Devices), strings.Join(parts, ", "))
+		}
+		if len(r.Xids) > 0 {
+			n.Line += fmt.Sprintf("; %d Xid event(s)", len(r.Xids))
+		}
+		if age := stale(r, now); age != "" {
+			n.Line += "; " + age
+			odd = min(odd, 2)
+		}
+		ks = append(ks, keyed{n, odd})
+	}
+	sort.SliceStable(ks, func(a, b int) bool { return ks[a].odd < ks[b].odd })
+	out := make([]GPUNode, 0, min(len(ks), maxGPUNodes))
+	for i, k := range ks {
+		if i == maxGPUNodes {
+			break
+		}
+		out = append(out, k.n)
+	}
+	return out, len(ks)
+}
+
+// howToSample says how a node gets a GPU sampler.
+const howToSample = "to sample, run the node daemon (probing-mcp node, which the agent starts on local rank 0) or serve in the node scope, with PROBING_GPU not 0"
+
+// stale says a sample's age when its sampler seems to have stopped.
+func stale(r gpu.Report, now time.Time) string {
+	if r.SampledAt.IsZero() {
+		return ""
+	}
+	age := now.Sub(r.SampledAt).Round(100 * time.Millisecond)
+	if age > 2*time.Duration(max(r.IntervalMS, 1000))*time.Millisecond {
+		return "sampled " + age.String() + " ago (the sampler is not running now)"
+	}
+	return ""
+}
+
+// devRanks are the ranks whose processes use a GPU.
+func devRanks(s gpu.Snapshot) []int {
+	var rs []int
+	for _, pr := range s.Processes {
+		if pr.Rank >= 0 {
+			rs = append(rs, pr.Rank)
+		}
+	}
+	sort.Ints(rs)
+	return rs
+}
+
+// devGroup is identical GPUs across nodes.
+type devGroup struct {
+	sig   gpu.Signature
+	why   string
+	name  string
+	devs  []GPUDevice
+	hosts map[string]bool
+}
+
+// groupDevices merges identical GPUs across nodes (name and signature;
+// a fault with its reason), faults first, then the smaller groups.
+func groupDevices(reps []gpu.Report) []*devGroup {
+	by := map[string]*devGroup{}
+	var order []string
+	for _, r := range reps {
+		for _, d := range r.Devices {
+			key := d.Name + "\x00" + string(d.Signature)
+			if d.Signature == gpu.SigLost || d.Signature == gpu.SigError || d.Signature == gpu.SigUnknown {
+				key += "\x00" + d.Why
+			}
+			g := by[key]
+			if g == nil {
+				g = &devGroup{sig: d.Signature, why: d.Why, name: d.Name, hosts: map[string]bool{}}
+				by[key] = g
+				order = append(order, key)
+			}
+			g.devs = append(g.devs, GPUDevice{Host: r.Host, DeviceState: d})
+			g.hosts[r.Host] = true
+		}
+	}
+	gs := make([]*devGroup, 0, len(order))
+	for _, k := range order {
+		gs = append(gs, by[k])
+	}
+	fault := func(g *devGroup) int {
+		switch g.sig {
+		case gpu.SigLost:
+			return 0
+		case gpu.SigError:
+			return 1
+		}
+		return 2
+	}
+	sort.SliceStable(gs, func(a, b int) bool {
+		if fault(gs[a]) != fault(gs[b]) {
+			return fault(gs[a]) < fault(gs[b])
+		}
+		return len(gs[a].devs) < len(gs[b].devs)
+	})
+	return gs
+}
+
+// oddFirst is every GPU, the groups' order (faults, odd ones, the rest).
+func oddFirst(reps []gpu.Report) []GPUDevice {
+	var out []GPUDevice
+	for _, g := range groupDevices(reps) {
+		out = append(out, g.devs...)
+	}
+	return out
+}
+
+// devWhere is "node-3 GPU 5 (rank 29)".
+func devWhere(d GPUDevice) string {
+	s := fmt.Sprintf("%s GPU %d", d.Host, d.Index)
+	if rs := devRanks(d.Snapshot); len(rs) > 0 {
+		s += " (rank " + rankset.Short(rankset.Format(rs)) + ")"
+	}
+	return s
+}
+
+// maxOddListed bounds the GPUs named in one odd group's line.
+const maxOddListed = 8
+
+// mergeGPUs is the whole account within limit bytes: Xid events first,
+// then the nodes without GPU data, then the GPU groups (faults, odd ones
+// with host, index and rank, the largest collapsed). Every cut is said.
+func mergeGPUs(reps []gpu.Report, now time.Time, limit int) string {
+	devices := 0
+	for _, r := range reps {
+		devices += len(r.Devices)
+	}
+	var lines []string
+	// Xid events: one line per kind of event, where it happened (host
+	// and GPU, repeats counted) listed.
+	type xk struct {
+		kind string
+		xid  uint64
+	}
+	type at struct{ host, gpu string }
+	first := map[xk]gpu.XidEvent{}
+	where := map[xk][]at{}
+	times := map[xk]map[at]int{}
+	var xorder []xk
+	nx := 0
+	for _, r := range reps {
+		for _, e := range r.Xids {
+			g := e.PCIBusID
+			if e.GPU >= 0 {
+				g = fmt.Sprint(e.GPU)
+			}
+			k, a := xk{e.Kind, e.Xid}, at{r.Host, g}
+			if _, ok := first[k]; !ok {
+				xorder = append(xorder, k)
+				first[k] = e
+				times[k] = map[at]int{}
+			}
+			if times[k][a] == 0 {
+				where[k] = append(where[k], a)
+			}
+			times[k][a]++
+			nx++
+		}
+	}
+	if nx > 0 {
+		lines = append(lines, fmt.Sprintf("GPU errors (%d events):", nx))
+		for _, k := range xorder {
+			e := first[k]
+			what := e.Meaning
+			if e.Kind == "xid" {
+				what = fmt.Sprintf("Xid %d: %s", e.Xid, e.Meaning)
+			}
+			var ws []string
+			for _, a := range where[k] {
+				w := a.host + " GPU " + a.gpu
+				if len(where[k]) == 1 && e.PID > 0 {
+					w += fmt.Sprintf(" (pid %d %s)", e.PID, e.Process)
+				}
+				if n := times[k][a]; n > 1 {
+					w += fmt.Sprintf(" ×%d", n)
+				}
+				ws = append(ws, w)
+			}
+			lines = append(lines, fmt.Sprintf("  %s on %s [%s]", what, shortList(ws, maxOddListed, "host= shows one node's"), e.Source))
+		}
+	}
+	// Nodes without GPU data, by state and reason.
+	type nk struct {
+		state  gpu.State
+		reason string
+	}
+	noData := map[nk][]string{}
+	var norder []nk
+	notSampled := false
+	for _, r := range reps {
+		if len(r.Devices) > 0 {
+			continue
+		}
+		k := nk{r.Status.State, r.Status.Reason}
+		if noData[k] == nil {
+			norder = append(norder, k)
+		}
+		noData[k] = append(noData[k], r.Host)
+		notSampled = notSampled || r.Status.State == gpu.StateNotSampled
+	}
+	for _, k := range norder {
+		hs := noData[k]
+		lines = append(lines, fmt.Sprintf("%d node(s) without GPU data, %s: %s: %s", len(hs), k.state, k.reason, shortList(hs, maxOddListed, "the nodes list has them")))
+	}
+	if notSampled {
+		lines = append(lines, "To get GPU data: "+howToSample+".")
+	}
+	gs := groupDevices(reps)
+	for i, g := range gs {
+		name := g.name
+		if name == "" {
+			name = "unnamed GPU"
+		}
+		snaps := make([]gpu.Snapshot, len(g.devs))
+		for j, d := range g.devs {
+			snaps[j] = d.Snapshot
+		}
+		l := fmt.Sprintf("%d GPU(s) on %d node(s) (%s) %s", len(g.devs), len(g.hosts), name, g.sig)
+		if len(g.devs) == 1 || i < len(gs)-1 {
+			// An odd group: where each GPU is.
+			var ws []string
+			for _, d := range g.devs {
+				ws = append(ws, devWhere(d))
+			}
+			l = fmt.Sprintf("%d GPU(s) (%s) %s on %s", len(g.devs), name, g.sig, shortList(ws, maxOddListed, "detail=devices lists them"))
+		}
+		if st := gpu.Stats(snaps, g.sig, g.why); st != "" {
+			l += ": " + st
+		}
+		lines = append(lines, l)
+	}
+	var stales []string
+	for _, r := range reps {
+		if s := stale(r, now); s != "" {
+			stales = append(stales, r.Host+" "+s)
+		}
+	}
+	if len(stales) > 0 {
+		lines = append(lines, "Old samples: "+shortList(stales, 4, "the nodes list has them"))
+	}
+	head := fmt.Sprintf("%d GPU(s) on %d node(s)", devices, len(reps))
+	if nx > 0 {
+		head += fmt.Sprintf("; %d Xid event(s)", nx)
+	}
+	return boundLines(append([]string{head + "."}, lines...), limit)
+}
+
+// shortList joins at most n items, saying how many more and where they
+// are.
+func shortList(xs []string, n int, where string) string {
+	if len(xs) <= n {
+		return strings.Join(xs, ", ")
+	}
+	return strings.Join(xs[:n], ", ") + fmt.Sprintf(", and %d more (%s)", len(xs)-n, where)
+}
+
+// boundLines joins lines within limit bytes, saying how many were cut.
+func boundLines(lines []string, limit int) string {
+	var b strings.Builder
+	for i, l := range lines {
+		if len(l) > limit/4 {
+			l = l[:limit/4] + "… (line cut)"
+		}
+		tail := fmt.Sprintf("… %d more lines cut (narrow with host=, or detail=devices)", len(lines)-i)
+		if b.Len()+len(l)+1 > limit-len(tail)-1 {
+			b.WriteString(tail + "\n")
+			return b.String()
+		}
+		b.WriteString(l + "\n")
+	}
+	return b.String()
+}
