@@ -145,7 +145,7 @@ func nodeCmd(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	// The node's GPUs, sampled into the data dir's gpu.* rings while the
 	// daemon runs (the minutes before a hang are there when it is asked).
-	gpu.RunNode(ctx, gcfg, dataDir, self.Host, logger)
+	src.GPUSampler = gpu.RunNode(ctx, gcfg, dataDir, self.Host, logger)
 	ma, mp := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT")
 	if selfHost, _, _ := net.SplitHostPort(self.Addr); ma != "" && mp != "" && !*noRegister && fanout.LoopbackHost(selfHost) && !fanout.LoopbackHost(ma) {
 		// Every node's daemon would register the same 127.0.0.1 address.

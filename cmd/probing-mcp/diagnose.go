@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"time"
 
+	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/mcp"
 	"github.com/probing-mcp/probing-mcp/tools"
 )
@@ -46,6 +48,16 @@ func diagnose(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	cfg.Env.Logger = logger
+	gcfg, err := gpu.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp diagnose: %v\n", err)
+		return 2
+	}
+	if gcfg.On {
+		// NVML asked once, now (no rings, no lock): a node daemon's rings
+		// are read when this finds nothing.
+		cfg.Env.GPU = &gpu.Once{Library: gcfg.Library, Host: nodeHost(), Limit: 10 * time.Second}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	p := tools.DiagnoseHangParams{StallSeconds: *stall}

@@ -271,7 +271,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if cfg.Env.Cluster == nil {
 		// This node's GPUs, unless its node daemon samples them (then its
 		// rings are read; this server takes over if the daemon exits).
-		gpu.RunNode(ctx, gcfg, cfg.DataDir, nodeHost(), logger)
+		cfg.Env.GPU = gpu.RunNode(ctx, gcfg, cfg.DataDir, nodeHost(), logger)
 	}
 	s, err := mcp.New(cfg, logger)
 	if err != nil {
