@@ -5,6 +5,11 @@
 // client) and fedsql (SQL over every node's tables). No MCP imports.
 package cluster
 
+import (
+	"os"
+	"strings"
+)
+
 import "time"
 
 // Kinds of node endpoint.
@@ -50,3 +55,13 @@ const (
 	EnvStrict        = "PROBING_FANOUT_STRICT"
 	EnvStaleSec      = "PROBING_CLUSTER_STALE_SEC"
 )
+
+// HostName is this node's name as the job's membership knows it:
+// PROBING_NODE_HOST, else the hostname ("" when neither can be read).
+func HostName(getenv func(string) string) string {
+	if h := strings.TrimSpace(getenv(EnvNodeHost)); h != "" {
+		return h
+	}
+	h, _ := os.Hostname()
+	return h
+}

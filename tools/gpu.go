@@ -65,13 +65,7 @@ type GPUStatusResult struct {
 const maxGPUNodes = 64
 
 // nodeHost names this node as the job's membership does.
-func nodeHost() string {
-	if h := strings.TrimSpace(os.Getenv(cluster.EnvNodeHost)); h != "" {
-		return h
-	}
-	h, _ := os.Hostname()
-	return h
-}
+func nodeHost() string { return cluster.HostName(os.Getenv) }
 
 func gpuStatus(env *Env) Def {
 	tool := mcplib.NewTool("gpu_status",

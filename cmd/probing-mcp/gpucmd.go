@@ -154,11 +154,5 @@ func xidText(x gpu.XidEvent) string {
 	return strings.TrimSpace(s)
 }
 
-// nodeHost is this node's name as the job's membership knows it.
-func nodeHost() string {
-	if h := strings.TrimSpace(os.Getenv(cluster.EnvNodeHost)); h != "" {
-		return h
-	}
-	h, _ := os.Hostname()
-	return h
-}
+// nodeHost names this node as the job's membership does.
+func nodeHost() string { return cluster.HostName(os.Getenv) }
