@@ -85,7 +85,7 @@ func TestE2EInspector(t *testing.T) {
 	ins := inspectors(t, h.root)
 	data := t.TempDir()
 	env := []string{"PROBING_DATA_DIR=" + data, "PROBING_MCP_ALLOW_WRITE=1", "PROBING_MCP_AUDIT_LOG=" + filepath.Join(data, "audit.jsonl"),
-		"PROBING_ALLOWED_FILE_DIRS=" + h.fr(""), "PROBING_CTRL_ROOT=" + t.TempDir()}
+		"PROBING_ALLOWED_FILE_DIRS=" + h.fr(""), "PROBING_CTRL_ROOT=" + t.TempDir(), "PROBING_NODE_HOST=e2e-node"}
 	fr := h.fr("missing_rank")
 	quoted, _ := json.Marshal([]string{fr})
 	// Every tool, with arguments of every JSON type its schema has. ok: the
@@ -101,6 +101,7 @@ func TestE2EInspector(t *testing.T) {
 		{"diagnose_hang", []string{"stall_seconds=60", "detail=summary"}, true, "No training job found"},
 		{"list_processes", []string{"include_dead=true"}, true, ""},
 		{"get_stacks", []string{"ranks=0-3", "max_groups=3", "merge=true", "pids=[1234]"}, false, ""},
+		{"gpu_status", []string{"detail=devices", "max_devices=8", "offset=0", "host=e2e-node"}, true, "GPU(s) on 1 node(s)"},
 		{"snapshot_flight_recorder", []string{"only_active=true", "limit=5"}, false, ""},
 		{"get_config", []string{"rank=0", "key=server.address"}, false, ""},
 		{"query", []string{"sql=SELECT 1 AS one", "limit=10"}, true, "one"},
