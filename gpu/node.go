@@ -106,17 +106,13 @@ func StartNode(ctx context.Context, cfg NodeConfig, dataDir, host string, logger
 		pruneNodeDirs(dataDir, keepDeadNodeDirs, logger)
 		if ns.Rings, ringErr = OpenRings(dataDir, host); ringErr != nil {
 			logger.Warn("GPU samples are kept in memory only", "err", ringErr)
+			// The sampler says a failing sink in every report's notes.
+			opts.Sink = failedSink{ringErr}
 		} else {
 			opts.Sink = ns.Rings
 		}
 	}
 	ns.Sampler = StartSampler(ctx, opts)
-	if ringErr != nil {
-		ns.Sampler.mu.Lock()
-		ns.Sampler.sinkErr = ringErr.Error()
-		ns.Sampler.latest.Notes = append(ns.Sampler.latest.Notes, "the GPU rings are not written: "+ringErr.Error())
-		ns.Sampler.mu.Unlock()
-	}
 	if !n.Ready() {
 		// Nothing to sample: the lock is let go at once, so that every
 		// other process on the node learns the state from NVML itself
@@ -134,6 +130,11 @@ func StartNode(ctx context.Context, cfg NodeConfig, dataDir, host string, logger
 	}()
 	return ns, nil
 }
+
+// failedSink stands for rings that could not be created.
+type failedSink struct{ err error }
+
+func (f failedSink) Write(Tick) error { return f.err }
 
 func lockFile(path string) (*os.File, error) {
 	f, err := filelock.Take(path)

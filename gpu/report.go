@@ -81,11 +81,21 @@ func (r Report) Text(limit int, now time.Time) string {
 	switch {
 	case r.Source == SourceNone || len(r.Devices) == 0 && r.Status.State != StateOK:
 		return head + Summarize(r.Status, nil, r.Xids, limit)
-	case !r.SampledAt.IsZero():
-		age := now.Sub(r.SampledAt).Round(100 * time.Millisecond)
-		if age > 2*time.Duration(max(r.IntervalMS, 1000))*time.Millisecond {
-			head += "sampled " + age.String() + " ago (the sampler is not running now; this is its last sample): "
-		}
+	case r.Stale(now) != "":
+		head += r.Stale(now) + ": "
 	}
 	return head + Summarize(r.Status, r.Snapshots(), r.Xids, limit)
+}
+
+// Stale says the sample's age when its sampler seems to have stopped
+// (more than two periods, at least 2 s, without a newer one); "" else.
+func (r Report) Stale(now time.Time) string {
+	if r.SampledAt.IsZero() {
+		return ""
+	}
+	age := now.Sub(r.SampledAt).Round(100 * time.Millisecond)
+	if age > 2*time.Duration(max(r.IntervalMS, 1000))*time.Millisecond {
+		return "sampled " + age.String() + " ago (the sampler is not running now)"
+	}
+	return ""
 }

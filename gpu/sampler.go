@@ -234,7 +234,7 @@ func (s *Sampler) readKmsg() {
 	defer s.mu.Unlock()
 	s.kmsgMsg = res.Note
 	for _, e := range res.Events {
-		k := fmt.Sprintf("%d/%s/%d/%s", e.Boot, e.Kind, e.Xid, e.PCIBusID)
+		k := kmsgID(e)
 		if s.kmsgKey[k] {
 			continue
 		}
@@ -252,9 +252,14 @@ func (s *Sampler) readKmsg() {
 		// will not show them again.
 		s.kmsgKey = map[string]bool{}
 		for _, e := range s.kmsg {
-			s.kmsgKey[fmt.Sprintf("%d/%s/%d/%s", e.Boot, e.Kind, e.Xid, e.PCIBusID)] = true
+			s.kmsgKey[kmsgID(e)] = true
 		}
 	}
+}
+
+// kmsgID tells kernel-log records apart across reads of the log.
+func kmsgID(e XidEvent) string {
+	return fmt.Sprintf("%d/%s/%d/%s", e.Boot, e.Kind, e.Xid, e.PCIBusID)
 }
 
 // takeNewKmsg returns the kernel-log events not passed on yet (s.mu held).

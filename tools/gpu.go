@@ -183,7 +183,7 @@ func gpuNodes(reps []gpu.Report, now time.Time) ([]GPUNode, int) {
 		if len(r.Xids) > 0 {
 			n.Line += fmt.Sprintf("; %d Xid event(s)", len(r.Xids))
 		}
-		if age := stale(r, now); age != "" {
+		if age := r.Stale(now); age != "" {
 			n.Line += "; " + age
 			odd = min(odd, 2)
 		}
@@ -202,18 +202,6 @@ func gpuNodes(reps []gpu.Report, now time.Time) ([]GPUNode, int) {
 
 // howToSample says how a node gets a GPU sampler.
 const howToSample = "to sample, run the node daemon (probing-mcp node, which the agent starts on local rank 0) or serve in the node scope, with PROBING_GPU not 0"
-
-// stale says a sample's age when its sampler seems to have stopped.
-func stale(r gpu.Report, now time.Time) string {
-	if r.SampledAt.IsZero() {
-		return ""
-	}
-	age := now.Sub(r.SampledAt).Round(100 * time.Millisecond)
-	if age > 2*time.Duration(max(r.IntervalMS, 1000))*time.Millisecond {
-		return "sampled " + age.String() + " ago (the sampler is not running now)"
-	}
-	return ""
-}
 
 // devRanks are the ranks whose processes use a GPU.
 func devRanks(s gpu.Snapshot) []int {
@@ -414,7 +402,7 @@ func mergeGPUs(reps []gpu.Report, now time.Time, limit int) string {
 	}
 	var stales []string
 	for _, r := range reps {
-		if s := stale(r, now); s != "" {
+		if s := r.Stale(now); s != "" {
 			stales = append(stales, r.Host+" "+s)
 		}
 	}
