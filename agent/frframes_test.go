@@ -16,7 +16,7 @@ func TestDropAgentFRFrames(t *testing.T) {
 		{Name: "train_step", Filename: "/job/train.py", Line: 30},
 	}
 	plain := []fr.Frame{{Name: "wrapper", Filename: "/job/train.py", Line: 3}}
-	d := &fr.Dump{Entries: []fr.Entry{{Frames: shared}, {Frames: shared}, {Frames: plain}, {}}}
+	d := &fr.Dump{Entries: []fr.Entry{{Shared: &fr.Shared{Frames: shared}}, {Shared: &fr.Shared{Frames: shared}}, {Shared: &fr.Shared{Frames: plain}}, {Shared: &fr.Shared{}}}}
 	DropAgentFRFrames(d)
 	for i := 0; i < 2; i++ {
 		f := d.Entries[i].Frames

@@ -165,31 +165,18 @@ func dropAgentWrappers(ts []stacks.Thread) {
 
 // DropAgentFRFrames removes the agent's collective wrapper from the
 // Python stacks torch recorded with each Flight Recorder entry, as from
-// live stacks: it is the agent's frame, not the job's. Entries may share
-// one interned stack, so a filtered copy replaces it. Exported for the
+// live stacks: it is the agent's frame, not the job's. Exported for the
 // coordinator, which decodes the dumps its nodes shipped raw.
 func DropAgentFRFrames(d *fr.Dump) {
-	seen := map[*fr.Frame][]fr.Frame{}
-	for i := range d.Entries {
-		fs := d.Entries[i].Frames
-		if len(fs) == 0 {
-			continue
-		}
-		if out, ok := seen[&fs[0]]; ok {
-			d.Entries[i].Frames = out
-			continue
-		}
-		out := fs
+	d.RewriteFrames(func(fs []fr.Frame) []fr.Frame {
 		for j, f := range fs {
 			if j > 0 && f.Name == "wrapper" && strings.HasSuffix(f.Filename, "/probing_mcp_agent/collectives.py") {
-				out = make([]fr.Frame, 0, len(fs)-1)
-				out = append(append(out, fs[:j]...), fs[j+1:]...)
-				break
+				out := make([]fr.Frame, 0, len(fs)-1)
+				return append(append(out, fs[:j]...), fs[j+1:]...)
 			}
 		}
-		seen[&fs[0]] = out
-		d.Entries[i].Frames = out
-	}
+		return fs
+	})
 }
 
 func isAgentWrapper(f stacks.Frame) bool {

@@ -72,10 +72,11 @@ func frames(fs ...string) opt {
 
 // op appends one entry to rank r.
 func (s *scenario) op(r int, name string, seq int64, opts ...opt) *scenario {
-	e := Entry{RecordID: s.nextRID[r], PGID: 0, PGName: "0", PGDesc: "default_pg", CollectiveSeqID: seq,
-		P2PSeqID: 0, OpID: seq, ProfilingName: name, TimeCreatedNs: s.t0 + seq*1_000_000,
-		Tensors: &Tensors{InputSizes: [][]int64{{1024}}, OutputSizes: [][]int64{{1024}}, InputDtypes: []string{"Float"},
-			OutputDtypes: []string{"Float"}}, State: "completed", TimeoutMs: 600_000}
+	// Each entry has a Shared of its own, so that options may change it.
+	e := Entry{RecordID: s.nextRID[r], PGID: 0, CollectiveSeqID: seq, P2PSeqID: 0, OpID: seq, TimeCreatedNs: s.t0 + seq*1_000_000,
+		Shared: &Shared{PGName: "0", PGDesc: "default_pg", ProfilingName: name,
+			Tensors: &Tensors{InputSizes: [][]int64{{1024}}, OutputSizes: [][]int64{{1024}}, InputDtypes: []string{"Float"},
+				OutputDtypes: []string{"Float"}}, State: "completed", TimeoutMs: 600_000}}
 	for _, o := range opts {
 		o(&e)
 	}

@@ -7,34 +7,45 @@ import (
 	"github.com/probing-mcp/probing-mcp/diag/pickle"
 )
 
-// converter turns decoded entry dicts into Entries, converting each shared
-// container (frame stacks) and each distinct op name once.
+// converter turns decoded entry dicts into Entries. What entries share is
+// interned in the load's table (intern.go); the converter caches, per dump,
+// the table's ids for the decoded strings, containers and stacks it has
+// met, so that the table's lock is taken only for what is new to the dump.
 type converter struct {
-	d        *Dump
-	doc      *pickle.Doc
-	sigs     *sigCache
-	ops      map[string]*OpName
-	keys     []entryKey // by decoded string index
-	opsByStr []*OpName  // by decoded string index
-	stacks   map[int64][]Frame
-	frames   map[int64]Frame
+	d    *Dump
+	doc  *pickle.Doc
+	tab  *interner
+	keys []entryKey // by decoded string index
+	// strIDs holds the table's id + 1 of each decoded string, by index.
+	strIDs   []uint32
+	textIDs  map[string]uint32 // the same for strings that are not decoded ones (JSON, numbers)
+	frames   map[int64]uint32 // frame dict -> the table's frame id
+	stackIDs map[uint64][]stackSeen // by the hash of a stack's frame-dict ids
 	missing  map[string]int
-	// Interned values: most entries share a handful of shapes, dtype lists
-	// and stacks; sharing them keeps a 1000-rank job's dumps in memory.
-	shapes     map[shapeKey][][]int64
-	tensorSets map[tensorKey]*Tensors
-	threads    map[Thread]*Thread
-	// one-entry caches in front of the maps
+	names    map[uint32]bool // profiling names met in this dump (warned about once)
+	// Per-dump interning of shapes and dtype lists: most entries share a
+	// handful, and equal ones become one slice, whose address then stands
+	// for its contents.
+	shapes        map[shapeKey][][]int64
+	tensorSets    map[tensorKey]uint32
+	threads       map[Thread]uint32
 	lastTensorKey tensorKey
-	lastTensors   *Tensors
-	lastThread    *Thread
+	lastTensors   uint32
 	dtypes        map[string][]string
-	stackIDs      map[stackKey][]Frame
+	shared        map[sharedKey]*Shared
+	lastKey       sharedKey
+	lastShared    *Shared
 	// Conversions of containers the pickle may share through the memo,
 	// by container: a memo reference then costs a slice header, not a copy.
 	sizesByID  map[int64][][]int64
 	shapeByID  map[int64][]int64
 	dtypesByID map[int64][]string
+}
+
+// stackSeen is a stack met in this dump: its frame dicts and its id.
+type stackSeen struct {
+	dicts []int64
+	id    uint32
 }
 
 // shapeKey identifies a one-tensor shape of up to 4 dimensions.
@@ -43,18 +54,13 @@ type shapeKey struct {
 	d [4]int64
 }
 
-// stackKey identifies a stack of up to 8 shared frame dicts.
-type stackKey struct {
-	n  int
-	id [8]int64
-}
-
-func newConverter(d *Dump, doc *pickle.Doc, sigs *sigTable) *converter {
-	if sigs == nil {
-		sigs = newSigTable()
+func newConverter(d *Dump, doc *pickle.Doc, tab *interner) *converter {
+	if tab == nil {
+		tab = newInterner()
 	}
-	return &converter{d: d, doc: doc, sigs: &sigCache{table: sigs, local: map[localSig]sigVal{}}, ops: map[string]*OpName{}, stacks: map[int64][]Frame{}, frames: map[int64]Frame{},
-		missing: map[string]int{}, shapes: map[shapeKey][][]int64{}, tensorSets: map[tensorKey]*Tensors{}, threads: map[Thread]*Thread{}, dtypes: map[string][]string{}, stackIDs: map[stackKey][]Frame{},
+	return &converter{d: d, doc: doc, tab: tab, textIDs: map[string]uint32{}, frames: map[int64]uint32{}, stackIDs: map[uint64][]stackSeen{},
+		missing: map[string]int{}, names: map[uint32]bool{}, shapes: map[shapeKey][][]int64{}, tensorSets: map[tensorKey]uint32{},
+		threads: map[Thread]uint32{}, dtypes: map[string][]string{}, shared: map[sharedKey]*Shared{},
 		sizesByID: map[int64][][]int64{}, shapeByID: map[int64][]int64{}, dtypesByID: map[int64][]string{}}
 }
 
@@ -205,33 +211,54 @@ func (c *converter) keyOf(k pickle.Value) entryKey {
 	return key
 }
 
-// profilingName returns the name and its parsed op, parsed once per
-// distinct decoded string.
-func (c *converter) profilingName(v pickle.Value) (string, *OpName) {
-	name, _ := c.doc.Str(v)
+// strID is the table's id of a decoded string, or of the text of a
+// number (scalarText), looked up once per distinct string of the dump.
+func (c *converter) strID(v pickle.Value) uint32 {
 	i, ok := c.doc.StrIndex(v)
 	if !ok {
-		return name, c.opName(name)
+		return c.textID(scalarText(c.doc, v))
 	}
-	for len(c.opsByStr) < c.doc.NumStrings() {
-		c.opsByStr = append(c.opsByStr, nil)
+	if i < len(c.strIDs) && c.strIDs[i] != 0 {
+		return c.strIDs[i] - 1
 	}
-	if c.opsByStr[i] == nil {
-		c.opsByStr[i] = c.opName(name)
+	for len(c.strIDs) < c.doc.NumStrings() {
+		c.strIDs = append(c.strIDs, 0)
 	}
-	return name, c.opsByStr[i]
+	s, _ := c.doc.Str(v)
+	id := c.tab.str(s)
+	c.strIDs[i] = id + 1
+	return id
 }
 
-func (c *converter) opName(name string) *OpName {
-	op, ok := c.ops[name]
+// textID is the table's id of s, cached per dump.
+func (c *converter) textID(s string) uint32 {
+	if id, ok := c.textIDs[s]; ok {
+		return id
+	}
+	id := c.tab.str(s)
+	c.textIDs[s] = id
+	return id
+}
+
+// sharedOf returns the interned Shared for k. A profiling name the dump
+// has not used before is checked for an unknown comm library.
+func (c *converter) sharedOf(k sharedKey) *Shared {
+	if k == c.lastKey && c.lastShared != nil {
+		return c.lastShared // consecutive entries are often alike
+	}
+	sh, ok := c.shared[k]
 	if !ok {
-		op = ParseOpName(name)
-		c.ops[name] = op
-		if op.Err == "" && !KnownBackends[op.Backend] {
-			c.d.warn("unrecognized comm library %q in profiling name %q", op.Backend, name)
+		sh, _ = c.tab.get(k)
+		c.shared[k] = sh
+		if !c.names[k.name] {
+			c.names[k.name] = true
+			if op := sh.Op; op.Err == "" && !KnownBackends[op.Backend] {
+				c.d.warn("unrecognized comm library %q in profiling name %q", op.Backend, sh.ProfilingName)
+			}
 		}
 	}
-	return op
+	c.lastKey, c.lastShared = k, sh
+	return sh
 }
 
 func (c *converter) finish() {
@@ -257,14 +284,16 @@ const (
 func (c *converter) entry(e *Entry, ev pickle.Value) (bool, error) {
 	e.RecordID, e.PGID, e.CollectiveSeqID, e.P2PSeqID, e.OpID = -1, -1, -1, -1, -1
 	var t Tensors
+	var k sharedKey
 	var threadName, threadID string
 	seen := 0
 	doc := c.doc
 	intOf := func(v pickle.Value, def int64) (int64, bool) { return intOf(doc, v, def) }
-	scalarText := func(v pickle.Value) string { return scalarText(doc, v) }
+	k.name = c.textID("")
+	k.state = k.name
 	for i := 0; i < doc.Len(ev); i++ {
-		k, v := doc.Pair(ev, i)
-		switch c.keyOf(k) {
+		kv, v := doc.Pair(ev, i)
+		switch c.keyOf(kv) {
 		case keyOther:
 		case kRecordId:
 			e.RecordID, _ = intOf(v, -1)
@@ -275,7 +304,7 @@ func (c *converter) entry(e *Entry, ev pickle.Value) (bool, error) {
 			if len(items) != 2 {
 				return false, fmt.Errorf("process_group is a %v of %d items, want (name, desc)", v.Kind(), doc.Len(v))
 			}
-			e.PGName, e.PGDesc = scalarText(items[0]), scalarText(items[1])
+			k.pg, k.desc = c.strID(items[0]), c.strID(items[1])
 			seen |= hasPG
 		case kCollectiveSeqId:
 			e.CollectiveSeqID, _ = intOf(v, -1)
@@ -285,7 +314,11 @@ func (c *converter) entry(e *Entry, ev pickle.Value) (bool, error) {
 		case kOpId:
 			e.OpID, _ = intOf(v, -1)
 		case kProfilingName:
-			e.ProfilingName, e.Op = c.profilingName(v)
+			if _, ok := doc.Str(v); ok {
+				k.name = c.strID(v)
+			} else {
+				k.name = c.textID("")
+			}
 			seen |= hasName
 		case kTimeCreatedNs:
 			e.TimeCreatedNs, _ = intOf(v, 0)
@@ -301,7 +334,11 @@ func (c *converter) entry(e *Entry, ev pickle.Value) (bool, error) {
 		case kOutputDtypes:
 			t.OutputDtypes = c.dtypeList(v)
 		case kState:
-			e.State, _ = doc.Str(v)
+			if _, ok := doc.Str(v); ok {
+				k.state = c.strID(v)
+			} else {
+				k.state = c.textID("")
+			}
 			seen |= hasState
 		case kTimeDiscoveredStartedNs:
 			e.TimeStartedNs, _ = intOf(v, 0)
@@ -311,25 +348,25 @@ func (c *converter) entry(e *Entry, ev pickle.Value) (bool, error) {
 			b, _ := intOf(v, 0)
 			e.Retired = b != 0
 		case kTimeoutMs:
-			e.TimeoutMs, _ = intOf(v, 0)
+			k.timeout, _ = intOf(v, 0)
 		case kIsP2p:
 			b, _ := intOf(v, 0)
-			e.IsP2P = b != 0
+			k.p2p = b != 0
 		case kThreadName:
-			threadName = scalarText(v)
+			threadName = scalarText(doc, v)
 		case kThreadId:
-			threadID = scalarText(v)
+			threadID = scalarText(doc, v)
 		case kFrames:
-			e.Frames = c.stack(v)
+			k.stack = c.stack(v)
 		}
 	}
 	if seen&hasPG == 0 {
 		return false, nil
 	}
 	c.checkRequired(seen)
-	e.Tensors = c.tensors(t)
-	e.Thread = c.thread(threadName, threadID)
-	c.finishEntry(e)
+	k.tensors = c.tensors(t)
+	k.thread = c.thread(threadName, threadID)
+	e.Shared = c.sharedOf(k)
 	return true, nil
 }
 
@@ -337,51 +374,40 @@ func (c *converter) entry(e *Entry, ev pickle.Value) (bool, error) {
 type tensorKey struct {
 	in, out, idt, odt     uintptr
 	inN, outN, idtN, odtN int
+	inNil, outNil         bool
+	idtNil, odtNil        bool
 }
 
-// tensors returns a shared Tensors equal to t. Shapes and dtype lists are
-// interned already, so their addresses stand for their contents.
-func (c *converter) tensors(t Tensors) *Tensors {
+// tensors returns the table's id of t. Shapes and dtype lists are
+// interned per dump already, so their addresses stand for their contents.
+func (c *converter) tensors(t Tensors) uint32 {
 	k := tensorKey{addr(t.InputSizes), addr(t.OutputSizes), addr(t.InputDtypes), addr(t.OutputDtypes),
-		len(t.InputSizes), len(t.OutputSizes), len(t.InputDtypes), len(t.OutputDtypes)}
-	if k == c.lastTensorKey && c.lastTensors != nil {
+		len(t.InputSizes), len(t.OutputSizes), len(t.InputDtypes), len(t.OutputDtypes),
+		t.InputSizes == nil, t.OutputSizes == nil, t.InputDtypes == nil, t.OutputDtypes == nil}
+	if k == c.lastTensorKey && c.lastTensors != 0 {
 		return c.lastTensors // consecutive entries usually share their tensors
 	}
-	p, ok := c.tensorSets[k]
+	id, ok := c.tensorSets[k]
 	if !ok {
-		p = &t
-		c.tensorSets[k] = p
+		id = c.tab.tensorsID(&t)
+		c.tensorSets[k] = id
 	}
-	c.lastTensorKey, c.lastTensors = k, p
-	return p
+	c.lastTensorKey, c.lastTensors = k, id
+	return id
 }
 
-// thread returns a shared Thread, or nil when the dump names none.
-func (c *converter) thread(name, id string) *Thread {
+// thread returns the table's id of a thread, 0 when the dump names none.
+func (c *converter) thread(name, id string) uint32 {
 	if name == "" && id == "" {
-		return nil
-	}
-	if t := c.lastThread; t != nil && t.Name == name && t.ID == id {
-		return t
+		return 0
 	}
 	k := Thread{name, id}
-	p, ok := c.threads[k]
+	n, ok := c.threads[k]
 	if !ok {
-		p = &k
-		c.threads[k] = p
+		n = c.tab.threadID(&k)
+		c.threads[k] = n
 	}
-	c.lastThread = p
-	return p
-}
-
-// finishEntry gives every entry an op (so that code never meets a nil one)
-// and numbers its signature.
-func (c *converter) finishEntry(e *Entry) {
-	if e.Op == nil {
-		e.Op = c.opName(e.ProfilingName)
-	}
-	e.opBad = e.Op.Err != ""
-	c.sigs.assign(e)
+	return n
 }
 
 // checkRequired counts the fields an entry lacks (entries without a
@@ -478,35 +504,35 @@ func (c *converter) dtypeList(v pickle.Value) []string {
 	return out
 }
 
-// stack converts a list of frame dicts. torch shares the frame dicts
-// between entries, so frames are converted once per dict, and a stack once
-// per sequence of dicts.
-func (c *converter) stack(v pickle.Value) []Frame {
+// stack returns the table's id of a list of frame dicts. torch writes each
+// frame dict once and refers to it through the memo afterwards, while every
+// entry has a list of its own: a stack met before is found by the ids of
+// its dicts, without converting a frame.
+func (c *converter) stack(v pickle.Value) uint32 {
 	doc := c.doc
 	if v.Kind() != pickle.List && v.Kind() != pickle.Tuple {
-		return nil
-	}
-	if s, ok := c.stacks[doc.ID(v)]; ok {
-		return s
+		return 0
 	}
 	items := doc.Items(v)
-	var key stackKey
-	if len(items) <= len(key.id) {
-		key.n = len(items)
-		for i, f := range items {
-			key.id[i] = doc.ID(f)
-		}
-		if s, ok := c.stackIDs[key]; ok {
-			return s
+	h := uint64(14695981039346656037)
+	for _, f := range items {
+		h = (h ^ uint64(doc.ID(f))) * 1099511628211
+	}
+	for _, s := range c.stackIDs[h] {
+		if len(s.dicts) == len(items) && sameIDs(doc, s.dicts, items) {
+			return s.id
 		}
 	}
-	out := make([]Frame, 0, len(items))
-	for _, f := range items {
+	ids := make([]uint32, 0, len(items))
+	dicts := make([]int64, len(items))
+	for i, f := range items {
+		dicts[i] = doc.ID(f)
 		if f.Kind() != pickle.Dict {
 			continue
 		}
-		fr, ok := c.frames[doc.ID(f)]
+		id, ok := c.frames[doc.ID(f)]
 		if !ok {
+			var fr Frame
 			if x, ok := doc.Get(f, "name"); ok {
 				fr.Name = scalarText(doc, x)
 			}
@@ -516,13 +542,23 @@ func (c *converter) stack(v pickle.Value) []Frame {
 			if x, ok := doc.Get(f, "line"); ok {
 				fr.Line, _ = intOf(doc, x, 0)
 			}
-			c.frames[doc.ID(f)] = fr
+			id = c.tab.frame(fr)
+			c.frames[doc.ID(f)] = id
 		}
-		out = append(out, fr)
+		ids = append(ids, id)
 	}
-	c.stacks[doc.ID(v)] = out
-	if key.n == len(items) && len(items) <= len(key.id) {
-		c.stackIDs[key] = out
+	id := c.tab.stack(ids)
+	c.stackIDs[h] = append(c.stackIDs[h], stackSeen{dicts, id})
+	return id
+}
+
+// sameIDs: a stack met before has exactly these frame dicts. Items that
+// are not containers (ID -1) add no frame, so they compare equal.
+func sameIDs(doc *pickle.Doc, ids []int64, items []pickle.Value) bool {
+	for i, f := range items {
+		if doc.ID(f) != ids[i] {
+			return false
+		}
 	}
-	return out
+	return true
 }

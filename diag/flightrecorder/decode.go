@@ -41,7 +41,7 @@ func DecodeContext(ctx context.Context, data []byte, lim Limits) (*Dump, error) 
 
 // decodeWith decodes with a reusable pickle decoder (nil: a fresh one),
 // numbering signatures in sigs (nil: a table of its own).
-func decodeWith(ctx context.Context, dec *pickle.Decoder, sigs *sigTable, data []byte, lim Limits) (*Dump, error) {
+func decodeWith(ctx context.Context, dec *pickle.Decoder, sigs *interner, data []byte, lim Limits) (*Dump, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

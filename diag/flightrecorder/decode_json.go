@@ -152,7 +152,7 @@ type jsonReader struct {
 	lim  Limits
 }
 
-func decodeJSON(ctx context.Context, sigs *sigTable, data []byte, lim Limits) (*Dump, error) {
+func decodeJSON(ctx context.Context, sigs *interner, data []byte, lim Limits) (*Dump, error) {
 	r := &jsonReader{ctx: ctx, dec: json.NewDecoder(bytes.NewReader(data)), data: data, lim: lim}
 	d := &Dump{Format: "json", HasEntries: true} // JSON omits an empty entries list
 	var version, commLib, ncclVersion flexText
@@ -424,16 +424,18 @@ func (c *converter) jsonEntry(je *jsonEntry) (Entry, error) {
 	e := Entry{
 		RecordID: je.RecordID.or(-1), PGID: je.PGID.or(-1), CollectiveSeqID: -1,
 		P2PSeqID: je.P2PSeqID.or(-1), OpID: je.OpID.or(-1), TimeCreatedNs: je.TimeCreatedNs.or(0),
-		Tensors: c.tensors(Tensors{InputSizes: je.InputSizes, OutputSizes: je.OutputSizes,
-			InputDtypes: je.InputDtypes, OutputDtypes: je.OutputDtypes}),
-		TimeStartedNs: je.TimeStarted.or(0), TimeCompletedNs: je.TimeCompleted.or(0),
-		Retired: je.Retired, TimeoutMs: je.TimeoutMs.or(0), IsP2P: je.IsP2P,
-		Thread: c.thread(string(je.ThreadName), string(je.ThreadID)), Frames: je.Frames,
+		TimeStartedNs: je.TimeStarted.or(0), TimeCompletedNs: je.TimeCompleted.or(0), Retired: je.Retired,
 	}
 	if len(je.ProcessGroup) != 2 {
 		return e, fmt.Errorf("process_group has %d items, want (name, desc)", len(je.ProcessGroup))
 	}
-	e.PGName, e.PGDesc = string(je.ProcessGroup[0]), string(je.ProcessGroup[1])
+	// JSON gives every entry slices of its own: what they hold is interned
+	// by content.
+	k := sharedKey{pg: c.textID(string(je.ProcessGroup[0])), desc: c.textID(string(je.ProcessGroup[1])),
+		name: c.textID(""), state: c.textID(""), timeout: je.TimeoutMs.or(0), p2p: je.IsP2P,
+		tensors: c.tab.tensorsID(&Tensors{InputSizes: je.InputSizes, OutputSizes: je.OutputSizes,
+			InputDtypes: je.InputDtypes, OutputDtypes: je.OutputDtypes}),
+		stack: c.tab.stackOf(je.Frames), thread: c.thread(string(je.ThreadName), string(je.ThreadID))}
 	seen := hasSizes
 	if je.InputSizes == nil {
 		seen = 0
@@ -443,18 +445,17 @@ func (c *converter) jsonEntry(je *jsonEntry) (Entry, error) {
 		seen |= hasSeq
 	}
 	if je.ProfilingName != nil {
-		e.ProfilingName = *je.ProfilingName
-		e.Op = c.opName(e.ProfilingName)
+		k.name = c.textID(*je.ProfilingName)
 		seen |= hasName
 	}
 	if je.State != nil {
-		e.State = *je.State
+		k.state = c.textID(*je.State)
 		seen |= hasState
 	}
 	if je.DurationMs != nil {
 		e.DurationMs, e.HasDuration = *je.DurationMs, true
 	}
 	c.checkRequired(seen)
-	c.finishEntry(&e)
+	e.Shared = c.sharedOf(k)
 	return e, nil
 }

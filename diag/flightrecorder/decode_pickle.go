@@ -9,7 +9,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/diag/pickle"
 )
 
-func decodePickle(ctx context.Context, dec *pickle.Decoder, sigs *sigTable, data []byte, lim Limits) (*Dump, error) {
+func decodePickle(ctx context.Context, dec *pickle.Decoder, sigs *interner, data []byte, lim Limits) (*Dump, error) {
 	doc, st, err := dec.Decode(data)
 	if err != nil {
 		return nil, err

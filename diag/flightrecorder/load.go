@@ -377,7 +377,7 @@ func decodeAll(ctx context.Context, files []candidate, opt LoadOptions, res *Loa
 	dumps := make([]*Dump, len(files))
 	problems := make([]string, len(files))
 	var wg sync.WaitGroup
-	sigs := newSigTable()
+	sigs := newInterner()
 	defer budget.wakeOn(ctx)()
 	next := make(chan int)
 	for w := 0; w < workers; w++ {
@@ -439,7 +439,7 @@ func decodeAll(ctx context.Context, files []candidate, opt LoadOptions, res *Loa
 // reading them (and files that grow past it while being read). It holds
 // the file's size of the decode budget while the file is in memory, and
 // returns the size it read.
-func readDump(ctx context.Context, dec *pickle.Decoder, sigs *sigTable, path string, opt LoadOptions, budget *byteBudget, buf *[]byte) (*Dump, int64, error) {
+func readDump(ctx context.Context, dec *pickle.Decoder, sigs *interner, path string, opt LoadOptions, budget *byteBudget, buf *[]byte) (*Dump, int64, error) {
 	limit := opt.MaxFileBytes
 	f, err := os.Open(path)
 	if err != nil {

@@ -6,8 +6,8 @@ import "testing"
 // event helper with process group ("0", "default"), dtypes given as a bare
 // string, and a two-rank group.
 func ev(name string, in, out [][]int64, state string, outDtype string) *Entry {
-	e := &Entry{ProfilingName: "nccl:" + name, State: state, PGName: "0", PGDesc: "default",
-		Tensors: &Tensors{InputSizes: in, OutputSizes: out, InputDtypes: []string{"float32"}, OutputDtypes: []string{outDtype}}}
+	e := &Entry{Shared: &Shared{ProfilingName: "nccl:" + name, State: state, PGName: "0", PGDesc: "default",
+		Tensors: &Tensors{InputSizes: in, OutputSizes: out, InputDtypes: []string{"float32"}, OutputDtypes: []string{outDtype}}}}
 	e.Op = ParseOpName(e.ProfilingName)
 	e.opBad = e.Op.Err != ""
 	if outDtype == "" {

@@ -60,8 +60,9 @@ type Frame struct {
 
 func (f Frame) String() string { return fmt.Sprintf("%s at %s:%d", f.Name, f.Filename, f.Line) }
 
-// Entry is one recorded communication op. Fields are ordered to pack: a
-// large job holds millions of entries.
+// Entry is one recorded communication op: the numbers that differ from
+// record to record, and a pointer to what many records share. A large job
+// holds tens of millions of entries, so an Entry is 88 bytes.
 type Entry struct {
 	RecordID        int64
 	PGID            int64
@@ -71,25 +72,35 @@ type Entry struct {
 	TimeCreatedNs   int64
 	TimeStartedNs   int64 // when the watchdog noticed the start; 0 = never
 	TimeCompletedNs int64 // when the watchdog noticed completion; 0 = never
-	TimeoutMs       int64
 	DurationMs      float64
-	PGName          string
-	PGDesc          string
-	ProfilingName   string
-	Op              *OpName // parsed ProfilingName, shared by entries with the same name
-	State           string  // scheduled, started or completed
-	*Tensors                // sizes and dtypes; shared by entries that have the same
-	Frames          []Frame
-	Thread          *Thread   // the enqueuing thread (2.10+), shared
-	sigTab          *sigTable // signature numbers are comparable only within one table
+	*Shared                 // never nil in a decoded entry; read-only
+	HasDuration     bool
+	Retired         bool
+}
+
+// Shared is the part of an entry that repeats across records: the group,
+// the op, the tensors, the state, the stack. A load interns it, so that
+// millions of entries point at a few thousand of these, and a stack of
+// dozens of C++ frames costs one pointer per entry. Treat it as read-only:
+// entries of other ranks share it (Dump.RewriteFrames makes changed
+// copies).
+type Shared struct {
+	PGName        string
+	PGDesc        string
+	ProfilingName string
+	State         string  // scheduled, started or completed
+	Op            *OpName // parsed ProfilingName
+	*Tensors              // sizes and dtypes; shared by entries that have the same
+	Frames        []Frame
+	Thread        *Thread // the enqueuing thread (2.10+)
+	TimeoutMs     int64
+	sigTab        *sigTable // signature numbers are comparable only within one table
 	// Sig numbers the entry's signature (op, sizes, dtypes) within one
 	// load; 0 when unknown. See signature.go.
-	Sig         uint32
-	HasDuration bool
-	Retired     bool
-	IsP2P       bool
-	sigSimple   bool
-	opBad       bool // Op.Err != "", kept here so that matching need not load Op
+	Sig       uint32
+	IsP2P     bool
+	sigSimple bool
+	opBad     bool // Op.Err != "", kept here so that matching need not load Op
 }
 
 // Tensors are an entry's tensor shapes (one per tensor; [] for a scalar)

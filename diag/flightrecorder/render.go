@@ -135,7 +135,21 @@ func (p *printer) group(pr PGReport) {
 	}
 }
 
+// writeFrames prints up to n frames, innermost first. A C++ stack
+// (TORCH_NCCL_TRACE_CPP_STACK=1) starts with a dozen or more native frames
+// of torch's own; the Python frames, where the job called the collective,
+// are shown, and the native ones counted (the JSON report has them all).
 func writeFrames(p *printer, frames []Frame, n int) {
+	var py []Frame
+	for _, f := range frames {
+		if strings.HasSuffix(f.Filename, ".py") {
+			py = append(py, f)
+		}
+	}
+	if len(py) > 0 && len(py) < len(frames) {
+		p.f("    (%d native frames not shown: the JSON report has them)\n", len(frames)-len(py))
+		frames = py
+	}
 	for i, f := range frames {
 		if i == n {
 			p.f("    ... %d more frames\n", len(frames)-n)

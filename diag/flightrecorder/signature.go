@@ -34,27 +34,6 @@ func (t *sigTable) id(text string, simple bool) (uint32, bool) {
 	return id, simple
 }
 
-// localSig is a signature within one dump: interned slices make equal
-// shapes and dtype lists the same slice, so their addresses stand for
-// their contents.
-type localSig struct {
-	op         *OpName
-	in, out    uintptr
-	inN, outN  int
-	idt, odt   uintptr
-	idtN, odtN int
-}
-
-type sigCache struct {
-	table *sigTable
-	local map[localSig]sigVal
-}
-
-type sigVal struct {
-	id     uint32
-	simple bool
-}
-
 func addr[T any](s []T) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(s))) }
 
 // selfConsistentTypes are the op types for which two identical entries
@@ -66,15 +45,10 @@ var needsFullMatch = map[string]bool{
 	"all_to_all": true, "all_to_all_single": true, "send": true, "recv": true, "coalesced": true,
 }
 
-// assign numbers e's signature.
-func (c *sigCache) assign(e *Entry) {
-	k := localSig{op: e.Op, in: addr(e.InputSizes), out: addr(e.OutputSizes), inN: len(e.InputSizes), outN: len(e.OutputSizes),
-		idt: addr(e.InputDtypes), odt: addr(e.OutputDtypes), idtN: len(e.InputDtypes), odtN: len(e.OutputDtypes)}
-	e.sigTab = c.table
-	if v, ok := c.local[k]; ok {
-		e.Sig, e.sigSimple = v.id, v.simple
-		return
-	}
+// assign numbers a new Shared's signature (the interner calls it once per
+// Shared).
+func (t *sigTable) assign(e *Shared) {
+	e.sigTab = t
 	var b strings.Builder
 	b.WriteString(e.ProfilingName)
 	b.WriteByte('|')
@@ -86,7 +60,5 @@ func (c *sigCache) assign(e *Entry) {
 	b.WriteByte('|')
 	b.WriteString(strings.Join(e.OutputDtypes, ","))
 	simple := e.Op != nil && e.Op.Err == "" && !needsFullMatch[e.Op.Type] && setEqual(e.InputDtypes, e.OutputDtypes)
-	id, simple := c.table.id(b.String(), simple)
-	c.local[k] = sigVal{id, simple}
-	e.Sig, e.sigSimple = id, simple
+	e.Sig, e.sigSimple = t.id(b.String(), simple)
 }

@@ -29,6 +29,12 @@ type Spec struct {
 	Entries int    // ring entries per rank (the newest ones are kept)
 	Version string // default "2.10"
 	Frames  bool   // record Python stacks
+	// CppStack adds the native frames TORCH_NCCL_TRACE_CPP_STACK=1 records:
+	// each stack is native frames (op-specific ones innermost, then the
+	// dispatcher, pybind11 and the interpreter) under Python frames that
+	// differ by call site, so a dump holds many distinct frames and
+	// stacks. It implies Frames.
+	CppStack bool
 	// TP, when > 1, splits ranks into tensor-parallel groups of this size
 	// whose collectives interleave with the default group's (1 in 4 ops).
 	TP    int
@@ -141,16 +147,13 @@ func Dump(spec Spec, r int) []byte {
 	for i, o := range ops {
 		pending := waitsIn(o)
 		w.BeginDict()
-		if spec.Frames {
+		if spec.Frames || spec.CppStack {
 			w.String("frames")
 			w.BeginList()
-			for _, f := range []struct {
-				name, file string
-				line       int64
-			}{{o.name, "torch/distributed/distributed_c10d.py", 2950}, {"train_step", "train.py", 80 + int64(o.pg)}, {"main", "train.py", 120}} {
-				key := fmt.Sprint(f.name, f.line)
+			for _, f := range stackOf(spec, o, i) {
+				key := f.name + "\x00" + f.file + "\x00" + fmt.Sprint(f.line)
 				if id, ok := frameIDs[key]; ok {
-					w.Get(id)
+					w.Get(id) // torch's pickler shares a frame dict met before
 					continue
 				}
 				w.BeginDict()

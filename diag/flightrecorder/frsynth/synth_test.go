@@ -1,7 +1,9 @@
 package frsynth
 
 import (
+	"bytes"
 	"slices"
+	"strings"
 	"testing"
 
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
@@ -48,5 +50,70 @@ func TestSyntheticFaults(t *testing.T) {
 				t.Errorf("%d groups, want default + 4 TP", len(r.ProcessGroups))
 			}
 		})
+	}
+}
+
+// TestCppStackDumps: C++-stack dumps look like torch's (a dozen and more
+// native frames per entry, many distinct frames, each frame dict written
+// once and referenced through the memo after), and a load holds one copy
+// of what every rank recorded alike.
+func TestCppStackDumps(t *testing.T) {
+	spec := Spec{Ranks: 8, Entries: 200, TP: 4, CppStack: true, Fault: Fault{Kind: "missing", Rank: 5, Seq: 150}}
+	raw := Dump(spec, 0)
+	d, err := fr.Decode(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	distinct := map[fr.Frame]bool{}
+	for i, e := range d.Entries {
+		native := 0
+		for _, f := range e.Frames {
+			distinct[f] = true
+			if !strings.HasSuffix(f.Filename, ".py") {
+				native++
+			}
+		}
+		if native < 12 {
+			t.Fatalf("entry %d has %d native frames, want a dozen or more", i, native)
+		}
+	}
+	if len(distinct) < 40 {
+		t.Errorf("%d distinct frames in the dump, want many", len(distinct))
+	}
+	// Each distinct frame dict is written once: the names of the frames
+	// appear in the pickle once each.
+	if n := bytes.Count(raw, []byte("c10::Dispatcher::callBoxed(")); n != 1 {
+		t.Errorf("a native frame name is written %d times, want 1 (memoised)", n)
+	}
+
+	dir := t.TempDir()
+	if err := Write(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	l, err := fr.Load([]string{dir}, fr.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := l.Dumps[1].Entries, l.Dumps[2].Entries
+	if a[10].Shared != b[10].Shared {
+		t.Error("the same op on two ranks holds two copies of what it shares")
+	}
+	r := fr.AnalyzeLoaded(l, fr.Options{})
+	pg := r.ProcessGroups[0]
+	if r.Verdict != "MISSING_RANKS" || !slices.Equal(pg.CulpritRanks, []int{5}) {
+		t.Fatalf("verdict %s culprits %v", r.Verdict, pg.CulpritRanks)
+	}
+	if len(pg.CulpritFrames) < 20 || pg.CulpritFrames[len(pg.CulpritFrames)-1].Name != "main" {
+		t.Errorf("culprit frames %v", pg.CulpritFrames)
+	}
+	// The text shows where the job called the collective, not torch's
+	// native frames first.
+	var text strings.Builder
+	if err := r.WriteText(&text, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "native frames not shown") || !strings.Contains(text.String(), "train_step at train.py:80") ||
+		strings.Contains(text.String(), "CapturedTraceback") {
+		t.Errorf("text:\n%s", text.String())
 	}
 }

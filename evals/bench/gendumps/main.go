@@ -17,6 +17,7 @@ func main() {
 	flag.IntVar(&spec.Entries, "entries", 2000, "ring entries per rank")
 	flag.IntVar(&spec.TP, "tp", 8, "tensor-parallel group size (0: default group only)")
 	flag.BoolVar(&spec.Frames, "frames", true, "record Python stacks")
+	flag.BoolVar(&spec.CppStack, "cpp-stack", false, "record native frames too, as TORCH_NCCL_TRACE_CPP_STACK=1 does")
 	flag.StringVar(&spec.Fault.Kind, "fault", "missing", "injected fault: none, missing, type, size or dtype")
 	flag.IntVar(&spec.Fault.Rank, "fault-rank", 11, "rank that misbehaves")
 	flag.IntVar(&spec.Fault.Seq, "fault-seq", 1400, "default-group sequence number of the fault")
