@@ -18,8 +18,8 @@ type converter struct {
 	keys []entryKey // by decoded string index
 	// strIDs holds the table's id + 1 of each decoded string, by index.
 	strIDs   []uint32
-	textIDs  map[string]uint32 // the same for strings that are not decoded ones (JSON, numbers)
-	frames   map[int64]uint32 // frame dict -> the table's frame id
+	textIDs  map[string]uint32      // the same for strings that are not decoded ones (JSON, numbers)
+	frames   map[int64]uint32       // frame dict -> the table's frame id
 	stackIDs map[uint64][]stackSeen // by the hash of a stack's frame-dict ids
 	missing  map[string]int
 	names    map[uint32]bool // profiling names met in this dump (warned about once)

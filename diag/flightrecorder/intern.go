@@ -22,7 +22,7 @@ type interner struct {
 	frameIDs   map[Frame]uint32
 	frameList  []Frame
 	stacks     map[string]uint32 // by the bytes of the frame ids
-	stackList  [][]Frame // id 0: no stack
+	stackList  [][]Frame         // id 0: no stack
 	tensors    map[string]uint32
 	tensorList []*Tensors // id 0: none recorded
 	threads    map[Thread]uint32

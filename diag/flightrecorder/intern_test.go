@@ -22,7 +22,7 @@ func TestInternAcrossDumps(t *testing.T) {
 		d := &Dump{}
 		c := newConverter(d, nil, tab)
 		k := sharedKey{pg: c.textID("0"), desc: c.textID("default_pg"), name: c.textID("nccl:all_reduce"), state: c.textID("completed"),
-			stack: tab.stackOf([]Frame{{"all_reduce", "c10d.py", 1}, {"wrapper", "/x/probing_mcp_agent/collectives.py", 2}, {"main", "train.py", 3}}),
+			stack:   tab.stackOf([]Frame{{"all_reduce", "c10d.py", 1}, {"wrapper", "/x/probing_mcp_agent/collectives.py", 2}, {"main", "train.py", 3}}),
 			tensors: tab.tensorsID(&Tensors{InputSizes: [][]int64{{4}}, OutputSizes: [][]int64{{4}}})}
 		d.Entries = []Entry{{Shared: c.sharedOf(k)}, {Shared: c.sharedOf(k)}}
 		return d

@@ -73,7 +73,7 @@ type Entry struct {
 	TimeStartedNs   int64 // when the watchdog noticed the start; 0 = never
 	TimeCompletedNs int64 // when the watchdog noticed completion; 0 = never
 	DurationMs      float64
-	*Shared                 // never nil in a decoded entry; read-only
+	*Shared         // never nil in a decoded entry; read-only
 	HasDuration     bool
 	Retired         bool
 }
