@@ -414,50 +414,57 @@ func (a *analysis) split(ctx context.Context) {
 		if len(d.Entries) > 0 && d.Entries[0].RecordID > 0 {
 			a.wrapped[d.Rank] = true
 		}
-		lastWasP2P := map[*group]bool{}
-		var lastName string
-		var lastG *group
-		var lastPD *pgData
+		// A rank's entries name a handful of groups, interleaved: each is
+		// resolved once per dump, and what is filed under it is gathered
+		// here and stored once, not looked up per entry.
+		var mine []*rankGroup
+		var cur *rankGroup
 		for i := range d.Entries {
 			e := &d.Entries[i]
 			a.noteTimes(e)
-			g, pd := lastG, lastPD
-			if g == nil || e.PGName != lastName { // entries of one group come in runs: look up once per run
-				g = a.resolve(e, d.Rank)
-				if g == nil {
-					unresolved[fmt.Sprintf("rank %d: pg %q", d.Rank, e.PGName)]++
-					continue
+			if cur == nil || e.PGName != cur.name {
+				cur = nil
+				for _, rg := range mine {
+					if rg.name == e.PGName {
+						cur = rg
+						break
+					}
 				}
-				if _, ok := a.groups.guidOf[nameRank{e.PGName, d.Rank}]; !ok {
-					a.groups.guidOf[nameRank{e.PGName, d.Rank}] = g
-					a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf(
-						"rank %d: entries name pg %q, which its pg_config lacks; used the group its peers registered (ranks %s)",
-						d.Rank, e.PGName, rankset.Format(g.members)))
+				if cur == nil {
+					cur = a.rankGroupOf(e, d.Rank)
+					mine = append(mine, cur)
 				}
-				if a.pgid[g] == nil {
-					a.pgid[g] = map[int]int64{}
-				}
-				pd = a.data[g]
-				if pd == nil {
-					pd = &pgData{g: g, coll: map[int][]*Entry{}, p2p: map[int][]*Entry{}}
-					a.data[g] = pd
-				}
-				lastName, lastG, lastPD = e.PGName, g, pd
 			}
-			a.pgid[g][d.Rank] = e.PGID
-			if e.Op.Err != "" && !e.Op.IsP2POp() && e.Op.Type != "coalesced" {
+			if cur.g == nil {
+				unresolved[fmt.Sprintf("rank %d: pg %q", d.Rank, e.PGName)]++
+				continue
+			}
+			cur.pgid = e.PGID
+			if e.opBad && !e.Op.IsP2POp() && e.Op.Type != "coalesced" {
 				a.unknownOp[e.ProfilingName] = appendLast(a.unknownOp[e.ProfilingName], d.Rank)
 			}
 			isP2P := e.Op.IsP2POp()
-			if e.Op.Type == "coalesced" && (e.IsP2P || lastWasP2P[g]) {
-				lastWasP2P[g] = false
+			if e.Op.Type == "coalesced" && (e.IsP2P || cur.lastWasP2P) {
+				cur.lastWasP2P = false
 				continue // the end marker of a batch of sends/recvs: pairing does not need it
 			}
-			lastWasP2P[g] = isP2P
+			cur.lastWasP2P = isP2P
 			if isP2P {
-				pd.p2p[d.Rank] = append(pd.p2p[d.Rank], e)
+				cur.p2p = append(cur.p2p, e)
 			} else {
-				pd.coll[d.Rank] = append(pd.coll[d.Rank], e)
+				cur.coll = append(cur.coll, e)
+			}
+		}
+		for _, rg := range mine {
+			if rg.g == nil {
+				continue
+			}
+			a.pgid[rg.g][d.Rank] = rg.pgid
+			if len(rg.coll) > 0 {
+				rg.pd.coll[d.Rank] = appendOrTake(rg.pd.coll[d.Rank], rg.coll)
+			}
+			if len(rg.p2p) > 0 {
+				rg.pd.p2p[d.Rank] = appendOrTake(rg.pd.p2p[d.Rank], rg.p2p)
 			}
 		}
 	}
@@ -468,6 +475,49 @@ func (a *analysis) split(ctx context.Context) {
 		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("op %q (ranks %s) is unknown to fr_trace (it aborts there); compared by name, sizes and dtypes", name, rankset.Format(ranks)))
 	}
 	slices.Sort(a.dq.Warnings[len(a.dq.Warnings)-len(a.unknownOp):])
+}
+
+// rankGroup is what split gathers of one rank's entries of one group.
+type rankGroup struct {
+	name       string
+	g          *group // nil: no group found; the entries are counted as unresolved
+	pd         *pgData
+	coll, p2p  []*Entry
+	lastWasP2P bool
+	pgid       int64 // the pg_id of the group's last entry
+}
+
+func appendOrTake(prev, more []*Entry) []*Entry {
+	if len(prev) == 0 {
+		return more
+	}
+	return append(prev, more...)
+}
+
+// rankGroupOf resolves the group of e's name for rank, the first time the
+// rank's dump names it.
+func (a *analysis) rankGroupOf(e *Entry, rank int) *rankGroup {
+	rg := &rankGroup{name: e.PGName}
+	g := a.resolve(e, rank)
+	if g == nil {
+		return rg
+	}
+	if _, ok := a.groups.guidOf[nameRank{e.PGName, rank}]; !ok {
+		a.groups.guidOf[nameRank{e.PGName, rank}] = g
+		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf(
+			"rank %d: entries name pg %q, which its pg_config lacks; used the group its peers registered (ranks %s)",
+			rank, e.PGName, rankset.Format(g.members)))
+	}
+	if a.pgid[g] == nil {
+		a.pgid[g] = map[int]int64{}
+	}
+	pd := a.data[g]
+	if pd == nil {
+		pd = &pgData{g: g, coll: map[int][]*Entry{}, p2p: map[int][]*Entry{}}
+		a.data[g] = pd
+	}
+	rg.g, rg.pd = g, pd
+	return rg
 }
 
 // appendLast appends r unless it is already the last element: enough where

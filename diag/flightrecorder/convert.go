@@ -32,6 +32,10 @@ type converter struct {
 	lastTensorKey tensorKey
 	lastTensors   uint32
 	dtypes        map[string][]string
+	dtypeByStr    [][]string // one-name dtype lists by the name's decoded string index
+	empty         uint32     // the table's id of ""
+	lastThread    Thread
+	lastThreadID  uint32
 	shared        map[sharedKey]*Shared
 	lastKey       sharedKey
 	lastShared    *Shared
@@ -58,10 +62,12 @@ func newConverter(d *Dump, doc *pickle.Doc, tab *interner) *converter {
 	if tab == nil {
 		tab = newInterner()
 	}
-	return &converter{d: d, doc: doc, tab: tab, textIDs: map[string]uint32{}, frames: map[int64]uint32{}, stackIDs: map[uint64][]stackSeen{},
+	c := &converter{d: d, doc: doc, tab: tab, textIDs: map[string]uint32{}, frames: map[int64]uint32{}, stackIDs: map[uint64][]stackSeen{},
 		missing: map[string]int{}, names: map[uint32]bool{}, shapes: map[shapeKey][][]int64{}, tensorSets: map[tensorKey]uint32{},
 		threads: map[Thread]uint32{}, dtypes: map[string][]string{}, shared: map[sharedKey]*Shared{},
 		sizesByID: map[int64][][]int64{}, shapeByID: map[int64][]int64{}, dtypesByID: map[int64][]string{}}
+	c.empty = tab.str("")
+	return c
 }
 
 // entries converts the dump's entry dicts. An Entry is made only for what
@@ -289,8 +295,7 @@ func (c *converter) entry(e *Entry, ev pickle.Value) (bool, error) {
 	seen := 0
 	doc := c.doc
 	intOf := func(v pickle.Value, def int64) (int64, bool) { return intOf(doc, v, def) }
-	k.name = c.textID("")
-	k.state = k.name
+	k.name, k.state = c.empty, c.empty
 	for i := 0; i < doc.Len(ev); i++ {
 		kv, v := doc.Pair(ev, i)
 		switch c.keyOf(kv) {
@@ -317,7 +322,7 @@ func (c *converter) entry(e *Entry, ev pickle.Value) (bool, error) {
 			if _, ok := doc.Str(v); ok {
 				k.name = c.strID(v)
 			} else {
-				k.name = c.textID("")
+				k.name = c.empty
 			}
 			seen |= hasName
 		case kTimeCreatedNs:
@@ -337,7 +342,7 @@ func (c *converter) entry(e *Entry, ev pickle.Value) (bool, error) {
 			if _, ok := doc.Str(v); ok {
 				k.state = c.strID(v)
 			} else {
-				k.state = c.textID("")
+				k.state = c.empty
 			}
 			seen |= hasState
 		case kTimeDiscoveredStartedNs:
@@ -402,11 +407,15 @@ func (c *converter) thread(name, id string) uint32 {
 		return 0
 	}
 	k := Thread{name, id}
+	if k == c.lastThread && c.lastThreadID != 0 {
+		return c.lastThreadID // memoised strings: a pointer compare
+	}
 	n, ok := c.threads[k]
 	if !ok {
 		n = c.tab.threadID(&k)
 		c.threads[k] = n
 	}
+	c.lastThread, c.lastThreadID = k, n
 	return n
 }
 
@@ -483,12 +492,27 @@ func (c *converter) dtypeList(v pickle.Value) []string {
 	}
 	items := doc.Items(v)
 	if len(items) == 1 {
+		i, isStr := doc.StrIndex(items[0])
+		if isStr && i < len(c.dtypeByStr) && c.dtypeByStr[i] != nil {
+			return c.dtypeByStr[i] // the common case: one memoised dtype name
+		}
 		name := scalarText(doc, items[0])
+		if isStr {
+			for len(c.dtypeByStr) < doc.NumStrings() {
+				c.dtypeByStr = append(c.dtypeByStr, nil)
+			}
+		}
 		if l, ok := c.dtypes[name]; ok {
+			if isStr {
+				c.dtypeByStr[i] = l
+			}
 			return l
 		}
 		l := []string{name}
 		c.dtypes[name] = l
+		if isStr {
+			c.dtypeByStr[i] = l
+		}
 		return l
 	}
 	if l, ok := c.dtypesByID[doc.ID(v)]; ok {

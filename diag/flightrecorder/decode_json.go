@@ -173,7 +173,7 @@ func decodeJSON(ctx context.Context, sigs *interner, data []byte, lim Limits) (*
 		case "nccl_version":
 			err = r.value(&ncclVersion, key)
 		case "pg_config":
-			d.PGConfig, err = r.pgConfig()
+			d.PGConfig, err = r.pgConfig(c.tab)
 		case "pg_status":
 			d.PGStatus, err = r.pgStatus()
 		case "entries":
@@ -275,7 +275,7 @@ func (r *jsonReader) isNull() bool {
 
 // pgConfig reads the groups, sorted by key as before (later duplicates
 // win), refusing the dump at the group past the ceiling.
-func (r *jsonReader) pgConfig() ([]PGConfig, error) {
+func (r *jsonReader) pgConfig(tab *interner) ([]PGConfig, error) {
 	if r.isNull() {
 		return nil, nil
 	}
@@ -301,7 +301,7 @@ func (r *jsonReader) pgConfig() ([]PGConfig, error) {
 		if pg.Name == "" {
 			pg.Name = name
 		}
-		if pg.Ranks, err = jsonRanks(g.Ranks, r.lim); err != nil {
+		if pg.Ranks, err = tab.rankList("j"+string(g.Ranks), func() ([]int, error) { return jsonRanks(g.Ranks, r.lim) }); err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}
 		byName[name] = pg

@@ -2,6 +2,7 @@ package flightrecorder
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -17,6 +18,9 @@ func decodePickle(ctx context.Context, dec *pickle.Decoder, sigs *interner, data
 	root := doc.Root
 	if root.Kind() != pickle.Dict {
 		return nil, fmt.Errorf("pickle holds a %v, want the dump's dict", root.Kind())
+	}
+	if sigs == nil {
+		sigs = newInterner()
 	}
 	d := &Dump{Format: "pickle"}
 	if st.InvalidUTF8 > 0 {
@@ -38,7 +42,7 @@ func decodePickle(ctx context.Context, dec *pickle.Decoder, sigs *interner, data
 		case "comm_lib_version", "nccl_version":
 			d.CommLibVersion = scalarText(doc, v)
 		case "pg_config":
-			d.PGConfig, err = pgConfigFromPickle(doc, v, lim, len(data))
+			d.PGConfig, err = pgConfigFromPickle(doc, sigs, v, lim, len(data))
 		case "pg_status":
 			d.PGStatus, err = pgStatusFromPickle(doc, v, lim)
 		case "entries":
@@ -103,7 +107,7 @@ func intOf(doc *pickle.Doc, v pickle.Value, def int64) (int64, bool) {
 // Groups are named by position in errors, never by the file's text. A rank
 // list (a string, or a list) that several groups share through the memo is
 // parsed once and its slice shared.
-func pgConfigFromPickle(doc *pickle.Doc, v pickle.Value, lim Limits, size int) ([]PGConfig, error) {
+func pgConfigFromPickle(doc *pickle.Doc, tab *interner, v pickle.Value, lim Limits, size int) ([]PGConfig, error) {
 	if v.Kind() != pickle.Dict {
 		return nil, fmt.Errorf("is a %v, want a dict", v.Kind())
 	}
@@ -148,7 +152,13 @@ func pgConfigFromPickle(doc *pickle.Doc, v pickle.Value, lim Limits, size int) (
 		l, seen := parsed[key]
 		if !seen {
 			var err error
-			if l, err = rankListFromPickle(doc, ranks, lim); err != nil {
+			parse := func() ([]int, error) { return rankListFromPickle(doc, ranks, lim) }
+			if key, ok := rankListKey(doc, ranks); ok {
+				l, err = tab.rankList(key, parse)
+			} else {
+				l, err = parse()
+			}
+			if err != nil {
 				return nil, fmt.Errorf("%s: %w", where(), err)
 			}
 			parsed[key] = l
@@ -162,6 +172,26 @@ func pgConfigFromPickle(doc *pickle.Doc, v pickle.Value, lim Limits, size int) (
 		return nil, err
 	}
 	return out, nil
+}
+
+// rankListKey is what a ranks value holds, as the load's table keys it:
+// the text of a list literal, or the items of a list of ints. A list of
+// anything else is not interned (ok false).
+func rankListKey(doc *pickle.Doc, ranks pickle.Value) (string, bool) {
+	if s, ok := doc.Str(ranks); ok {
+		return "s" + s, true
+	}
+	items := doc.Items(ranks)
+	b := make([]byte, 1, 1+8*len(items))
+	b[0] = 'l'
+	for _, r := range items {
+		if r.Kind() != pickle.Int {
+			return "", false
+		}
+		n, _ := r.Int()
+		b = binary.LittleEndian.AppendUint64(b, uint64(n))
+	}
+	return string(b), true
 }
 
 func rankListFromPickle(doc *pickle.Doc, ranks pickle.Value, lim Limits) ([]int, error) {

@@ -29,6 +29,7 @@ type interner struct {
 	threadList []*Thread // id 0: none recorded
 	ops        map[uint32]*OpName
 	shared     map[sharedKey]*Shared
+	rankLists  map[string][]int
 	// bytes is what the table holds, roughly, for the memory ceiling.
 	bytes int64
 }
@@ -44,7 +45,7 @@ type sharedKey struct {
 func newInterner() *interner {
 	return &interner{sigs: newSigTable(), strs: map[string]uint32{}, frameIDs: map[Frame]uint32{}, stacks: map[string]uint32{}, stackList: [][]Frame{nil},
 		tensors: map[string]uint32{}, tensorList: []*Tensors{{}}, threads: map[Thread]uint32{}, threadList: []*Thread{nil},
-		ops: map[uint32]*OpName{}, shared: map[sharedKey]*Shared{}}
+		ops: map[uint32]*OpName{}, shared: map[sharedKey]*Shared{}, rankLists: map[string][]int{}}
 }
 
 // str interns s; the table keeps its own copy, so that the decoded dump it
@@ -213,6 +214,31 @@ func (t *interner) get(k sharedKey) (sh *Shared, fresh bool) {
 	t.shared[k] = sh
 	t.bytes += 200
 	return sh, true
+}
+
+// rankList returns the ranks that key (a list literal, or a list's items
+// as bytes) stands for, parsed once per load: every rank of a 16384-rank
+// job writes the same 100 KB default-group list, and 16384 parsed copies
+// would hold 2 GB. Failures are not kept: their text depends on the caller.
+func (t *interner) rankList(key string, parse func() ([]int, error)) ([]int, error) {
+	t.mu.Lock()
+	l, ok := t.rankLists[key]
+	t.mu.Unlock()
+	if ok {
+		return l, nil
+	}
+	l, err := parse() // outside the lock: the other workers go on
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if prev, ok := t.rankLists[key]; ok {
+		return prev, nil
+	}
+	t.rankLists[strings.Clone(key)] = l
+	t.bytes += int64(len(key)) + 8*int64(len(l)) + 64
+	return l, nil
 }
 
 // Bytes is roughly what the table holds.
