@@ -26,9 +26,11 @@ type Options struct {
 	Transcript bool
 	// MaxLagRows bounds lagging_ranks per group (0: 8).
 	MaxLagRows int
-	// Limits are the rank and group ceilings; zero fields take PROBING_FR_*
-	// or the defaults.
+	// Limits are the rank and group ceilings and the memory ceiling; zero
+	// fields take PROBING_FR_* or the defaults.
 	Limits Limits
+	// Progress, when set, is told after every group (one call at a time).
+	Progress func(Progress)
 }
 
 // pgData is one process group's entries, split by rank.
@@ -73,8 +75,20 @@ func Analyze(dumps []*Dump, opt Options) *Report {
 // AnalyzeContext is Analyze that stops with ctx's error once ctx is done.
 // It checks between groups and inside the matching loops, and waits for
 // the work it started, so nothing runs on (or holds memory) after it
-// returns.
+// returns. Past the memory ceiling (Limits.MaxMemory) it stops with a
+// MemoryCeilingError.
 func AnalyzeContext(ctx context.Context, dumps []*Dump, opt Options) (*Report, error) {
+	lim, _ := opt.Limits.resolved()
+	gctx, guard, stop := guardMemory(ctx, lim, "analysing")
+	rep, err := analyzeGuarded(gctx, guard, dumps, opt)
+	stop()
+	if err != nil {
+		return nil, ceilingErr(guard, err)
+	}
+	return rep, nil
+}
+
+func analyzeGuarded(ctx context.Context, guard *memGuard, dumps []*Dump, opt Options) (*Report, error) {
 	rep := &Report{ProcessGroups: []PGReport{}}
 	if opt.MaxLagRows <= 0 {
 		opt.MaxLagRows = defaultMaxLagRows
@@ -145,6 +159,7 @@ func AnalyzeContext(ctx context.Context, dumps []*Dump, opt Options) (*Report, e
 	}
 	reports := make([]PGReport, len(kept))
 	notes := make([][]string, len(kept))
+	prog := newProgress(opt.Progress, "analyse", len(kept))
 	var wg sync.WaitGroup
 	next := make(chan int)
 	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
@@ -152,8 +167,9 @@ func AnalyzeContext(ctx context.Context, dumps []*Dump, opt Options) (*Report, e
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				if ctx.Err() == nil {
+				if ctx.Err() == nil && guard.check() {
 					reports[i], notes[i] = a.analyzeGroup(ctx, kept[i], opt)
+					prog.add(1, 0, 0)
 				}
 			}
 		}()
@@ -166,7 +182,13 @@ func AnalyzeContext(ctx context.Context, dumps []*Dump, opt Options) (*Report, e
 	}
 	close(next)
 	wg.Wait()
-	po := <-parCh
+	var po parityOut
+	select {
+	case po = <-parCh:
+	default:
+		prog.phase("replay", 1)
+		po = <-parCh
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

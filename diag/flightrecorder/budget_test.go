@@ -36,7 +36,7 @@ func TestDecodeBudgetBoundsParallelDecode(t *testing.T) {
 		}
 		b := newByteBudget(size)
 		res := &Loaded{}
-		dumps, err := decodeAll(context.Background(), files, LoadOptions{Workers: 4, MaxFileBytes: DefaultMaxFileBytes, Limits: lim}, res, b)
+		dumps, err := decodeAll(context.Background(), files, LoadOptions{Workers: 4, MaxFileBytes: DefaultMaxFileBytes, Limits: lim}, res, b, nil)
 		if err != nil || len(dumps) != spec.Ranks || len(res.Problems) > 0 {
 			t.Fatalf("budget %d: %d dumps, %v, %+v", size, len(dumps), err, res.Problems)
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/bytesize"
+	"github.com/probing-mcp/probing-mcp/internal/sysmem"
 )
 
 // Limits bound what dumps may cost. A dump is an untrusted file: without
@@ -31,6 +32,13 @@ type Limits struct {
 	// decodes, alone. PROBING_FR_DECODE_BUDGET (bytes, or with a unit:
 	// 256MiB); default 64 MiB.
 	DecodeBudget int64
+	// MaxMemory is the memory ceiling of a load and of an analysis: the
+	// process's memory is measured as they run, and they stop with a
+	// MemoryCeilingError past it. PROBING_FR_MAX_MEMORY (bytes, or with
+	// a unit: 16GiB); default 3/4 of the memory available (RAM, or the
+	// cgroup's limit). Negative: no ceiling.
+	MaxMemory    int64
+	memorySource string // see MemoryCeilingError.Source
 }
 
 // Defaults of Limits. 2^20 ranks is far beyond today's largest jobs (100k+
@@ -73,7 +81,7 @@ func (l Limits) resolve() (Limits, error) {
 		}
 		l.DecodeBudget = n
 	}
-	return l, nil
+	return l.resolveMemory()
 }
 
 // resolved is resolve for callers that cannot fail: a malformed variable
@@ -81,8 +89,12 @@ func (l Limits) resolve() (Limits, error) {
 func (l Limits) resolved() (Limits, error) {
 	r, err := l.resolve()
 	if err != nil {
-		r, _ = Limits{MaxRanks: max(l.MaxRanks, DefaultMaxRanks), MaxGroups: max(l.MaxGroups, DefaultMaxGroups),
-			DecodeBudget: max(l.DecodeBudget, DefaultDecodeBudget)}.resolve()
+		var err2 error
+		r, err2 = Limits{MaxRanks: max(l.MaxRanks, DefaultMaxRanks), MaxGroups: max(l.MaxGroups, DefaultMaxGroups),
+			DecodeBudget: max(l.DecodeBudget, DefaultDecodeBudget), MaxMemory: l.MaxMemory}.resolve()
+		if err2 != nil { // PROBING_FR_MAX_MEMORY is malformed: the default share
+			r.MaxMemory, r.memorySource = int64(float64(sysmem.Available())*DefaultMemoryShare), "default"
+		}
 	}
 	return r, err
 }
@@ -147,3 +159,7 @@ func checkMemberships(total, longest int64, dumpBytes int) error {
 	}
 	return nil
 }
+
+// ResolveLimits fills the zero fields of l as Load does (PROBING_FR_*,
+// then the defaults); a malformed variable is an error naming it.
+func ResolveLimits(l Limits) (Limits, error) { return l.resolve() }

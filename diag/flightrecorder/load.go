@@ -44,9 +44,11 @@ type LoadOptions struct {
 	// Check, when set, vets every file before it is read (an MCP tool uses
 	// it to keep symlinks from leading out of the allowed directories).
 	Check func(path string) error
-	// Limits are the rank and group ceilings and the decode budget; zero
-	// fields take PROBING_FR_* or the defaults.
+	// Limits are the rank and group ceilings, the decode budget and the
+	// memory ceiling; zero fields take PROBING_FR_* or the defaults.
 	Limits Limits
+	// Progress, when set, is told after every file (one call at a time).
+	Progress func(Progress)
 }
 
 // FileProblem is a file that was not analysed, and why.
@@ -107,8 +109,11 @@ func LoadContext(ctx context.Context, paths []string, opt LoadOptions) (*Loaded,
 	}
 	files = choosePrefix(files, opt, res)
 	files = dropDuplicates(files, res)
-	if res.Dumps, err = decodeAll(ctx, files, opt, res, newByteBudget(lim.DecodeBudget)); err != nil {
-		return nil, err
+	gctx, guard, stop := guardMemory(ctx, lim, "decoding the dumps")
+	res.Dumps, err = decodeAll(gctx, files, opt, res, newByteBudget(lim.DecodeBudget), guard)
+	stop()
+	if err != nil {
+		return nil, ceilingErr(guard, err)
 	}
 	slices.SortFunc(res.Problems, func(a, b FileProblem) int { return cmp.Compare(a.Path, b.Path) })
 	if len(res.Dumps) == 0 {
@@ -369,7 +374,7 @@ func dropDuplicates(files []candidate, res *Loaded) []candidate {
 // no longer counts.
 const reuseBytes = 8 << 20
 
-func decodeAll(ctx context.Context, files []candidate, opt LoadOptions, res *Loaded, budget *byteBudget) ([]*Dump, error) {
+func decodeAll(ctx context.Context, files []candidate, opt LoadOptions, res *Loaded, budget *byteBudget, guard *memGuard) ([]*Dump, error) {
 	workers := opt.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
@@ -378,6 +383,7 @@ func decodeAll(ctx context.Context, files []candidate, opt LoadOptions, res *Loa
 	problems := make([]string, len(files))
 	var wg sync.WaitGroup
 	sigs := newInterner()
+	prog := newProgress(opt.Progress, "decode", len(files))
 	defer budget.wakeOn(ctx)()
 	next := make(chan int)
 	for w := 0; w < workers; w++ {
@@ -402,12 +408,15 @@ func decodeAll(ctx context.Context, files []candidate, opt LoadOptions, res *Loa
 					dec, buf = nil, nil
 					runtime.GC()
 				}
+				guard.check() // between files: an overshoot is one file's worth
 				if err != nil {
 					problems[i] = err.Error()
+					prog.add(1, size, 0)
 					continue
 				}
 				d.Rank = files[i].rank
 				dumps[i] = d
+				prog.add(1, size, int64(len(d.Entries)))
 			}
 		}()
 	}
