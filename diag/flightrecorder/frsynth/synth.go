@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/probing-mcp/probing-mcp/diag/pickle"
@@ -248,14 +250,16 @@ func pgCfg(w *pickle.Writer, name, desc string, ranks []int) {
 }
 
 func rankList(ranks []int) string {
-	s := "["
+	var b strings.Builder
+	b.WriteByte('[')
 	for i, r := range ranks {
 		if i > 0 {
-			s += ", "
+			b.WriteString(", ")
 		}
-		s += fmt.Sprint(r)
+		b.WriteString(strconv.Itoa(r))
 	}
-	return s + "]"
+	b.WriteByte(']')
+	return b.String()
 }
 
 func rangeInts(lo, hi int) []int {
