@@ -2,8 +2,8 @@ package pickle
 
 import (
 	"encoding/base64"
-	"fmt"
 	"encoding/json"
+	"fmt"
 	"os"
 	"runtime"
 	"testing"
