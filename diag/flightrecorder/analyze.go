@@ -753,13 +753,13 @@ func (a *analysis) runGroup(ctx context.Context, g *group, ranks []int, lists ma
 	for _, r := range ranks {
 		dumped[r] = true
 	}
-	en := &engine{byRank: map[int]*rankList{}, groups: a.groups, dumps: dumped, major: a.major, minor: a.minor,
+	en := &engine{ groups: a.groups, dumps: dumped, major: a.major, minor: a.minor,
 		cap: defaultMismatchCap, mismatch: map[string]int{}, out: out, matched: map[string]int{}, corrected: true, fixed: g, ctx: ctx}
 	any := false
 	for _, r := range ranks {
 		l := newRankList(r, lists[r], nil)
 		en.lists = append(en.lists, l)
-		en.byRank[r] = l
+		en.byRank.set(r, l)
 		any = any || len(lists[r]) > 0
 	}
 	if any {

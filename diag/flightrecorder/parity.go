@@ -118,7 +118,7 @@ func (e abortError) Error() string { return e.msg }
 // engine runs fr_trace's build_collectives over a set of rank lists.
 type engine struct {
 	lists    []*rankList // all_entries, in insertion order
-	byRank   map[int]*rankList
+	byRank   listIndex
 	groups   *groupTable
 	dumps    map[int]bool
 	major    int
@@ -159,7 +159,22 @@ func (en *engine) resolver(rank int) func(*Entry) *group {
 	if en.fixed != nil {
 		return nil
 	}
-	return func(e *Entry) *group { return en.groups.guidOf[nameRank{e.PGName, rank}] }
+	// A rank's entries name a handful of groups: the last few found are
+	// kept, so that the lookup by (name, rank) is made once per name.
+	var names []string
+	var groups []*group
+	return func(e *Entry) *group {
+		for i, n := range names {
+			if n == e.PGName {
+				return groups[i]
+			}
+		}
+		g := en.groups.guidOf[nameRank{e.PGName, rank}]
+		if len(names) < 8 {
+			names, groups = append(names, e.PGName), append(groups, g)
+		}
+		return g
+	}
 }
 
 // findSame returns the first live entry of l in group g with the given
@@ -330,17 +345,17 @@ func (en *engine) run() {
 		if len(group) > 1 {
 			en.coalesced(g, first, rec, len(group))
 		} else {
-			en.checkCurrentEntryMatch(g, cur, rec, func(r int) *rankList { return en.byRank[r] })
-			en.errorAnalysis(g, first.rank, cur, rec, func(r int) *rankList { return en.byRank[r] })
+			en.checkCurrentEntryMatch(g, cur, rec, func(r int) *rankList { return en.byRank.get(r) })
+			en.errorAnalysis(g, first.rank, cur, rec, func(r int) *rankList { return en.byRank.get(r) })
 			if rec.allFound() && en.mismatch[g.guid] == 0 {
 				en.addCollective(g, true, true)
 				for _, r := range rec.found.ranks {
-					en.byRank[r].remove(rec.found.at(r))
+					en.byRank.get(r).remove(rec.found.at(r))
 				}
 			} else {
 				en.addCollective(g, len(rec.errors) == 0, false)
 				for _, r := range rec.candidate.ranks {
-					en.byRank[r].remove(rec.candidate.at(r))
+					en.byRank.get(r).remove(rec.candidate.at(r))
 				}
 			}
 		}
@@ -385,7 +400,7 @@ func (en *engine) newRecord(g *group, first *rankList, cur *Entry, pos int) *mat
 // isOther: rank o is still in all_entries and is not the first rank (the
 // record's other_ranks; it does not change while one step is decided).
 func (en *engine) isOther(rec *matchRecord, o int) bool {
-	l := en.byRank[o]
+	l := en.byRank.get(o)
 	return l != nil && !l.gone && l != rec.first
 }
 
@@ -647,7 +662,7 @@ func ParityContext(ctx context.Context, dumps []*Dump, opt ParityOptions) (*Pari
 			return abort("AssertionError: Missing dump files from ranks " + pyIntSet(missing))
 		}
 	}
-	en := &engine{byRank: map[int]*rankList{}, groups: groups, dumps: dumped, major: major, minor: minor,
+	en := &engine{ groups: groups, dumps: dumped, major: major, minor: minor,
 		cap: opt.MismatchCap, mismatch: map[string]int{}, out: out, matched: map[string]int{}, ctx: ctx}
 	for _, d := range dumps {
 		var es []*Entry
@@ -658,7 +673,7 @@ func ParityContext(ctx context.Context, dumps []*Dump, opt ParityOptions) (*Pari
 		}
 		l := newRankList(d.Rank, es, en.resolver(d.Rank))
 		en.lists = append(en.lists, l)
-		en.byRank[d.Rank] = l
+		en.byRank.set(d.Rank, l)
 	}
 	en.run()
 	if en.err != nil {

@@ -59,7 +59,7 @@ func (en *engine) coalesced(g *group, first *rankList, rec *matchRecord, num int
 	}
 	var groups []rankGroup
 	for _, r := range rec.expected {
-		l := en.byRank[r]
+		l := en.byRank.get(r)
 		var pos []int
 		if l != nil && !l.gone {
 			pos = en.findCoalesced(g, l)
@@ -98,7 +98,7 @@ func (en *engine) coalesced(g *group, first *rankList, rec *matchRecord, num int
 		if len(rg.pos) == 0 {
 			continue
 		}
-		l := en.byRank[rg.rank]
+		l := en.byRank.get(rg.rank)
 		if en.corrected { // each rank's own group
 			for _, p := range rg.pos {
 				l.remove(p)
@@ -142,7 +142,7 @@ func pyOptInt(n int) string {
 func (en *engine) opsOf(og *orderedGroups) map[int][]*Entry {
 	ops := map[int][]*Entry{}
 	for _, r := range og.ranks {
-		l := en.byRank[r]
+		l := en.byRank.get(r)
 		for _, p := range og.pos[r] {
 			ops[r] = append(ops[r], l.entries[p])
 		}
@@ -261,7 +261,7 @@ func (en *engine) matchCoalescedWithNonP2P(g *group, rec *matchRecord, og *order
 	for _, r := range og.ranks {
 		var es []*Entry
 		for _, p := range og.pos[r] {
-			es = append(es, en.byRank[r].entries[p])
+			es = append(es, en.byRank.get(r).entries[p])
 		}
 		lists[r] = newRankList(r, es, en.resolver(r))
 	}

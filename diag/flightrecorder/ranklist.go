@@ -166,3 +166,44 @@ func (l *rankList) removeFrom(pos, n int) {
 		l.remove(pos)
 	}
 }
+
+// listIndex finds a rank's list without a map read: the replay asks for
+// every member of a group at every collective, 16 M lookups at 4096 ranks.
+// As rankIndex, it is an array while the ranks are dense (the span at most
+// a few times the ranks present), and a map for the ranks beyond.
+type listIndex struct {
+	base   int
+	dense  []*rankList
+	sparse map[int]*rankList
+	n      int
+}
+
+func (x *listIndex) set(r int, l *rankList) {
+	x.n++
+	if len(x.dense) == 0 && x.sparse == nil {
+		x.base = r
+	}
+	if i := r - x.base; i >= 0 && i < 4*x.n+1024 {
+		for i >= len(x.dense) {
+			x.dense = append(x.dense, nil)
+		}
+		x.dense[i] = l
+		return
+	}
+	if x.sparse == nil {
+		x.sparse = map[int]*rankList{}
+	}
+	x.sparse[r] = l
+}
+
+func (x *listIndex) get(r int) *rankList {
+	if i := r - x.base; i >= 0 && i < len(x.dense) {
+		if l := x.dense[i]; l != nil || x.sparse == nil {
+			return l
+		}
+	}
+	if x.sparse == nil {
+		return nil
+	}
+	return x.sparse[r]
+}
