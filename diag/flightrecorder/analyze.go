@@ -753,7 +753,7 @@ func (a *analysis) runGroup(ctx context.Context, g *group, ranks []int, lists ma
 	for _, r := range ranks {
 		dumped[r] = true
 	}
-	en := &engine{ groups: a.groups, dumps: dumped, major: a.major, minor: a.minor,
+	en := &engine{groups: a.groups, dumps: dumped, major: a.major, minor: a.minor,
 		cap: defaultMismatchCap, mismatch: map[string]int{}, out: out, matched: map[string]int{}, corrected: true, fixed: g, ctx: ctx}
 	any := false
 	for _, r := range ranks {

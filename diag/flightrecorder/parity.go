@@ -662,7 +662,7 @@ func ParityContext(ctx context.Context, dumps []*Dump, opt ParityOptions) (*Pari
 			return abort("AssertionError: Missing dump files from ranks " + pyIntSet(missing))
 		}
 	}
-	en := &engine{ groups: groups, dumps: dumped, major: major, minor: minor,
+	en := &engine{groups: groups, dumps: dumped, major: major, minor: minor,
 		cap: opt.MismatchCap, mismatch: map[string]int{}, out: out, matched: map[string]int{}, ctx: ctx}
 	for _, d := range dumps {
 		var es []*Entry
