@@ -138,6 +138,9 @@ func analyze(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp analyze: %v\n", err)
 		return 2
 	}
+	if gcOff {
+		defer gcPastThreshold(gcThreshold())()
+	}
 	start := time.Now()
 	loaded, err := fr.Load(paths, opt)
 	prog.phaseDone()

@@ -28,7 +28,6 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/cluster/membership"
 	"github.com/probing-mcp/probing-mcp/gpu"
-	"github.com/probing-mcp/probing-mcp/internal/sysmem"
 	"github.com/probing-mcp/probing-mcp/mcp"
 	"github.com/probing-mcp/probing-mcp/tools"
 )
@@ -42,25 +41,6 @@ func main() {
 		tuneGC(len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "analy"))
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
-}
-
-// tuneGC trades memory for time. An analysis keeps nearly everything it
-// decodes until it exits, so collecting early frees little: a one-shot
-// analyze collects only when the heap nears a quarter of the memory this
-// process may use (the analysis's memory ceiling lowers that limit while
-// it runs, when it is lower). The long-lived server collects at 5x the
-// live heap instead of 2x.
-func tuneGC(oneShot bool) {
-	limit := int64(4 << 30)
-	if total := sysmem.Available(); total > 0 {
-		limit = max(1<<30, total/4)
-	}
-	debug.SetMemoryLimit(limit)
-	if oneShot {
-		debug.SetGCPercent(-1)
-	} else {
-		debug.SetGCPercent(400)
-	}
 }
 
 const usage = `probing-mcp: diagnose hung, slow or crashed distributed PyTorch jobs.

@@ -301,7 +301,7 @@ func (r *jsonReader) pgConfig(tab *interner) ([]PGConfig, error) {
 		if pg.Name == "" {
 			pg.Name = name
 		}
-		if pg.Ranks, err = tab.rankList("j"+string(g.Ranks), func() ([]int, error) { return jsonRanks(g.Ranks, r.lim) }); err != nil {
+		if pg.Ranks, err = tab.rankList(rankListText{form: 2, text: string(g.Ranks)}, func() ([]int, error) { return jsonRanks(g.Ranks, r.lim) }); err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}
 		byName[name] = pg

@@ -177,21 +177,20 @@ func pgConfigFromPickle(doc *pickle.Doc, tab *interner, v pickle.Value, lim Limi
 // rankListKey is what a ranks value holds, as the load's table keys it:
 // the text of a list literal, or the items of a list of ints. A list of
 // anything else is not interned (ok false).
-func rankListKey(doc *pickle.Doc, ranks pickle.Value) (string, bool) {
+func rankListKey(doc *pickle.Doc, ranks pickle.Value) (rankListText, bool) {
 	if s, ok := doc.Str(ranks); ok {
-		return "s" + s, true
+		return rankListText{text: s}, true
 	}
 	items := doc.Items(ranks)
-	b := make([]byte, 1, 1+8*len(items))
-	b[0] = 'l'
+	b := make([]byte, 0, 8*len(items))
 	for _, r := range items {
 		if r.Kind() != pickle.Int {
-			return "", false
+			return rankListText{}, false
 		}
 		n, _ := r.Int()
 		b = binary.LittleEndian.AppendUint64(b, uint64(n))
 	}
-	return string(b), true
+	return rankListText{form: 1, text: string(b)}, true
 }
 
 func rankListFromPickle(doc *pickle.Doc, ranks pickle.Value, lim Limits) ([]int, error) {

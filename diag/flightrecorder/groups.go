@@ -107,6 +107,13 @@ func buildGroups(dumps []*Dump, strict bool) (*groupTable, []string, error) {
 	var notes []string
 	unnamed := 0
 	sets := memberSets{}
+	// Groups by name and member set: every rank of a 16384-rank job names
+	// the default group, whose key string is 100 KB; it is built once.
+	type nameSet struct {
+		name string
+		ms   *memberSet
+	}
+	byNameSet := map[nameSet]*group{}
 	for _, d := range dumps {
 		for _, pc := range d.PGConfig {
 			if pc.Name == "" && !strict {
@@ -114,14 +121,18 @@ func buildGroups(dumps []*Dump, strict bool) (*groupTable, []string, error) {
 				continue
 			}
 			ms := sets.of(pc.Ranks)
-			key := pc.Name + "|" + ms.key
-			g, ok := t.byGUID[key]
-			if !ok {
-				g = &group{idx: len(t.order), guid: key, pyGUID: pc.Name + strconv.FormatInt(ms.hash, 10),
-					name: pc.Name, desc: pc.Desc, members: ms.members}
-				t.byGUID[key] = g
-				t.order = append(t.order, g)
-			} else if g.desc != pc.Desc {
+			g, existed := byNameSet[nameSet{pc.Name, ms}]
+			if !existed {
+				key := pc.Name + "|" + ms.key
+				if g, existed = t.byGUID[key]; !existed {
+					g = &group{idx: len(t.order), guid: key, pyGUID: pc.Name + strconv.FormatInt(ms.hash, 10),
+						name: pc.Name, desc: pc.Desc, members: ms.members}
+					t.byGUID[key] = g
+					t.order = append(t.order, g)
+				}
+				byNameSet[nameSet{pc.Name, ms}] = g
+			}
+			if existed && g.desc != pc.Desc {
 				msg := fmt.Sprintf("mismatch in desc %s vs %s for group %s", g.desc, pc.Desc, g.pyGUID)
 				if strict {
 					return nil, nil, fmt.Errorf("AssertionError: %s", msg)

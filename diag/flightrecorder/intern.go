@@ -29,7 +29,7 @@ type interner struct {
 	threadList []*Thread // id 0: none recorded
 	ops        map[uint32]*OpName
 	shared     map[sharedKey]*Shared
-	rankLists  map[string][]int
+	rankLists  map[rankListText][]int
 	// bytes is what the table holds, roughly, for the memory ceiling.
 	bytes int64
 }
@@ -45,7 +45,7 @@ type sharedKey struct {
 func newInterner() *interner {
 	return &interner{sigs: newSigTable(), strs: map[string]uint32{}, frameIDs: map[Frame]uint32{}, stacks: map[string]uint32{}, stackList: [][]Frame{nil},
 		tensors: map[string]uint32{}, tensorList: []*Tensors{{}}, threads: map[Thread]uint32{}, threadList: []*Thread{nil},
-		ops: map[uint32]*OpName{}, shared: map[sharedKey]*Shared{}, rankLists: map[string][]int{}}
+		ops: map[uint32]*OpName{}, shared: map[sharedKey]*Shared{}, rankLists: map[rankListText][]int{}}
 }
 
 // str interns s; the table keeps its own copy, so that the decoded dump it
@@ -216,11 +216,18 @@ func (t *interner) get(k sharedKey) (sh *Shared, fresh bool) {
 	return sh, true
 }
 
+// rankListText is a ranks value as the table keys it: the text of a list
+// literal, a list's items as bytes, or the JSON.
+type rankListText struct {
+	form uint8 // 0: a pickle list literal, 1: a pickle list's items, 2: JSON
+	text string
+}
+
 // rankList returns the ranks that key (a list literal, or a list's items
 // as bytes) stands for, parsed once per load: every rank of a 16384-rank
 // job writes the same 100 KB default-group list, and 16384 parsed copies
 // would hold 2 GB. Failures are not kept: their text depends on the caller.
-func (t *interner) rankList(key string, parse func() ([]int, error)) ([]int, error) {
+func (t *interner) rankList(key rankListText, parse func() ([]int, error)) ([]int, error) {
 	t.mu.Lock()
 	l, ok := t.rankLists[key]
 	t.mu.Unlock()
@@ -236,8 +243,9 @@ func (t *interner) rankList(key string, parse func() ([]int, error)) ([]int, err
 	if prev, ok := t.rankLists[key]; ok {
 		return prev, nil
 	}
-	t.rankLists[strings.Clone(key)] = l
-	t.bytes += int64(len(key)) + 8*int64(len(l)) + 64
+	key.text = strings.Clone(key.text)
+	t.rankLists[key] = l
+	t.bytes += int64(len(key.text)) + 8*int64(len(l)) + 64
 	return l, nil
 }
 
