@@ -35,6 +35,8 @@ type converter struct {
 	dtypeByStr    [][]string // one-name dtype lists by the name's decoded string index
 	empty         uint32     // the table's id of ""
 	lastThread    Thread
+	lastShapeKey  shapeKey
+	lastShape     [][]int64
 	lastThreadID  uint32
 	shared        map[sharedKey]*Shared
 	lastKey       sharedKey
@@ -296,8 +298,9 @@ func (c *converter) entry(e *Entry, ev pickle.Value) (bool, error) {
 	doc := c.doc
 	intOf := func(v pickle.Value, def int64) (int64, bool) { return intOf(doc, v, def) }
 	k.name, k.state = c.empty, c.empty
-	for i := 0; i < doc.Len(ev); i++ {
-		kv, v := doc.Pair(ev, i)
+	pairs := doc.Pairs(ev)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		kv, v := pairs[i], pairs[i+1]
 		switch c.keyOf(kv) {
 		case keyOther:
 		case kRecordId:
@@ -450,11 +453,15 @@ func (c *converter) sizes(v pickle.Value) [][]int64 {
 				k.d[j], ok = x, ok && isInt
 			}
 			if ok {
-				if s, hit := c.shapes[k]; hit {
-					return s
+				if k == c.lastShapeKey && c.lastShape != nil {
+					return c.lastShape // input and output are usually alike
 				}
-				s := [][]int64{append([]int64{}, k.d[:k.n]...)}
-				c.shapes[k] = s
+				s, hit := c.shapes[k]
+				if !hit {
+					s = [][]int64{append([]int64{}, k.d[:k.n]...)}
+					c.shapes[k] = s
+				}
+				c.lastShapeKey, c.lastShape = k, s
 				return s
 			}
 		}

@@ -288,3 +288,27 @@ func TestTrailingBytesIgnored(t *testing.T) {
 		t.Errorf("got %v", doc.Repr(doc.Root))
 	}
 }
+
+// TestPairs: a dict's pairs flat, in insertion order; nothing for a list.
+func TestPairs(t *testing.T) {
+	w := NewWriter()
+	w.BeginDict()
+	w.String("b")
+	w.Int(2)
+	w.String("a")
+	w.Int(1)
+	w.EndDict()
+	doc, _, err := Decode(w.Finish(), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := doc.Pairs(doc.Root)
+	k0, _ := doc.Str(p[0])
+	v1, _ := p[3].Int()
+	if len(p) != 4 || k0 != "b" || v1 != 1 {
+		t.Errorf("pairs %v", p)
+	}
+	if doc.Pairs(Value{kind: List}) != nil {
+		t.Error("a list has pairs")
+	}
+}

@@ -183,6 +183,17 @@ func (d *Doc) Pair(v Value, i int) (key, val Value) {
 	return d.arena[int(c.off)+2*i], d.arena[int(c.off)+2*i+1]
 }
 
+// Pairs returns a dict's keys and values laid out flat (k0, v0, k1, v1,
+// ...), in insertion order; nil for anything else. The slice is shared
+// with the Doc and must not be modified.
+func (d *Doc) Pairs(v Value) []Value {
+	if v.kind != Dict {
+		return nil
+	}
+	c := d.conts[v.n]
+	return d.arena[c.off : c.off+c.n : c.off+c.n]
+}
+
 // Get returns the value of a dict's string key. Later duplicates win, as in
 // Python. It scans linearly: use Pair to walk large dicts.
 func (d *Doc) Get(v Value, key string) (Value, bool) {
