@@ -9,7 +9,8 @@ import (
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 )
 
-func analyze(t *testing.T, spec Spec) *fr.Report {
+// load writes spec's dumps and loads them, every one.
+func load(t *testing.T, spec Spec) *fr.Loaded {
 	t.Helper()
 	dir := t.TempDir()
 	if err := Write(dir, spec); err != nil {
@@ -22,7 +23,12 @@ func analyze(t *testing.T, spec Spec) *fr.Report {
 	if len(l.Dumps) != spec.Ranks || len(l.Problems) > 0 {
 		t.Fatalf("loaded %d dumps, problems %v", len(l.Dumps), l.Problems)
 	}
-	return fr.AnalyzeLoaded(l, fr.Options{})
+	return l
+}
+
+func analyze(t *testing.T, spec Spec) *fr.Report {
+	t.Helper()
+	return fr.AnalyzeLoaded(load(t, spec), fr.Options{})
 }
 
 func TestSyntheticFaults(t *testing.T) {
@@ -86,14 +92,7 @@ func TestCppStackDumps(t *testing.T) {
 		t.Errorf("a native frame name is written %d times, want 1 (memoised)", n)
 	}
 
-	dir := t.TempDir()
-	if err := Write(dir, spec); err != nil {
-		t.Fatal(err)
-	}
-	l, err := fr.Load([]string{dir}, fr.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := load(t, spec)
 	a, b := l.Dumps[1].Entries, l.Dumps[2].Entries
 	if a[10].Shared != b[10].Shared {
 		t.Error("the same op on two ranks holds two copies of what it shares")
