@@ -41,7 +41,7 @@ func TestAnalyzeProgressAndCeiling(t *testing.T) {
 		t.Fatalf("--progress: exit %d, stderr %q", code, errOut)
 	}
 	code, _, errOut = runCLI("analyze", dir, "--max-memory", "1MiB")
-	if code != 1 || !strings.Contains(errOut, "over the memory ceiling of 1.0 MiB (as asked)") || !strings.Contains(errOut, "--max-memory 2MiB") {
+	if code != 1 || !strings.Contains(errOut, "over the memory ceiling of 1.00 MiB (as asked)") || !strings.Contains(errOut, "--max-memory 2MiB") {
 		t.Fatalf("--max-memory 1MiB: exit %d, stderr %q", code, errOut)
 	}
 	t.Setenv("PROBING_FR_MAX_MEMORY", "1MiB")

@@ -57,7 +57,13 @@ func approxBytes(n int64) string {
 		}
 		v, unit = v/1024, u
 	}
-	return fmt.Sprintf("%.1f %s", v, unit)
+	switch { // three digits, so that "over" reads as over
+	case v < 10:
+		return fmt.Sprintf("%.2f %s", v, unit)
+	case v < 100:
+		return fmt.Sprintf("%.1f %s", v, unit)
+	}
+	return fmt.Sprintf("%.0f %s", v, unit)
 }
 
 // suggestBytes is a value for PROBING_FR_MAX_MEMORY at least n: whole GiB,
