@@ -325,13 +325,20 @@ func groupView(pr fr.PGReport, full bool) GroupView {
 		g.Evidence = pr.Finding.Evidence
 	} else if len(pr.CulpritFrames) > 0 {
 		// The innermost user frame is usually the one that explains a divergence.
-		g.CulpritStack = frameLines(pr.CulpritFrames[:min(3, len(pr.CulpritFrames))])
+		shown, _ := fr.StackToShow(pr.CulpritFrames)
+		g.CulpritStack = frameLines(shown[:min(3, len(shown))])
 	}
 	return g
 }
 
+// frameLines renders a recorded stack: its Python frames first when it is
+// a C++ stack (fr.StackToShow), the native ones counted.
 func frameLines(frames []fr.Frame) []string {
 	var out []string
+	frames, native := fr.StackToShow(frames)
+	if native > 0 {
+		out = append(out, fmt.Sprintf("(%d native frames not shown)", native))
+	}
 	for i, f := range frames {
 		if i == maxStackFrames {
 			out = append(out, fmt.Sprintf("... %d more frames", len(frames)-maxStackFrames))

@@ -83,3 +83,20 @@ func TestAnalyzeFlightRecorderText(t *testing.T) {
 		}
 	}
 }
+
+// TestAnalyzeFlightRecorderCppStacks: with C++ stacks the culprit's stack
+// starts where the job called the collective, not in torch's native
+// frames, in the summary and in detail=full.
+func TestAnalyzeFlightRecorderCppStacks(t *testing.T) {
+	env, dir := frEnv(t, frsynth.Spec{Ranks: 16, Entries: 60, TP: 4, CppStack: true, Fault: frsynth.Fault{Kind: "missing", Rank: 5, Seq: 40}})
+	for _, detail := range []string{"summary", "full"} {
+		res := callFR(t, env, map[string]any{"paths": []any{dir}, "detail": detail})
+		text := res.ModelText()
+		if !strings.Contains(text, "all_reduce at torch/distributed/distributed_c10d.py:2950") || strings.Contains(text, "CapturedTraceback") {
+			t.Errorf("%s:\n%s", detail, text)
+		}
+		if detail == "full" && !strings.Contains(text, "(17 native frames not shown)") {
+			t.Errorf("full: the native frames are not counted:\n%s", text)
+		}
+	}
+}

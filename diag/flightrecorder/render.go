@@ -135,20 +135,12 @@ func (p *printer) group(pr PGReport) {
 	}
 }
 
-// writeFrames prints up to n frames, innermost first. A C++ stack
-// (TORCH_NCCL_TRACE_CPP_STACK=1) starts with a dozen or more native frames
-// of torch's own; the Python frames, where the job called the collective,
-// are shown, and the native ones counted (the JSON report has them all).
+// writeFrames prints up to n frames, innermost first, as StackToShow
+// picks them.
 func writeFrames(p *printer, frames []Frame, n int) {
-	var py []Frame
-	for _, f := range frames {
-		if strings.HasSuffix(f.Filename, ".py") {
-			py = append(py, f)
-		}
-	}
-	if len(py) > 0 && len(py) < len(frames) {
-		p.f("    (%d native frames not shown: the JSON report has them)\n", len(frames)-len(py))
-		frames = py
+	frames, native := StackToShow(frames)
+	if native > 0 {
+		p.f("    (%d native frames not shown: the JSON report has them)\n", native)
 	}
 	for i, f := range frames {
 		if i == n {
@@ -157,4 +149,22 @@ func writeFrames(p *printer, frames []Frame, n int) {
 		}
 		p.f("    %s\n", f)
 	}
+}
+
+// StackToShow picks the frames of a recorded stack worth reading first. A
+// C++ stack (TORCH_NCCL_TRACE_CPP_STACK=1) starts with a dozen or more of
+// torch's own native frames; its Python frames, where the job called the
+// collective, are shown, and the native ones only counted. A stack of one
+// kind is shown whole.
+func StackToShow(frames []Frame) (shown []Frame, nativeOmitted int) {
+	var py []Frame
+	for _, f := range frames {
+		if strings.HasSuffix(f.Filename, ".py") {
+			py = append(py, f)
+		}
+	}
+	if len(py) == 0 || len(py) == len(frames) {
+		return frames, 0
+	}
+	return py, len(frames) - len(py)
 }
