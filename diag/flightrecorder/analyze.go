@@ -759,7 +759,6 @@ func (a *analysis) runGroup(ctx context.Context, g *group, ranks []int, lists ma
 	for _, r := range ranks {
 		l := newRankList(r, lists[r], nil)
 		en.lists = append(en.lists, l)
-		en.byRank.set(r, l)
 		any = any || len(lists[r]) > 0
 	}
 	if any {

@@ -118,7 +118,7 @@ func (e abortError) Error() string { return e.msg }
 // engine runs fr_trace's build_collectives over a set of rank lists.
 type engine struct {
 	lists    []*rankList // all_entries, in insertion order
-	byRank   listIndex
+	byRank   listsByRank // set by run
 	groups   *groupTable
 	dumps    map[int]bool
 	major    int
@@ -308,6 +308,7 @@ func (en *engine) rankIndex() *rankIndex {
 func (en *engine) run() {
 	idx := en.rankIndex()
 	en.cand, en.found = newRankPos(idx), newRankPos(idx)
+	en.byRank = newListsByRank(idx, en.lists)
 	defer func() {
 		if r := recover(); r != nil {
 			ab, ok := r.(abortError)
@@ -673,7 +674,6 @@ func ParityContext(ctx context.Context, dumps []*Dump, opt ParityOptions) (*Pari
 		}
 		l := newRankList(d.Rank, es, en.resolver(d.Rank))
 		en.lists = append(en.lists, l)
-		en.byRank.set(d.Rank, l)
 	}
 	en.run()
 	if en.err != nil {

@@ -6,9 +6,10 @@ import "slices"
 // one slot per rank present instead of one per rank number up to the
 // largest: a dump that names rank 10^8 next to rank 0 costs two slots. The
 // lookup is an array read when the ranks are dense enough (the usual
-// 0..world-1), a map read otherwise.
+// 0..world-1, or a group's members 16376..16383), a map read otherwise.
 type rankIndex struct {
-	dense  []int32 // by rank number, -1 when absent; nil when sparse
+	base   int     // the lowest rank
+	dense  []int32 // by rank number - base, -1 when absent; nil when sparse
 	sparse map[int]int32
 	n      int
 }
@@ -26,13 +27,14 @@ func newRankIndex(lists ...[]int) *rankIndex {
 		return x
 	}
 	// Dense while the array costs at most a few times the ranks present.
-	if top := all[len(all)-1]; all[0] >= 0 && top < 4*len(all)+1024 {
-		x.dense = make([]int32, top+1)
+	if span := all[len(all)-1] - all[0]; span < 4*len(all)+1024 {
+		x.base = all[0]
+		x.dense = make([]int32, span+1)
 		for i := range x.dense {
 			x.dense[i] = -1
 		}
 		for i, r := range all {
-			x.dense[r] = int32(i)
+			x.dense[r-x.base] = int32(i)
 		}
 		return x
 	}
@@ -46,8 +48,8 @@ func newRankIndex(lists ...[]int) *rankIndex {
 // of returns r's number, or -1 when r is not in the set.
 func (x *rankIndex) of(r int) int {
 	if x.dense != nil {
-		if r >= 0 && r < len(x.dense) {
-			return int(x.dense[r])
+		if i := r - x.base; i >= 0 && i < len(x.dense) {
+			return int(x.dense[i])
 		}
 		return -1
 	}
@@ -63,7 +65,7 @@ func (x *rankIndex) of(r int) int {
 // costs no hashing; the engine reuses two of them.
 type rankPos struct {
 	idx    *rankIndex
-	direct bool    // pos is indexed by rank (dense ranks), else by number in idx
+	direct bool    // pos is indexed by rank - idx.base (dense ranks), else by number in idx
 	pos    []int32 // -1 when absent
 	ranks  []int
 }
@@ -86,8 +88,8 @@ func newRankPos(idx *rankIndex) *rankPos {
 // slot is r's index in pos, or -1 when r is not one of the engine's ranks.
 func (rp *rankPos) slot(r int) int {
 	if rp.direct {
-		if uint(r) < uint(len(rp.pos)) {
-			return r
+		if i := r - rp.idx.base; uint(i) < uint(len(rp.pos)) {
+			return i
 		}
 		return -1
 	}
@@ -127,4 +129,27 @@ func (rp *rankPos) moveTo(dst *rankPos) {
 		dst.set(r, rp.at(r))
 	}
 	rp.reset()
+}
+
+// listsByRank finds a rank's list through the engine's rankIndex: an array
+// read for dense ranks. The replay asks for every member of a group at
+// every collective, 16 M lookups at 4096 ranks.
+type listsByRank struct {
+	idx   *rankIndex
+	lists []*rankList // by number in idx
+}
+
+func newListsByRank(idx *rankIndex, lists []*rankList) listsByRank {
+	x := listsByRank{idx: idx, lists: make([]*rankList, idx.n)}
+	for _, l := range lists {
+		x.lists[idx.of(l.rank)] = l
+	}
+	return x
+}
+
+func (x listsByRank) get(r int) *rankList {
+	if i := x.idx.of(r); i >= 0 {
+		return x.lists[i]
+	}
+	return nil
 }
