@@ -31,9 +31,8 @@ type converter struct {
 	threads       map[Thread]uint32
 	lastTensorKey tensorKey
 	lastTensors   uint32
-	dtypes        map[string][]string
-	dtypeByStr    [][]string // one-name dtype lists by the name's decoded string index
-	empty         uint32     // the table's id of ""
+	dtypes        map[uint32][]string // one-name dtype lists, by the name's id in the table
+	empty         uint32              // the table's id of ""
 	lastThread    Thread
 	lastShapeKey  shapeKey
 	lastShape     [][]int64
@@ -66,7 +65,7 @@ func newConverter(d *Dump, doc *pickle.Doc, tab *interner) *converter {
 	}
 	c := &converter{d: d, doc: doc, tab: tab, textIDs: map[string]uint32{}, frames: map[int64]uint32{}, stackIDs: map[uint64][]stackSeen{},
 		missing: map[string]int{}, names: map[uint32]bool{}, shapes: map[shapeKey][][]int64{}, tensorSets: map[tensorKey]uint32{},
-		threads: map[Thread]uint32{}, dtypes: map[string][]string{}, shared: map[sharedKey]*Shared{},
+		threads: map[Thread]uint32{}, dtypes: map[uint32][]string{}, shared: map[sharedKey]*Shared{},
 		sizesByID: map[int64][][]int64{}, shapeByID: map[int64][]int64{}, dtypesByID: map[int64][]string{}}
 	c.empty = tab.str("")
 	return c
@@ -207,9 +206,7 @@ func (c *converter) keyOf(k pickle.Value) entryKey {
 	if i < len(c.keys) && c.keys[i] != keyUnknown {
 		return c.keys[i]
 	}
-	for len(c.keys) < c.doc.NumStrings() {
-		c.keys = append(c.keys, keyUnknown)
-	}
+	c.keys = grownTo(c.keys, c.doc.NumStrings())
 	s, _ := c.doc.Str(k)
 	key, known := entryKeys[s]
 	if !known {
@@ -229,13 +226,28 @@ func (c *converter) strID(v pickle.Value) uint32 {
 	if i < len(c.strIDs) && c.strIDs[i] != 0 {
 		return c.strIDs[i] - 1
 	}
-	for len(c.strIDs) < c.doc.NumStrings() {
-		c.strIDs = append(c.strIDs, 0)
-	}
+	c.strIDs = grownTo(c.strIDs, c.doc.NumStrings())
 	s, _ := c.doc.Str(v)
 	id := c.tab.str(s)
 	c.strIDs[i] = id + 1
 	return id
+}
+
+// strOnly is strID for a string, and the id of "" for anything else (a
+// profiling name or a state that is not a string names nothing).
+func (c *converter) strOnly(v pickle.Value) uint32 {
+	if v.Kind() != pickle.String {
+		return c.empty
+	}
+	return c.strID(v)
+}
+
+// grownTo extends s with zero values to length n.
+func grownTo[T any](s []T, n int) []T {
+	if len(s) < n {
+		s = append(s, make([]T, n-len(s))...)
+	}
+	return s
 }
 
 // textID is the table's id of s, cached per dump.
@@ -322,11 +334,7 @@ func (c *converter) entry(e *Entry, ev pickle.Value) (bool, error) {
 		case kOpId:
 			e.OpID, _ = intOf(v, -1)
 		case kProfilingName:
-			if _, ok := doc.Str(v); ok {
-				k.name = c.strID(v)
-			} else {
-				k.name = c.empty
-			}
+			k.name = c.strOnly(v)
 			seen |= hasName
 		case kTimeCreatedNs:
 			e.TimeCreatedNs, _ = intOf(v, 0)
@@ -342,11 +350,7 @@ func (c *converter) entry(e *Entry, ev pickle.Value) (bool, error) {
 		case kOutputDtypes:
 			t.OutputDtypes = c.dtypeList(v)
 		case kState:
-			if _, ok := doc.Str(v); ok {
-				k.state = c.strID(v)
-			} else {
-				k.state = c.empty
-			}
+			k.state = c.strOnly(v)
 			seen |= hasState
 		case kTimeDiscoveredStartedNs:
 			e.TimeStartedNs, _ = intOf(v, 0)
@@ -499,27 +503,13 @@ func (c *converter) dtypeList(v pickle.Value) []string {
 	}
 	items := doc.Items(v)
 	if len(items) == 1 {
-		i, isStr := doc.StrIndex(items[0])
-		if isStr && i < len(c.dtypeByStr) && c.dtypeByStr[i] != nil {
-			return c.dtypeByStr[i] // the common case: one memoised dtype name
-		}
-		name := scalarText(doc, items[0])
-		if isStr {
-			for len(c.dtypeByStr) < doc.NumStrings() {
-				c.dtypeByStr = append(c.dtypeByStr, nil)
-			}
-		}
-		if l, ok := c.dtypes[name]; ok {
-			if isStr {
-				c.dtypeByStr[i] = l
-			}
+		// The common case: one memoised dtype name, found by its id.
+		id := c.strID(items[0])
+		if l, ok := c.dtypes[id]; ok {
 			return l
 		}
-		l := []string{name}
-		c.dtypes[name] = l
-		if isStr {
-			c.dtypeByStr[i] = l
-		}
+		l := []string{scalarText(doc, items[0])}
+		c.dtypes[id] = l
 		return l
 	}
 	if l, ok := c.dtypesByID[doc.ID(v)]; ok {

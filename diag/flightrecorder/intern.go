@@ -30,8 +30,6 @@ type interner struct {
 	ops        map[uint32]*OpName
 	shared     map[sharedKey]*Shared
 	rankLists  map[rankListText][]int
-	// bytes is what the table holds, roughly, for the memory ceiling.
-	bytes int64
 }
 
 // sharedKey names a Shared by the ids of its parts.
@@ -64,7 +62,6 @@ func (t *interner) strLocked(s string) uint32 {
 	id := uint32(len(t.strList))
 	t.strs[s] = id
 	t.strList = append(t.strList, s)
-	t.bytes += int64(len(s)) + 48
 	return id
 }
 
@@ -79,7 +76,6 @@ func (t *interner) frame(f Frame) uint32 {
 	id := uint32(len(t.frameList))
 	t.frameIDs[own] = id
 	t.frameList = append(t.frameList, own)
-	t.bytes += 40 + 64
 	return id
 }
 
@@ -102,7 +98,6 @@ func (t *interner) stack(frames []uint32) uint32 {
 	id := uint32(len(t.stackList))
 	t.stacks[strings.Clone(key)] = id
 	t.stackList = append(t.stackList, own)
-	t.bytes += int64(len(key)) + int64(len(own))*40 + 64
 	return id
 }
 
@@ -149,7 +144,6 @@ func (t *interner) tensorsID(ts *Tensors) uint32 {
 	id := uint32(len(t.tensorList))
 	t.tensors[key] = id
 	t.tensorList = append(t.tensorList, own)
-	t.bytes += 2*int64(len(key)) + 160
 	return id
 }
 
@@ -189,7 +183,6 @@ func (t *interner) threadID(th *Thread) uint32 {
 	id := uint32(len(t.threadList))
 	t.threads[*own] = id
 	t.threadList = append(t.threadList, own)
-	t.bytes += 96
 	return id
 }
 
@@ -212,7 +205,6 @@ func (t *interner) get(k sharedKey) (sh *Shared, fresh bool) {
 		TimeoutMs: k.timeout, IsP2P: k.p2p, opBad: op.Err != ""}
 	t.sigs.assign(sh)
 	t.shared[k] = sh
-	t.bytes += 200
 	return sh, true
 }
 
@@ -245,15 +237,7 @@ func (t *interner) rankList(key rankListText, parse func() ([]int, error)) ([]in
 	}
 	key.text = strings.Clone(key.text)
 	t.rankLists[key] = l
-	t.bytes += int64(len(key.text)) + 8*int64(len(l)) + 64
 	return l, nil
-}
-
-// Bytes is roughly what the table holds.
-func (t *interner) Bytes() int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.bytes
 }
 
 // RewriteFrames replaces the stack of every entry of d with fn(stack),

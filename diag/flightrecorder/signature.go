@@ -2,7 +2,6 @@ package flightrecorder
 
 import (
 	"strings"
-	"sync"
 	"unsafe"
 )
 
@@ -12,9 +11,9 @@ import (
 // slices. Numbers are exact: two entries get the same number only if their
 // signatures are equal.
 
-// sigTable numbers signatures for one load; loads share nothing.
+// sigTable numbers signatures for one load; loads share nothing. Only the
+// load's interner uses it, under its lock.
 type sigTable struct {
-	mu     sync.Mutex
 	ids    map[string]uint32
 	simple []bool // by id: identical entries of this signature always match
 }
@@ -23,8 +22,6 @@ func newSigTable() *sigTable { return &sigTable{ids: map[string]uint32{}, simple
 
 // id returns the number of a canonical signature text (never 0).
 func (t *sigTable) id(text string, simple bool) (uint32, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if id, ok := t.ids[text]; ok {
 		return id, t.simple[id]
 	}
