@@ -103,7 +103,12 @@ func analyze(args []string, stdout, stderr io.Writer) int {
 	progressSet := false
 	fs.Visit(func(f *flag.Flag) { progressSet = progressSet || f.Name == "progress" })
 	prog := newProgressPrinter(stderr, *showProgress, progressSet)
-	opt.Progress = prog.report
+	report := prog.report
+	if gcOff {
+		gc := newCollectPast()
+		report = func(p fr.Progress) { gc.check(); prog.report(p) }
+	}
+	opt.Progress = report
 	size := *maxSize
 	if size == "" {
 		size = os.Getenv("PROBING_MAX_FILE_SIZE")
@@ -138,9 +143,6 @@ func analyze(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp analyze: %v\n", err)
 		return 2
 	}
-	if gcOff {
-		defer gcPastThreshold(gcThreshold())()
-	}
 	start := time.Now()
 	loaded, err := fr.Load(paths, opt)
 	prog.phaseDone()
@@ -150,7 +152,7 @@ func analyze(args []string, stdout, stderr io.Writer) int {
 	}
 	loadedAt := time.Now()
 	rep, err := fr.AnalyzeLoadedContext(context.Background(), loaded, fr.Options{PG: *pg, Ranks: ranks, Transcript: *verbose || *asJSON,
-		Parity: fr.ParityOptions{AllowIncompleteRanks: *allowIncomplete, MismatchCap: *mismatchCap}, Limits: lim, Progress: prog.report})
+		Parity: fr.ParityOptions{AllowIncompleteRanks: *allowIncomplete, MismatchCap: *mismatchCap}, Limits: lim, Progress: report})
 	prog.phaseDone()
 	if err != nil {
 		fmt.Fprintf(stderr, "probing-mcp analyze: %v\n", err)

@@ -4,17 +4,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/bytesize"
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 )
 
-// analyzeLimits resolves the memory ceiling (--max-memory, else
-// PROBING_FR_MAX_MEMORY, else the default) and sets the runtime's soft
-// limit just under it: a one-shot analysis then collects garbage only when
-// it must, and the ceiling, not the collector, says when memory ran out.
+// analyzeLimits reads --max-memory, and checks PROBING_FR_* at start so
+// that a malformed one is a usage error. The ceiling lowers the runtime's
+// soft limit to just under it while the dumps are loaded and analysed.
 func analyzeLimits(maxMemory string) (fr.Limits, error) {
 	var lim fr.Limits
 	if maxMemory != "" {
@@ -24,12 +22,8 @@ func analyzeLimits(maxMemory string) (fr.Limits, error) {
 		}
 		lim.MaxMemory = n
 	}
-	resolved, err := fr.ResolveLimits(lim)
-	if err != nil {
+	if _, err := fr.ResolveLimits(lim); err != nil {
 		return lim, err
-	}
-	if os.Getenv("GOMEMLIMIT") == "" && os.Getenv("GOGC") == "" && resolved.MaxMemory > 0 {
-		debug.SetMemoryLimit(resolved.MaxMemory - resolved.MaxMemory/10)
 	}
 	return lim, nil
 }
