@@ -109,6 +109,14 @@ type memGuard struct {
 // memorySamples are what the runtime has mapped, minus what it gave back.
 var memorySamples = []string{"/memory/classes/total:bytes", "/memory/classes/heap/released:bytes"}
 
+func newMemorySamples() []metrics.Sample {
+	s := make([]metrics.Sample, len(memorySamples))
+	for i, name := range memorySamples {
+		s[i].Name = name
+	}
+	return s
+}
+
 // processMemory is the memory the Go runtime holds from the OS, in bytes.
 func processMemory(s []metrics.Sample) int64 {
 	metrics.Read(s)
@@ -147,10 +155,7 @@ func guardMemory(ctx context.Context, lim Limits, phase string) (context.Context
 	if lim.MaxMemory <= 0 {
 		return ctx, nil, func() {}
 	}
-	g := &memGuard{lim: lim, phase: phase, samples: make([]metrics.Sample, len(memorySamples)), tripped: make(chan struct{})}
-	for i, name := range memorySamples {
-		g.samples[i].Name = name
-	}
+	g := &memGuard{lim: lim, phase: phase, samples: newMemorySamples(), tripped: make(chan struct{})}
 	gctx := &guardedCtx{Context: ctx, g: g, done: make(chan struct{})}
 	restore := lowerSoftLimit(lim.MaxMemory - lim.MaxMemory/10)
 	stopCh := make(chan struct{})
@@ -264,10 +269,4 @@ func applySoftLimit() {
 // ProcessMemory is what the ceiling is checked against: the memory the Go
 // runtime holds from the OS (heap, garbage not yet returned, stacks), in
 // bytes.
-func ProcessMemory() int64 {
-	s := make([]metrics.Sample, len(memorySamples))
-	for i, name := range memorySamples {
-		s[i].Name = name
-	}
-	return processMemory(s)
-}
+func ProcessMemory() int64 { return processMemory(newMemorySamples()) }
