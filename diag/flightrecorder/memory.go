@@ -102,6 +102,7 @@ type memGuard struct {
 	mu      sync.Mutex
 	samples []metrics.Sample
 	tripped chan struct{} // closed past the ceiling
+	end     func()        // closes the guarded context's Done
 	err     *MemoryCeilingError
 	once    sync.Once
 }
@@ -157,13 +158,17 @@ func guardMemory(ctx context.Context, lim Limits, phase string) (context.Context
 	}
 	g := &memGuard{lim: lim, phase: phase, samples: newMemorySamples(), tripped: make(chan struct{})}
 	gctx := &guardedCtx{Context: ctx, g: g, done: make(chan struct{})}
+	// Done closes only once Err says why (the guard tripped, or the
+	// caller's context ended): the context package panics on a parent
+	// whose Done closed with a nil Err. The end of the work closes nothing.
+	var closeOnce sync.Once
+	g.end = func() { closeOnce.Do(func() { close(gctx.done) }) }
 	restore := lowerSoftLimit(lim.MaxMemory - lim.MaxMemory/10)
 	stopCh := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		defer close(gctx.done)
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -171,6 +176,7 @@ func guardMemory(ctx context.Context, lim Limits, phase string) (context.Context
 			case <-stopCh:
 				return
 			case <-ctx.Done():
+				g.end()
 				return
 			case <-g.tripped:
 				return
@@ -206,6 +212,9 @@ func (g *memGuard) check() bool {
 	g.once.Do(func() {
 		g.err = &MemoryCeilingError{Ceiling: g.lim.MaxMemory, Used: used, Phase: g.phase, Source: g.lim.memorySource}
 		close(g.tripped)
+		if g.end != nil {
+			g.end()
+		}
 	})
 	return false
 }
