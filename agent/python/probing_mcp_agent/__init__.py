@@ -48,7 +48,8 @@ def wait_ready(timeout=None):
 
     if not runtime.started():
         return False
-    activation.complete()
+    activation.request_complete()
+    activation.complete(timeout=timeout)
     return activation.ready_event.wait(timeout) and runtime.state.ready
 
 

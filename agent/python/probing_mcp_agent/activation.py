@@ -10,15 +10,26 @@ In two parts, because the site hook runs it in every activated interpreter
    watcher and (local rank 0) the node daemon's start, each a thread. It
    imports no more than os, sys, threading, faulthandler, _socket, _signal
    and _json.
-2. complete(), once, when first needed: logging, the config keys, the
-   table and Flight Recorder modules (their torch hooks are post-import
-   hooks: torch is not imported), then `ready`. It runs at the first
-   import of torch (a finder on sys.meta_path that finds nothing), at the
-   control socket's first client (before the HTTP server is imported and
-   answers), when a recorder creates its first ring (spans or
-   record_collective without torch), in probing_mcp_agent.wait_ready(),
-   and at once in a manual activate(). Most processes of a PROBING=2 tree
-   (compilers, tools, workers that never touch torch) never need it.
+2. complete(), once: logging, the config keys, the table and Flight
+   Recorder modules (their torch hooks are post-import hooks: torch is not
+   imported), then `ready`. It runs in one background thread, woken by the
+   first import of torch (a finder on sys.meta_path that finds nothing), by
+   the control socket's first client, by the first ring a recorder creates,
+   by probing_mcp_agent.wait_ready(), or after PROBING_MCP_COMPLETE_AFTER
+   seconds; a manual activate() runs it at once in the caller.
+
+Why it cannot stall the program. Python calls meta-path finders holding its
+global import lock, and a thread that is importing a module holds that
+module's lock while it waits for the global one. A wait on anything that
+such a thread can hold, from under the global lock, is a deadlock (issue
+22: rank 0 frozen in `import torch` while the node starter imported json).
+So: the finders here and in importhooks only set an Event or read a dict;
+no lock of the agent's is ever held across an import (logging is imported
+only by the background thread; every other import comes before the lock);
+and the program's threads never wait for the background part (it is only
+woken from them): only agent threads and wait_ready() wait, and never
+while holding a lock. tests/test_core_nostall.py audits every lock and
+import at run time and stresses the start-up under load.
 
 Every step is guarded: a failing step is logged and the others still run;
 nothing here raises into the training process.
@@ -370,50 +381,66 @@ def _fr_hook_under_exits():
 
 
 class _TorchFinder(object):
-    """On sys.meta_path from activation until torch is first imported: then
-    it completes the start-up (the recorders' own post-import hooks watch
-    torch.distributed and torch.optim, which torch imports after itself).
-    It finds nothing and imports nothing."""
+    """On sys.meta_path from activation: at the first import of torch it
+    wakes the start-up's background part (the recorders' post-import hooks
+    then watch torch.distributed and torch.optim, which torch imports after
+    itself), and from then on it is inert.
+
+    Python calls find_spec holding its global import lock, so this must
+    not import, wait or take a lock that any thread could hold while
+    importing: any of those deadlocks with a thread that holds a module
+    lock and waits for the import lock (the node starter importing json,
+    say). Setting an Event (its own lock, held for a notify) is all it does.
+    It never removes itself from sys.meta_path: Python is iterating that
+    list, and a removal would make it skip the next finder."""
+
+    fired = False
 
     def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            try:
-                sys.meta_path.remove(self)
-            except ValueError:
-                pass
-            complete()
+        if not self.fired and (name == "torch" or name.startswith("torch.")):
+            self.fired = True
+            _kick.set()
         return None
 
 
 def _complete_on_torch_import():
     if "torch" in sys.modules:
-        complete()
-    else:
+        _kick.set()
+    elif not any(isinstance(f, _TorchFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _TorchFinder())
 
 
-_complete_lock = threading.RLock()
+# Wakes the background part before its delay (torch's import, a client).
+_kick = threading.Event()
+# Guards only the test-and-set of st.completing: never held across an
+# import or a call out of this module.
+_run_lock = threading.Lock()
 
 # A process that lives this long is worth completing before anyone asks:
 # the first client (get_stacks of a job that just hung) must not pay for
 # the imports, which on a loaded node can outlast its timeout and send it to
 # the faulthandler fallback. Short-lived processes of a PROBING=2 tree exit
-# before then and pay nothing; a torch rank has completed at torch's import.
+# before then and pay nothing; a torch rank completes at torch's import.
 COMPLETE_AFTER_S = 1.0
 
 
 def _complete_later():
+    """The background part's thread: waits for a kick (torch's import, the
+    first client, the first ring) or the delay, then completes. It is the
+    one thread that imports on the agent's behalf at start-up, holding no
+    lock of the agent's while it does."""
     v = (os.environ.get("PROBING_MCP_COMPLETE_AFTER") or "").strip()
     try:
         delay = float(v) if v else COMPLETE_AFTER_S
     except ValueError:
         delay = COMPLETE_AFTER_S
-    if delay < 0 or delay != delay:
-        return  # negative: only on demand
+    if delay != delay:
+        delay = COMPLETE_AFTER_S
+    if delay < 0:
+        delay = None  # negative: only when kicked
 
     def _run():
-        if ready_event.wait(delay):
-            return
+        _kick.wait(delay)
         complete()
         try:  # the first client's handover then finds the server loaded
             from . import server  # noqa: F401
@@ -423,23 +450,38 @@ def _complete_later():
     threading.Thread(target=_run, name="probing-mcp-complete", daemon=True).start()
 
 
-def complete():
-    """Part 2 (module doc), once: at the first of torch's import, the
-    control socket's first client, the first ring a recorder creates,
-    wait_ready(), or at once for a manual activate(). Never raises."""
+def request_complete():
+    """Asks for the background part without doing or waiting for any of it:
+    for callers that may hold a lock or run on the program's threads (a
+    recorder's first ring). Without the background thread (a manual
+    activation completes at once) it is a no-op."""
+    _kick.set()
+
+
+def complete(timeout=None):
+    """Part 2 (module doc), once: run here by the first caller, while any
+    other caller returns at once (or, with a timeout, waits up to that long
+    for the first), so that no thread ever blocks on a thread that is
+    importing while holding what it needs. Callers: the background thread,
+    the control socket's first client (an agent thread), wait_ready(), and
+    a manual activate(). Never raises. True when complete."""
     st = runtime.state
-    if ready_event.is_set() or not runtime.started():
-        return
-    # Another thread completing: wait for it (the lock), as what called
-    # this needs it done. The same thread again (an import inside): go on.
-    with _complete_lock:
-        if ready_event.is_set() or st.completing or not runtime.started():
-            return
+    if ready_event.is_set():
+        return True
+    if not runtime.started():
+        return False
+    with _run_lock:
+        mine = not st.completing
         st.completing = True
-        try:
-            _complete(st)
-        finally:
-            st.completing = False
+    if not mine:
+        if timeout:
+            ready_event.wait(timeout)
+        return ready_event.is_set()
+    try:
+        _complete(st)
+    finally:
+        st.completing = False
+    return ready_event.is_set()
 
 
 def _complete(st):

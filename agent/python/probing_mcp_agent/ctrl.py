@@ -23,6 +23,9 @@ from . import runtime
 
 DEFAULT_CTRL_ROOT = "/tmp/probing"
 MAX_PATH = 107  # sockaddr_un.sun_path, less the terminating NUL
+# How long the first client waits for the start-up's background part (it
+# is answered anyway after that, with what is loaded).
+COMPLETE_WAIT_S = 30.0
 
 
 def ctrl_root():
@@ -145,7 +148,11 @@ def serve_here():
     try:
         from . import activation
 
-        activation.complete()  # the config keys and recorders the endpoints show
+        # The config keys and recorders the endpoints show. This is an agent
+        # thread: it may wait for the background part (bounded), which never
+        # waits for it.
+        activation.request_complete()
+        activation.complete(timeout=COMPLETE_WAIT_S)
         from . import server
 
         server.adopt_unix(s, path, ino, fd, addr)

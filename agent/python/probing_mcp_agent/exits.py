@@ -355,6 +355,8 @@ def install():
     """Opens the file and chains the hooks (idempotent per process)."""
     import atexit
 
+    from . import identity  # never under the lock
+
     with st.lock:
         if st.pid == os.getpid() and st.fh is not None:
             return st.path
@@ -363,8 +365,6 @@ def install():
         st.path = os.path.join(d, EXCEPTIONS_FILE)
         st.fh = runtime.open_private(st.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         st.pid = os.getpid()
-        from . import identity
-
         # With the pid, it tells this process's records from those of an
         # earlier process that had the pid (the file is appended to).
         st.start_time = identity.start_time()

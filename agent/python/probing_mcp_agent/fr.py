@@ -68,7 +68,12 @@ from . import tables
 log = logging.getLogger("probing_mcp_agent")
 
 _on_watchdog = "auto"
+# One snapshot at a time. It is held across torch's dump function (a call
+# into torch), so it is never waited on without a bound: a client waits up
+# to SNAPSHOT_WAIT_S, and the exception hook, on the program's thread, not
+# at all (the snapshot in flight records the same state).
 _lock = threading.Lock()
+SNAPSHOT_WAIT_S = 30.0
 last = {}             # the last snapshot's reply (without data_b64) or error
 
 
@@ -381,61 +386,73 @@ def _rank_ws():
     return r, ws
 
 
-def snapshot(fmt="pickle", include_stack_traces=True, only_active=False, persist=True, raw=False):
+def snapshot(fmt="pickle", include_stack_traces=True, only_active=False, persist=True, raw=False,
+             wait=SNAPSHOT_WAIT_S):
     """Dump this rank's Flight Recorder. Returns PROTOCOL.md's reply:
     {comm_lib_version, ok, process_groups, rank, records, snapshot_id,
     version, world_size} + format, dump_function, bytes (+ data_b64 when
     raw). persist=True writes the rows to python.torch_nccl_flight_record
     and python.torch_nccl_pg_status (reply key ``persisted``: rows
-    written). Raises SnapshotError."""
+    written). wait: how long to wait for a snapshot in flight (0: not at
+    all). Raises SnapshotError."""
     fmt = str(fmt or "pickle").lower()
     try:
         tables.flush(timeout=1.0)  # queued collective rows first, so the rings line up
     except Exception:
         pass
-    with _lock:
-        snapshot_id = time.time_ns()
-        try:
-            name, data, d = dump(fmt, include_stack_traces, only_active)
-        except SnapshotError as e:
-            last.clear()
-            last.update({"ok": False, "error": str(e), "snapshot_id": snapshot_id})
-            raise
-        except Exception as e:
-            last.clear()
-            last.update({"ok": False, "error": str(e), "snapshot_id": snapshot_id})
-            raise SnapshotError("Flight Recorder dump failed: %s" % e)
-        rank, ws = _rank_ws()
-        entries = d.get("entries") or []
-        pgs = d.get("pg_status") or d.get("pg_config") or {}
-        reply = {
-            "bytes": len(data),
-            "comm_lib_version": str(d.get("comm_lib_version") or d.get("nccl_version") or ""),
-            "dump_function": name,
-            "format": fmt,
-            "ok": True,
-            "process_groups": len(pgs),
-            "rank": rank,
-            "records": len(entries),
-            "snapshot_id": snapshot_id,
-            "version": str(d.get("version") or ""),
-            "world_size": ws,
-        }
-        if persist:
-            try:
-                fr_rows, pg_rows = rows(d, snapshot_id, rank, ws)
-                n = tables.append_many("torch_nccl_flight_record", fr_rows)
-                n += tables.append_many("torch_nccl_pg_status", pg_rows)
-                reply["persisted"] = n
-            except Exception as e:
-                log.warning("fr: snapshot %d not persisted: %s", snapshot_id, e)
-                reply["persisted"] = 0
+    got = _lock.acquire(timeout=wait) if wait and wait > 0 else _lock.acquire(False)
+    if not got:
+        raise SnapshotError("another Flight Recorder snapshot of this process is still running (waited %.0f s); "
+                            "ask again once it ends" % max(wait or 0, 0))
+    try:
+        return _snapshot_locked(fmt, include_stack_traces, only_active, persist, raw)
+    finally:
+        _lock.release()
+
+
+def _snapshot_locked(fmt, include_stack_traces, only_active, persist, raw):
+    snapshot_id = time.time_ns()
+    try:
+        name, data, d = dump(fmt, include_stack_traces, only_active)
+    except SnapshotError as e:
         last.clear()
-        last.update(reply)
-        if raw:
-            reply = dict(reply)
-            reply["data_b64"] = base64.b64encode(data).decode("ascii")
-        return dict(sorted(reply.items()))
+        last.update({"ok": False, "error": str(e), "snapshot_id": snapshot_id})
+        raise
+    except Exception as e:
+        last.clear()
+        last.update({"ok": False, "error": str(e), "snapshot_id": snapshot_id})
+        raise SnapshotError("Flight Recorder dump failed: %s" % e)
+    rank, ws = _rank_ws()
+    entries = d.get("entries") or []
+    pgs = d.get("pg_status") or d.get("pg_config") or {}
+    reply = {
+        "bytes": len(data),
+        "comm_lib_version": str(d.get("comm_lib_version") or d.get("nccl_version") or ""),
+        "dump_function": name,
+        "format": fmt,
+        "ok": True,
+        "process_groups": len(pgs),
+        "rank": rank,
+        "records": len(entries),
+        "snapshot_id": snapshot_id,
+        "version": str(d.get("version") or ""),
+        "world_size": ws,
+    }
+    if persist:
+        try:
+            fr_rows, pg_rows = rows(d, snapshot_id, rank, ws)
+            n = tables.append_many("torch_nccl_flight_record", fr_rows)
+            n += tables.append_many("torch_nccl_pg_status", pg_rows)
+            reply["persisted"] = n
+        except Exception as e:
+            log.warning("fr: snapshot %d not persisted: %s", snapshot_id, e)
+            reply["persisted"] = 0
+    last.clear()
+    last.update(reply)
+    if raw:
+        reply = dict(reply)
+        reply["data_b64"] = base64.b64encode(data).decode("ascii")
+    return dict(sorted(reply.items()))
 
 
 # -- watchdog hook ---------------------------------------------------------------------
@@ -483,7 +500,7 @@ def on_exception(exc):
         return None
     _in_hook.busy = True
     try:
-        r = snapshot("pickle", include_stack_traces=True, only_active=True, persist=True)
+        r = snapshot("pickle", include_stack_traces=True, only_active=True, persist=True, wait=0)
         log.warning("Flight Recorder snapshot %d persisted after %s: %d records, %d process groups",
                     r.get("snapshot_id", 0), type(exc).__name__, r.get("records", 0), r.get("process_groups", 0))
         return r

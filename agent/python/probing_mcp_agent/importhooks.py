@@ -1,8 +1,14 @@
 """Post-import hooks: run a callback when a module is imported (now, if it
 already is, or at its first import), without importing it. The recorders
 use it to hook torch.distributed and torch.optim only once the program
-imports them. A finder on sys.meta_path while anything is watched; it
-finds nothing itself, and leaves once nothing is watched.
+imports them. A finder on sys.meta_path from the first watch on; it finds
+nothing itself, costs one dict lookup per import, and is never removed
+(Python iterates sys.meta_path while it calls us: a removal would make it
+skip the next finder).
+
+Python calls find_spec holding its global import lock: nothing here
+imports or takes a lock there. A callback runs in the importing thread once
+the module executed, with no lock of ours held.
 
 Nothing here may break the training process: a failing callback is logged
 once (through tables.warn_once) and the import goes on.
@@ -10,6 +16,7 @@ once (through tables.warn_once) and the import goes on.
 
 import sys
 import threading
+import time
 
 
 def _warn_once(key, msg, *args):
@@ -93,11 +100,6 @@ _finder = _Finder()
 def _fire(name, module):
     with _watch_lock:
         cbs = _watch.pop(name, [])
-        if not _watch:
-            try:
-                sys.meta_path.remove(_finder)
-            except ValueError:
-                pass
     for cb in cbs:
         try:
             cb(module)
@@ -125,18 +127,26 @@ def when_imported(name, callback):
         return
     with _watch_lock:
         _watch.setdefault(name, []).append(callback)
-        if _finder not in sys.meta_path:
+        if not any(f is _finder for f in sys.meta_path):
             sys.meta_path.insert(0, _finder)
-    if name in sys.modules:
-        # Being imported right now (we were activated from inside that
-        # import): its find_spec is past, so poll until it has finished.
-        def poll():
-            for _ in range(600):
-                time.sleep(0.1)
-                if name not in _watch:
-                    return
-                mod = _loaded(name)
-                if mod is not None:
-                    _fire(name, mod)
-                    return
-        threading.Thread(target=poll, name="probing-mcp-import-watch", daemon=True).start()
+    # Its import may have got past find_spec before our finder was there
+    # (we are called from a background thread while the program imports
+    # the package): then nothing would fire. While the top-level package is
+    # in sys.modules and the name not loaded, a poller looks, backing off,
+    # until the callback ran, the name loaded, or a minute passed.
+    if name.partition(".")[0] in sys.modules:
+        threading.Thread(target=_poll, args=(name,), name="probing-mcp-import-watch", daemon=True).start()
+
+
+def _poll(name):
+    delay, waited = 0.02, 0.0
+    while waited < 60.0:
+        if name not in _watch:
+            return
+        mod = _loaded(name)
+        if mod is not None:
+            _fire(name, mod)
+            return
+        time.sleep(delay)
+        waited += delay
+        delay = min(delay * 2, 0.5)

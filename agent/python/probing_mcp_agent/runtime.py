@@ -30,12 +30,14 @@ _LEVELS = {
 
 class _LazyLogger(object):
     """The agent's logger. logging (with the re, traceback and string it
-    imports) costs more than the rest of an activation, and most processes
-    never log a line: so logging is imported only when a record at an
-    enabled level is emitted, or when real_logger() is called (activation's
-    background part does, so that the modules using
-    logging.getLogger(LOGGER_NAME) find the handler); from then on this
-    delegates to the real `probing_mcp_agent` logger."""
+    imports) costs more than the rest of an activation, and an import is
+    the one thing the agent must never do from wherever it happens to log:
+    a log line can come from under a lock, from an import hook, or from the
+    main thread while another thread imports (each a deadlock with Python's
+    import locks). So until the start-up's background part has imported
+    logging (real_logger(), from its own thread, holding nothing), records
+    at an enabled level are written straight to stderr in the same format;
+    from then on this delegates to the real `probing_mcp_agent` logger."""
 
     def __init__(self):
         self._level = 30
@@ -51,8 +53,11 @@ class _LazyLogger(object):
             self._real.setLevel(level)
 
     def log(self, level, msg, *args, **kwargs):
-        if self.isEnabledFor(level):
-            real_logger().log(level, msg, *args, **kwargs)
+        r = self._real
+        if r is not None:
+            r.log(level, msg, *args, **kwargs)
+        elif level >= self._level:
+            _early_write(level, msg, args, kwargs.get("exc_info"))
 
     def debug(self, msg, *args, **kwargs):
         self.log(10, msg, *args, **kwargs)
@@ -70,8 +75,28 @@ class _LazyLogger(object):
         kwargs.setdefault("exc_info", True)
         self.log(40, msg, *args, **kwargs)
 
-    def __getattr__(self, name):
-        return getattr(real_logger(), name)
+
+_LEVEL_NAMES = {10: "DEBUG", 20: "INFO", 30: "WARNING", 40: "ERROR"}
+
+
+def _early_write(level, msg, args, exc_info):
+    """One record in the real handler's format, without logging (no import,
+    no lock): the exception, if any, as its repr (traceback is an import)."""
+    try:
+        text = str(msg) % args if args else str(msg)
+    except Exception:
+        text = "%s %r" % (msg, args)
+    if exc_info:
+        e = sys.exc_info()[1] if exc_info is True else (exc_info if isinstance(exc_info, BaseException) else None)
+        if e is not None:
+            text += " (%r)" % (e,)
+    try:
+        stream = sys.stderr or sys.__stderr__
+        if stream is not None:
+            stream.write("probing-mcp-agent[%d] %s: %s\n" % (os.getpid(), _LEVEL_NAMES.get(level, level), text))
+            stream.flush()
+    except Exception:
+        pass
 
 
 logger = _LazyLogger()
@@ -79,32 +104,33 @@ _logger_lock = threading.Lock()
 
 
 def real_logger():
-    """The logging.Logger behind `logger`, with the agent's stderr handler
-    (imports logging on the first call)."""
+    """The logging.Logger behind `logger`, with the agent's stderr handler.
+    Imports logging: called only by the start-up's background part, in its
+    own thread, with no lock held (see _LazyLogger)."""
     r = logger._real
     if r is not None:
         return r
+    import logging  # before the lock: never import while holding one
+
+    class _StderrHandler(logging.Handler):
+        """Writes to the *current* sys.stderr; never raises."""
+
+        def emit(self, record):
+            try:
+                stream = sys.stderr or sys.__stderr__
+                if stream is None:
+                    return
+                stream.write(self.format(record) + "\n")
+                stream.flush()
+            except Exception:
+                pass
+
+        def handleError(self, record):  # noqa: N802 (logging API)
+            pass
+
+    lg = logging.getLogger(LOGGER_NAME)
     with _logger_lock:
         if logger._real is None:
-            import logging
-
-            class _StderrHandler(logging.Handler):
-                """Writes to the *current* sys.stderr; never raises."""
-
-                def emit(self, record):
-                    try:
-                        stream = sys.stderr or sys.__stderr__
-                        if stream is None:
-                            return
-                        stream.write(self.format(record) + "\n")
-                        stream.flush()
-                    except Exception:
-                        pass
-
-                def handleError(self, record):  # noqa: N802 (logging API)
-                    pass
-
-            lg = logging.getLogger(LOGGER_NAME)
             if not any(getattr(h, "_probing_mcp", False) for h in lg.handlers):
                 h = _StderrHandler()
                 h._probing_mcp = True
@@ -328,18 +354,27 @@ def identity():
     """The identity object (agent/PROTOCOL.md), a copy. Before activation it
     is built from the environment, without writing anything."""
     with state.lock:
-        if state.identity is None or state.identity.get("pid") != os.getpid():
-            from . import identity as _identity
+        cur = state.identity
+        if cur is not None and cur.get("pid") == os.getpid():
+            return dict(cur)
+    # Built outside the lock: the agent never imports while holding one
+    # (an import can wait on a thread that waits for the lock).
+    from . import identity as _identity
 
-            state.identity = _identity.build()
+    built = _identity.build()
+    with state.lock:
+        if state.identity is None or state.identity.get("pid") != os.getpid():
+            state.identity = built
         return dict(state.identity)
 
 
 def update_identity(**fields):
     """Merges fields into the identity and rewrites .identity.json atomically
     (tmp file + rename). Returns the new identity (a copy)."""
+    base = identity()  # before the lock (see identity())
     with state.lock:
-        ident = identity()
+        cur = state.identity
+        ident = dict(cur) if cur is not None and cur.get("pid") == os.getpid() else base
         ident.update(fields)
         state.identity = ident
         try:

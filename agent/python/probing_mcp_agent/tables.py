@@ -36,7 +36,7 @@ thread, then wires the collectors: the torch.distributed
 wrappers and the optimizer step hooks are installed as soon as torch is
 imported (immediately if it already is; otherwise by a one-shot post-import
 hook on sys.meta_path that watches only the ``torch.distributed`` and
-``torch.optim.optimizer`` module names and removes itself once both fired).
+``torch.optim.optimizer`` module names, inert once both fired).
 
 Nothing here may break the training process: every public entry point
 catches its exceptions and logs them (once per kind) through the
@@ -52,7 +52,7 @@ import sys
 import threading
 import time
 
-from . import memt
+from . import activation, memt, runtime
 
 log = logging.getLogger("probing_mcp_agent")
 
@@ -190,14 +190,13 @@ class Ring(object):
 
 
 def _path(table):
-    from . import runtime
-
     if runtime.state.started and not runtime.state.ready:
-        # The first ring of an activated process: the recorders' config
-        # keys (PROBING_SAMPLE_RATE, ...) apply from here on.
-        from . import activation
-
-        activation.complete()
+        # The first ring of an activated process: the start-up's background
+        # part is woken (the recorders' config keys, PROBING_SAMPLE_RATE and
+        # the rest, apply once it ran). Only woken: this may run on the
+        # program's thread, under a recorder's lock, where the agent never
+        # imports or waits (activation.complete).
+        activation.request_complete()
     return os.path.join(runtime.pid_dir(), "python." + table)
 
 

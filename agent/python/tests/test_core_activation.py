@@ -323,7 +323,13 @@ pid = os.getpid()
 ident = os.path.join(os.environ["PROBING_DATA_DIR"], str(pid), ".identity.json")
 state = [rt.started(), rt.state.ready, os.path.exists(ident), os.path.exists(rt.state.socket_path)]
 if os.environ.get("LAZY_TORCH"):
+    import time
     import torch  # a fake: see FAKE_TORCH
+    # torch's import wakes the background part; the program never waits
+    # for it. A hang guard only: the wait is on the state.
+    deadline = time.time() + 60
+    while not (rt.state.ready and "probing_mcp_agent.tables" in sys.modules) and time.time() < deadline:
+        time.sleep(0.02)
     state.append(rt.state.ready and "probing_mcp_agent.tables" in sys.modules)
 if os.environ.get("LAZY_WAIT"):
     import probing_mcp_agent

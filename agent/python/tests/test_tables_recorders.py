@@ -178,7 +178,10 @@ def test_when_imported(tmp_path, monkeypatch):
     assert seen == [("pmcw_pkg.sub", 2)]
     m = sys.modules["pmcw_pkg.sub"]
     assert type(m.__loader__).__name__ == "SourceFileLoader" and m.__spec__.loader is m.__loader__
-    assert tables._finder not in sys.meta_path  # one-shot: gone once nothing is watched
+    # Inert, not removed: Python iterates sys.meta_path while it calls the
+    # finder, and a removal would skip the next one.
+    assert tables._finder.find_spec("pmcw_pkg.sub") is None
+    assert sum(f is tables._finder for f in sys.meta_path) == 1
     tables.when_imported("pmcw_pkg", lambda m: seen.append(m.X))  # already imported: now
     assert seen[-1] == 1
     import importlib
@@ -186,6 +189,38 @@ def test_when_imported(tmp_path, monkeypatch):
     importlib.reload(pmcw_pkg.sub)  # no second call
     assert len(seen) == 2
     for k in ("pmcw_pkg.sub", "pmcw_pkg"):
+        sys.modules.pop(k, None)
+
+
+def test_when_imported_mid_import(tmp_path, monkeypatch):
+    """Watched while the module is being imported by another thread (the
+    background start-up registers its hooks while the program imports
+    torch): the callback still runs, once, when the import ends."""
+    import threading
+
+    pkg = tmp_path / "pmcw_mid"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub.py").write_text("import pmcw_gate\npmcw_gate.entered.set()\npmcw_gate.go.wait(60)\nY = 3\n")
+    gate = type(sys)("pmcw_gate")
+    gate.entered, gate.go = threading.Event(), threading.Event()
+    monkeypatch.setitem(sys.modules, "pmcw_gate", gate)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    t = threading.Thread(target=lambda: __import__("pmcw_mid.sub"))
+    t.start()
+    try:
+        assert gate.entered.wait(60)
+        seen = []
+        tables.when_imported("pmcw_mid.sub", lambda m: seen.append(m.Y))
+        assert seen == []  # not yet: its code is still running
+    finally:
+        gate.go.set()
+        t.join(60)
+    deadline = time.time() + 60  # a hang guard: the wait is on the callback
+    while not seen and time.time() < deadline:
+        time.sleep(0.01)
+    assert seen == [3]
+    for k in ("pmcw_mid.sub", "pmcw_mid"):
         sys.modules.pop(k, None)
 
 
@@ -674,7 +709,7 @@ def test_watchdog_hooks_snapshot_and_chain(env, monkeypatch):
         fr.set_on_watchdog("auto")
         e = RuntimeError("Timed out waiting 3000ms for recv operation to complete [gloo]")
         sys.excepthook(RuntimeError, e, None)
-        assert prev == [e] and snaps == [{"include_stack_traces": True, "only_active": True, "persist": True}]
+        assert prev == [e] and snaps == [{"include_stack_traces": True, "only_active": True, "persist": True, "wait": 0}]
         sys.excepthook(ValueError, ValueError("unrelated"), None)
         assert len(snaps) == 1 and len(prev) == 2
 
