@@ -269,6 +269,9 @@ func diagnose(in Input) Report {
 			rk.Status = Running // its stack shows where it is, outside any recorded collective
 		}
 	}
+	if note := stackWaits(&m, in); note != "" {
+		rep.DataQuality = append(rep.DataQuality, note)
+	}
 	g := WaitFor(m)
 	rep.doing = hangDoing(m, g, in)
 	rep.Ranks = groupDoing(rep.doing)
@@ -304,6 +307,18 @@ func diagnose(in Input) Report {
 	var gpuNotes []string
 	rep.Hypotheses, gpuNotes = withGPU(rep.Hypotheses, in, js)
 	rep.DataQuality = append(rep.DataQuality, gpuNotes...)
+	for i, h := range rep.Hypotheses {
+		if fromStacks(h, m) {
+			rep.Hypotheses[i] = stackSourced(h, js.State == StateUnknown)
+		}
+	}
+	if len(rep.Hypotheses) == 0 && js.State == StateUnknown {
+		h := Hypothesis{Category: CatUnreachable, Confidence: Low,
+			Evidence: []Evidence{{"progress", "nothing times this job (no step, collective or span recorded) and no rank is seen waiting for another (none in a collective, none blocked where most others are): the state is unknown, not healthy"}},
+			Confirm:  "get_stacks twice, a few seconds apart: frames that do not move are where the job is stuck; trace the steps (probing_mcp_agent.span) or record the collectives (record_collective) so the next answer has a clock",
+			Refute:   "the frames move between the two samples"}
+		rep.Hypotheses = []Hypothesis{finish(h, in)}
+	}
 	if len(rep.Hypotheses) == 0 {
 		h := Hypothesis{Category: CatUnreachable, Confidence: Low,
 			Evidence: []Evidence{{"comm_rings", "no rank is recorded inside a collective, and nothing shows who waits for whom"}},

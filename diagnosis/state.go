@@ -15,7 +15,10 @@ const (
 	StateSlow        = "slow"        // moving, one or more ranks far slower than the rest
 	StateStalled     = "stalled"     // no progress for longer than its own step history allows
 	StateDead        = "dead"        // the processes are gone, or a dead rank holds up the rest
-	StateUnknown     = "unknown"     // no rank of any job was found: nothing to judge
+	// StateUnknown: no rank was found, or no clock times any rank's
+	// progress (no step, collective or span recorded). Never healthy: the
+	// absence of a clock is not evidence of progress, and someone asked.
+	StateUnknown = "unknown"
 )
 
 // Progress is one rank's progress evidence. Times are that rank's own
@@ -88,6 +91,9 @@ type JobState struct {
 // more than jitter (a healthy job's ranks act every step).
 const quietFactor = 3
 
+// noClock is why a job whose progress nothing times is unknown.
+const noClock = "no clock: no rank's progress could be timed (no step, collective or span recorded), so whether the job moves is unknown; the stacks say who waits for whom"
+
 // youngFloor is the shortest idle time that can be a stall at all.
 const youngFloor = 5 * time.Second
 
@@ -96,7 +102,7 @@ func Classify(ps []Progress, opt StateOptions) JobState {
 	opt.defaults()
 	js := JobState{Idle: map[int]time.Duration{}}
 	if len(ps) == 0 {
-		js.State, js.Why = StateProgressing, "no progress evidence from any rank: nothing says the job is stuck"
+		js.State, js.Why = StateUnknown, noClock
 		return js
 	}
 	var steps []time.Duration
@@ -153,7 +159,7 @@ func Classify(ps []Progress, opt StateOptions) JobState {
 	}
 	switch {
 	case known == 0:
-		js.State, js.Why = StateProgressing, "no rank's activity could be timed: nothing says the job is stuck"
+		js.State, js.Why = StateUnknown, noClock
 		if len(js.Dead) > 0 {
 			js.State, js.Why = StateDead, fmt.Sprintf("rank(s) %v are dead and no live rank's activity could be timed", js.Dead)
 		}

@@ -103,7 +103,12 @@ func TestNoHistoryAndDead(t *testing.T) {
 	if js := Classify(ps, StateOptions{}); js.State != StateDead {
 		t.Errorf("all dead: %+v", js)
 	}
-	if js := Classify(nil, StateOptions{}); js.State != StateProgressing {
+	// No clock is no evidence of progress: unknown, never a moving job.
+	if js := Classify(nil, StateOptions{}); js.State != StateUnknown {
 		t.Errorf("no evidence: %+v", js)
+	}
+	live := []Progress{{Rank: 0, Alive: true, Now: 100 * sec}, {Rank: 1, Alive: true, Now: 100 * sec}}
+	if js := Classify(live, StateOptions{}); js.State != StateUnknown || !strings.Contains(js.Why, "no clock") {
+		t.Errorf("live ranks, nothing timed: %+v", js)
 	}
 }

@@ -19,7 +19,16 @@ type Op struct {
 	Name  string
 }
 
-func (o Op) String() string { return fmt.Sprintf("%s #%d on group %s", o.Name, o.Seq, o.Group) }
+// fromStack: seen in the rank's stack, not recorded (stackwaits.go): no
+// sequence number, the whole job as its group.
+func (o Op) fromStack() bool { return o.Group == stackGroup }
+
+func (o Op) String() string {
+	if o.fromStack() {
+		return o.Name + " (seen in its stack)"
+	}
+	return fmt.Sprintf("%s #%d on group %s", o.Name, o.Seq, o.Group)
+}
 
 // Status is what a rank is doing.
 type Status int

@@ -1,0 +1,191 @@
+package diagnosis
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/diag/stacks"
+)
+
+// Who waits for whom when the rings place no rank inside a collective (a
+// job whose collectives the agent does not record: its own sockets, DDP's
+// reducer in C++, a plain-Python barrier): the stacks still show it. Two
+// shapes are read, in this order:
+//
+//   - main threads inside a torch.distributed collective or P2P call;
+//   - most live ranks blocked (asleep in the kernel, per /proc) at one and
+//     the same line of the job's code while the others are elsewhere.
+//
+// The ranks so seen waiting are put in one collective of the whole job,
+// without a sequence number (Op.fromStack), so that the wait-for graph
+// finds the ranks they wait for with the same rule as for recorded ones.
+// The order of collectives is unknown there, so the hypotheses it gives are
+// held at medium confidence, and at low when nothing times the job either.
+
+// stackGroup names the whole job's collective seen in the stacks.
+const stackGroup = "job (from the stacks)"
+
+// c10dCalls are torch.distributed's blocking entry points.
+var c10dCalls = map[string]bool{
+	"all_reduce": true, "all_gather": true, "all_gather_into_tensor": true, "all_gather_object": true,
+	"broadcast": true, "broadcast_object_list": true, "reduce": true, "reduce_scatter": true,
+	"reduce_scatter_tensor": true, "all_to_all": true, "all_to_all_single": true, "gather": true,
+	"gather_object": true, "scatter": true, "scatter_object_list": true, "barrier": true,
+	"monitored_barrier": true, "send": true, "recv": true, "send_object_list": true,
+	"recv_object_list": true, "batch_isend_irecv": true, "wait": true,
+}
+
+// c10dCall is the torch.distributed call a main thread is inside, "" if
+// none: the innermost frame of torch/distributed/ named like one.
+func c10dCall(t *stacks.Thread) string {
+	if t == nil {
+		return ""
+	}
+	for _, f := range t.Frames {
+		if strings.Contains(f.File, "/torch/distributed/") && c10dCalls[f.Function] {
+			return f.Function
+		}
+	}
+	return ""
+}
+
+// mainState is the kernel state of a rank's main thread (R, S, D, ...),
+// "" when /proc did not say.
+func mainState(f *RankFacts) string {
+	if f.Main != nil && f.Main.State != "" {
+		return f.Main.State
+	}
+	for _, t := range f.OSThreads {
+		if (f.PID > 0 && t.NativeID == f.PID) || t.IsMain {
+			return t.State
+		}
+	}
+	return ""
+}
+
+// stackWaits adds the waits the stacks show to m, when m has no rank in a
+// collective. It returns the data-quality line that says so, "" when the
+// stacks show none.
+func stackWaits(m *Model, in Input) string {
+	for _, rk := range m.Ranks {
+		if rk.Status == InCollective {
+			return ""
+		}
+	}
+	var live []*RankFacts
+	for _, f := range sortedFacts(in.Ranks) {
+		rk := m.Ranks[f.Rank]
+		if f.Alive && f.Main != nil && rk != nil && rk.Status != Dead {
+			live = append(live, f)
+		}
+	}
+	if len(live) < 2 {
+		return ""
+	}
+	in_ := map[int]string{}
+	for _, f := range live {
+		if op := c10dCall(f.Main); op != "" {
+			in_[f.Rank] = op
+		}
+	}
+	how := "inside a torch.distributed call"
+	if len(in_) == 0 {
+		place, ranks := commonBlockedPlace(live)
+		if place == "" {
+			return ""
+		}
+		for _, r := range ranks {
+			in_[r] = place
+		}
+		how = "asleep in the kernel at one line of the job's code (" + place + ") while the others are elsewhere"
+	}
+	members := make([]int, 0, len(m.Ranks))
+	for r := range m.Ranks {
+		members = append(members, r)
+	}
+	sort.Ints(members)
+	m.Groups[stackGroup] = members
+	var waiting []int
+	for r, op := range in_ {
+		rk := m.Ranks[r]
+		rk.Status, rk.In = InCollective, &Op{Group: stackGroup, Seq: 1, Name: op}
+		rk.Issued[stackGroup] = 1
+		waiting = append(waiting, r)
+	}
+	sort.Ints(waiting)
+	return fmt.Sprintf("no rank is recorded inside a collective (the rings hold none in flight); who waits for whom is read from the stacks: %s %s. Without sequence numbers, ranks in different collectives cannot be told apart, so no verdict from this is above medium confidence",
+		rankWords(waiting), how)
+}
+
+// commonBlockedPlace is the line where more than half of the live ranks'
+// main threads are, each asleep in the kernel (S or D), when at least one
+// live rank is elsewhere; "" when there is no such line.
+func commonBlockedPlace(live []*RankFacts) (string, []int) {
+	at := map[string][]int{}
+	for _, f := range live {
+		w := userFrame(f.Main)
+		if w == nil {
+			continue
+		}
+		st := mainState(f)
+		if st != "S" && st != "D" {
+			continue
+		}
+		k := fmt.Sprintf("%s at %s:%d", w.Function, path.Base(w.File), w.Line)
+		at[k] = append(at[k], f.Rank)
+	}
+	best, n := "", 0
+	for k, rs := range at {
+		if len(rs) > n || (len(rs) == n && k < best) {
+			best, n = k, len(rs)
+		}
+	}
+	if n < 2 || 2*n <= len(live) || n == len(live) {
+		return "", nil
+	}
+	sort.Ints(at[best])
+	return best, at[best]
+}
+
+// fromStacks reports whether a hypothesis rests on waits read from the
+// stacks (its ranks are waited for in, or are inside, stackGroup).
+func fromStacks(h Hypothesis, m Model) bool {
+	if h.group == stackGroup {
+		return true
+	}
+	for _, r := range h.collateral {
+		if rk := m.Ranks[r]; rk != nil && rk.In != nil && rk.In.fromStack() {
+			return true
+		}
+	}
+	return false
+}
+
+// stackSourced rewrites the evidence of a hypothesis the stacks gave: its
+// lines came from the stacks, not the rings, and its confidence is capped
+// (medium; low when no clock times the job).
+func stackSourced(h Hypothesis, unknown bool) Hypothesis {
+	ev := make([]Evidence, 0, len(h.Evidence)+1)
+	for _, e := range h.Evidence {
+		if e.Source == "comm_rings" {
+			e.Source = "stacks"
+			e.Text = strings.ReplaceAll(e.Text, "the collectives it is waited for in were never entered by it", "its peers' main threads wait and its own is elsewhere")
+		}
+		ev = append(ev, e)
+	}
+	h.Evidence = ev
+	if h.Confidence == High {
+		h.Confidence = Medium
+	}
+	if unknown {
+		h.Confidence = Low
+		h.Evidence = append(h.Evidence, Evidence{"progress", "nothing times this job (no step, collective or span recorded): a rank that is only slower at this instant looks the same; get_stacks again in a few seconds: frames that have not moved make it a hang"})
+	}
+	if h.Collateral != "" {
+		h.Collateral = rankset.Format(h.collateral)
+	}
+	return h
+}

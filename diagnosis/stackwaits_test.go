@@ -1,0 +1,129 @@
+package diagnosis
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/evidence"
+)
+
+// noClockJob is a 4-rank job whose collectives nothing records: each
+// rank's main thread is at the frames given, asleep in the kernel (S)
+// unless state says otherwise; no step, no ring, no span.
+func noClockJob(frames map[int][]stacks.Frame, state map[int]string) Input {
+	in := Input{World: 4, Ranks: map[int]*RankFacts{}}
+	for r := 0; r < 4; r++ {
+		st := "S"
+		if s, ok := state[r]; ok {
+			st = s
+		}
+		in.Ranks[r] = &RankFacts{Rank: r, PID: 2000 + r, Alive: true, NowNS: 1_700_000_000 * int64(time.Second), LocalRank: r,
+			Main: &stacks.Thread{IsMain: true, State: st, Frames: frames[r]}}
+	}
+	return in
+}
+
+var (
+	barrierFrames = []stacks.Frame{
+		{File: "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", Line: 4811, Function: "barrier"},
+		{File: "/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", Line: 81, Function: "wrapper"},
+		{File: "/job/train.py", Line: 88, Function: "sync_epoch"},
+		{File: "/job/train.py", Line: 120, Function: "main"},
+	}
+	loaderFrames = []stacks.Frame{
+		{File: "/job/data.py", Line: 41, Function: "read_shard"},
+		{File: "/job/train.py", Line: 101, Function: "main"},
+	}
+	socketWaitFrames = []stacks.Frame{
+		{File: "/job/comm.py", Line: 56, Function: "all_reduce"},
+		{File: "/job/train.py", Line: 70, Function: "main"},
+	}
+)
+
+// TestNoClockIsNeverHealthy: issue 22, kind 2. Nothing times the job, the
+// stacks show rank 2 in its loader while the others wait in a barrier: the
+// state is unknown (not healthy), and rank 2 is the likely culprit at low
+// confidence, from the stacks, with its line.
+func TestNoClockIsNeverHealthy(t *testing.T) {
+	in := noClockJob(map[int][]stacks.Frame{0: barrierFrames, 1: barrierFrames, 2: loaderFrames, 3: barrierFrames}, nil)
+	rep := Diagnose(in)
+	if rep.State != StateUnknown {
+		t.Fatalf("state %q: %s", rep.State, rep.Summary)
+	}
+	h := rep.Hypotheses[0]
+	if h.Category != CatCPUStall || h.Culprits != "2" || h.Collateral != "0-1,3" || h.Confidence != Low {
+		t.Fatalf("%+v\n%s", h, rep.Summary)
+	}
+	if h.Where == nil || h.Where.Line != 41 {
+		t.Errorf("where %+v", h.Where)
+	}
+	for _, e := range h.Evidence {
+		if e.Source == "comm_rings" {
+			t.Errorf("a rings line in a verdict the rings never gave: %+v", e)
+		}
+	}
+	if !strings.Contains(strings.Join(rep.DataQuality, "\n"), "read from the stacks") || !strings.Contains(rep.Summary, "unknown") {
+		t.Errorf("%s\n%v", rep.Summary, rep.DataQuality)
+	}
+	if strings.Contains(rep.Summary, "No hang") {
+		t.Errorf("a stuck job called healthy: %s", rep.Summary)
+	}
+}
+
+// TestNoClockPlainPythonBarrier: no torch frame at all (a job's own socket
+// collective): three ranks asleep at one line, one elsewhere.
+func TestNoClockPlainPythonBarrier(t *testing.T) {
+	in := noClockJob(map[int][]stacks.Frame{0: socketWaitFrames, 1: socketWaitFrames, 2: loaderFrames, 3: socketWaitFrames}, nil)
+	rep := Diagnose(in)
+	h := rep.Hypotheses[0]
+	if rep.State != StateUnknown || h.Category != CatCPUStall || h.Culprits != "2" || h.Confidence != Low {
+		t.Fatalf("%+v\n%s", h, rep.Summary)
+	}
+	// The same, with the three running on the CPU (R): not a wait, so no
+	// culprit is read from where they are.
+	in = noClockJob(map[int][]stacks.Frame{0: socketWaitFrames, 1: socketWaitFrames, 2: loaderFrames, 3: socketWaitFrames},
+		map[int]string{0: "R", 1: "R", 3: "R"})
+	rep = Diagnose(in)
+	if rep.State != StateUnknown || len(rep.Hypotheses) != 1 || rep.Hypotheses[0].Culprits != "" || rep.Hypotheses[0].Confidence != Low {
+		t.Fatalf("%+v\n%s", rep.Hypotheses, rep.Summary)
+	}
+}
+
+// TestNoClockNoStructure: every rank somewhere else: unknown, no culprit,
+// low confidence, and still not healthy.
+func TestNoClockNoStructure(t *testing.T) {
+	f := func(line int) []stacks.Frame {
+		return []stacks.Frame{{File: "/job/train.py", Line: line, Function: "step"}}
+	}
+	rep := Diagnose(noClockJob(map[int][]stacks.Frame{0: f(1), 1: f(2), 2: f(3), 3: f(4)}, nil))
+	h := rep.Hypotheses[0]
+	if rep.State != StateUnknown || h.Category == CatHealthy || h.Culprits != "" || h.Confidence != Low {
+		t.Fatalf("%+v\n%s", h, rep.Summary)
+	}
+	if !strings.Contains(h.Evidence[0].Text, "unknown, not healthy") {
+		t.Errorf("%+v", h.Evidence)
+	}
+}
+
+// TestStalledStacksOnlyIsMedium: a clock says the job stalled, but the
+// rings hold no collective in flight (DDP's reducer issues its all_reduce
+// from C++): the stacks find the culprit, at medium confidence at most.
+func TestStalledStacksOnlyIsMedium(t *testing.T) {
+	in := noClockJob(map[int][]stacks.Frame{0: barrierFrames, 1: barrierFrames, 2: loaderFrames, 3: barrierFrames}, nil)
+	for _, f := range in.Ranks {
+		// Steps every second until 200 s ago.
+		a := &evidence.RankActivity{}
+		last := f.NowNS/1000 - 200_000_000
+		for i := int64(9); i >= 0; i-- {
+			a.Steps = append(a.Steps, last-i*1_000_000)
+		}
+		f.Activity = a
+	}
+	rep := Diagnose(in)
+	h := rep.Hypotheses[0]
+	if rep.State != StateStalled || h.Category != CatCPUStall || h.Culprits != "2" || h.Confidence != Medium {
+		t.Fatalf("state %s %+v\n%s", rep.State, h, rep.Summary)
+	}
+}
