@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -489,6 +490,24 @@ func TestBadAgents(t *testing.T) {
 		c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{\"threads"))
 	})
 	silent := serve("silent.sock", func(c net.Conn) { time.Sleep(10 * time.Second); c.Close() })
+	// Slow once (a loaded node), then answers: the timeout is retried
+	// before it counts (the test process's main thread is not running
+	// Python, so /proc never shows a GIL holder on a CPU).
+	var calls atomic.Int32
+	slowOnce := serve("slow.sock", func(c net.Conn) {
+		defer c.Close()
+		bufio.NewReader(c).ReadString('\n')
+		if calls.Add(1) == 1 {
+			time.Sleep(3 * time.Second)
+			return
+		}
+		body := `{"pid": 1, "threads": [{"id": 1, "name": "MainThread", "is_main": true, "frames": [{"file": "/job/train.py", "line": 7, "function": "main"}]}]}`
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	})
+	st := agent.Stacks(context.Background(), slowOnce, agent.StackOptions{AgentTimeout: 300 * time.Millisecond})
+	if st.Source != "agent" || len(st.Threads) != 1 || !strings.Contains(st.Err, "answered on a second try") || calls.Load() != 2 {
+		t.Errorf("slow once: source %q, %d threads, err %q, %d calls", st.Source, len(st.Threads), st.Err, calls.Load())
+	}
 	hangup := serve("hangup.sock", func(c net.Conn) { c.Close() })
 	ctx := context.Background()
 	for _, tc := range []struct {

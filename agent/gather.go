@@ -62,6 +62,20 @@ func Stacks(ctx context.Context, a *Agent, opt StackOptions) *stacks.Process {
 	var errs []string
 	if a.Socket != "" && a.Alive {
 		got, err := agentStacks(ctx, a, opt)
+		if ae, ok := errors.AsType[*Error](err); ok && ae.Kind == "timeout" && a.Kind != KindProbing {
+			// A timeout is evidence of a held GIL only if it holds: on a
+			// loaded node a healthy agent can miss its deadline. Unless
+			// /proc shows the main thread running (a C loop holding the
+			// GIL: no point waiting), ask once more with twice the time.
+			if pt := sampleThreads(a.PID, 1, 0); !mainRunning(pt) {
+				retry := opt
+				retry.AgentTimeout = 2 * opt.AgentTimeout
+				if got2, err2 := agentStacks(ctx, a, retry); err2 == nil {
+					got, err = got2, nil
+					errs = append(errs, fmt.Sprintf("pid %d: the agent answered on a second try (the first took over %s): slow, not wedged", a.PID, opt.AgentTimeout))
+				}
+			}
+		}
 		if err == nil {
 			got.Rank, got.Host = p.Rank, p.Host
 			if got.Err != "" {
@@ -96,6 +110,16 @@ func Stacks(ctx context.Context, a *Agent, opt StackOptions) *stacks.Process {
 		p.Err = joinErrs(errs)
 	}
 	return p
+}
+
+// mainRunning: /proc shows the main thread on a CPU (R).
+func mainRunning(ts []stacks.Thread) bool {
+	for _, t := range ts {
+		if t.IsMain {
+			return t.State == "R"
+		}
+	}
+	return false
 }
 
 // sampleThreads reads the process's kernel threads n times, every gap,

@@ -203,17 +203,28 @@ func diagnose(in Input) Report {
 			js.State, js.Slow, js.Why = StateSlow, slow, js.Why+"; but "+why
 		}
 	}
+	pause := likelyPause(in, js)
+	if pause != "" {
+		js.State, js.Why = StatePaused, js.Why+"; "+pause
+	}
 	rep := Report{State: js.State, StateWhy: js.Why, DataQuality: append([]string(nil), in.Problems...)}
 	if missing := absentRanks(in); len(missing) > 0 {
 		rep.DataQuality = append(rep.DataQuality, fmt.Sprintf("%s of the job's %d: no agent and no ring here (on another node, not started, or not probed): not judged",
 			rankWords(missing), in.World))
 	}
 	switch js.State {
-	case StateHealthy, StateProgressing, StateSlow:
+	case StateHealthy, StateProgressing, StateSlow, StatePaused:
 		rep.doing = movingDoing(in, js)
 		rep.Ranks = groupDoing(rep.doing)
 	}
 	switch js.State {
+	case StatePaused:
+		h := Hypothesis{Category: CatHealthy, Confidence: Medium, Evidence: []Evidence{{"progress", pause}},
+			Confirm: "call again in a while: a pause ends with the steps coming back; past the limit it is a stall and the culprit is named",
+			Refute:  "a rank asleep in a wait while the others are busy, or a collective pending"}
+		rep.Hypotheses = []Hypothesis{h}
+		rep.Summary = "No hang yet: " + pause + "."
+		return rep
 	case StateHealthy, StateProgressing:
 		conf := High
 		if js.State == StateProgressing {

@@ -360,7 +360,22 @@ func gilHeld(f *RankFacts) *threadFinding {
 	tf := &threadFinding{Category: CatGILHeld}
 	tf.Evidence = []Evidence{{"agent", fmt.Sprintf("rank %d's agent did not answer in time while the process is alive: a thread holds the GIL", f.Rank)}}
 	holdsMain := osMain != nil && (osMain.State == "R" || !strings.Contains(osMain.WChan, "futex"))
+	// Asleep in the kernel outside a futex (a socket, a pipe, a poll):
+	// Python releases the GIL around most such calls, so /proc contradicts
+	// the timeout, which a loaded node explains as well (the agent was
+	// asked twice, agent.Stacks). A C call can sleep holding the GIL: then
+	// every other thread, the agent's included, waits on a futex for it,
+	// which corroborates. Without that, the finding is weak and the
+	// contradiction said.
+	asleep := holdsMain && osMain.State != "R" && !(len(others) == 0 && futexes > 0)
 	switch {
+	case asleep:
+		tf.Thread = main
+		where := ""
+		if main != nil {
+			where = " in " + frameWords(main)
+		}
+		tf.Evidence = append(tf.Evidence, Evidence{"proc", fmt.Sprintf("but /proc shows its main thread asleep%s (state %s%s), a wait Python usually makes without the GIL: only a C call that sleeps holding it fits both, and a slow agent on a loaded node explains the timeout as well", where, osMain.State, wchanWords(osMain.WChan))})
 	case holdsMain && main != nil:
 		tf.Strong, tf.Thread = true, main
 		tf.Evidence = append(tf.Evidence, Evidence{"stacks", fmt.Sprintf("the GIL-free faulthandler dump shows its main thread in %s, a native call that does not release the GIL; /proc: state %s%s, not waiting for the GIL", frameWords(main), osMain.State, wchanWords(osMain.WChan))})

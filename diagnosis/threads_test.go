@@ -98,6 +98,29 @@ func TestThreadsWeakerReadings(t *testing.T) {
 	}
 }
 
+// TestThreadsTimeoutAgainstSleepingProc: issue 22, kind 6. The agent
+// missed its deadline on a loaded node while /proc shows the main thread
+// asleep in a socket wait and another thread runnable (the agent's, not
+// waiting for any GIL): the two sources disagree, so no high confidence,
+// and the disagreement is said.
+func TestThreadsTimeoutAgainstSleepingProc(t *testing.T) {
+	in := scenario(everyoneBut(3, 2, "none", "pair"), 200)
+	withThreads(t, in, 3, "gil_held", 1)
+	f := in.Ranks[3]
+	for i := range f.OSThreads {
+		if f.OSThreads[i].IsMain {
+			f.OSThreads[i].State, f.OSThreads[i].WChan = "S", "sk_wait_data"
+		} else {
+			f.OSThreads[i].State, f.OSThreads[i].WChan = "R", ""
+			break
+		}
+	}
+	h := Diagnose(in).Hypotheses[0]
+	if h.Culprits != "3" || h.Confidence == High || !strings.Contains(allText(h), "a slow agent on a loaded node explains the timeout as well") {
+		t.Errorf("%+v", h)
+	}
+}
+
 // TestThreadsContradiction: threads blocked on locks in a rank the rings
 // show inside a collective: the finding is kept, low, and the
 // disagreement said; the rings' culprit stays first.

@@ -66,7 +66,7 @@ TORCH_JOB = "tp_gloo_job.py"
 
 # The spec's names (/work/notes/evals-spec.md): a truth outside them is
 # the job's error, not a case to score.
-STATES = ("healthy", "progressing", "slow", "stalled", "dead")
+STATES = ("healthy", "progressing", "slow", "paused", "stalled", "dead", "unknown")
 CATEGORIES = ("cpu_stall", "missing_from_collective", "collective_mismatch", "dead_rank", "main_thread_dead",
               "deadlock", "gil_held", "all_in_collective", "gpu_fault", "straggler", "unreachable_rank", "healthy")
 
