@@ -92,6 +92,9 @@ func orderDeaths(hs []Hypothesis, in Input) []Hypothesis {
 		h.Evidence = append(h.Evidence, Evidence{"agent", fmt.Sprintf("then rank %d%s: %s", f.Rank, whenWords(f.EndedNS, first.EndedNS), endingWords(f))})
 	}
 	switch {
+	case deathKind(first) == diedWaitingKind:
+		h.Confidence = Low
+		h.Evidence = append(h.Evidence, Evidence{"agent", "these ranks died of a collective's timeout: they waited for a peer that never entered it, so the first to time out is a victim, not the cause; the rank they waited for is the suspect"})
 	case deathKind(first) == diedOfPeer:
 		// Every recorded death says a peer went away (or the backend
 		// aborted on what a peer sent): the cause is not among them.
@@ -170,8 +173,45 @@ func endingWords(f *RankFacts) string {
 const (
 	diedOwnCause = iota
 	diedUnrecorded
+	diedWaitingKind
 	diedOfPeer
 )
+
+// timeoutWords and commWords: an exception that says a collective timed
+// out (gloo's "Timed out waiting ...ms", NCCL's watchdog, c10d's store).
+var (
+	timeoutWords = []string{"timed out", "timeout", "timing out"}
+	commWords    = []string{"gloo", "nccl", "collective", "c10d", "processgroup", "distbackenderror", "watchdog", "work"}
+)
+
+// diedWaiting: it raised because a collective it was inside timed out. It
+// waited for a peer that never came: a victim of whoever never entered,
+// not a cause (issue 22: rank 0, the first whose all_reduce timed out, was
+// blamed for rank 3, which never issued it).
+func diedWaiting(f *RankFacts) bool {
+	if !f.Raised {
+		return false
+	}
+	w := strings.ToLower(exceptionWords(f))
+	if !containsAny(w, timeoutWords) {
+		return false
+	}
+	if f.Record != nil {
+		if t := exceptionThread(f.Record.Exception); t != nil && inCollective(t) {
+			return true
+		}
+	}
+	return containsAny(w, commWords)
+}
+
+func containsAny(s string, words []string) bool {
+	for _, w := range words {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
+}
 
 // peerErrors are the words of an exception that says a peer went away,
 // as gloo, NCCL and sockets say it.
@@ -183,6 +223,8 @@ func deathKind(f *RankFacts) int {
 	switch {
 	case f.Raised && peerError(exceptionWords(f)):
 		return diedOfPeer
+	case diedWaiting(f):
+		return diedWaitingKind
 	case f.Crash != nil && f.Crash.What == "Aborted" && f.Crash.Main != nil && inCollective(f.Crash.Main):
 		// The backend aborted inside a collective (gloo's enforce on a
 		// payload longer than it expected): it died of what a peer sent.

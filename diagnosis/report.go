@@ -272,6 +272,12 @@ func diagnose(in Input) Report {
 			m.Ranks[r] = rk
 		}
 		switch {
+		case !f.Alive && diedWaiting(f) && len(rk.History) > 0:
+			// It died of the timeout of the collective its rings end in
+			// (the wrapper closed the row as it raised): as it died it was
+			// waiting there, for the members that never entered.
+			op := rk.History[len(rk.History)-1]
+			rk.Status, rk.In = InCollective, &op
 		case !f.Alive && (!postMortem || f.Raised):
 			// Post-mortem too, a rank that died of its own exception is
 			// dead, not stuck where its rings stopped.
