@@ -6,11 +6,20 @@
 package cluster
 
 import (
+	"net"
 	"os"
 	"strings"
+	"time"
 )
 
-import "time"
+// LoopbackHost is whether h is a loopback address or name.
+func LoopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
 
 // Kinds of node endpoint.
 const (

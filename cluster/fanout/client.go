@@ -71,13 +71,7 @@ func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
 // LoopbackHost is whether h names this machine only (a loopback address
 // or localhost): what a daemon without a token may bind and be asked at.
-func LoopbackHost(h string) bool {
-	if h == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
-}
+func LoopbackHost(h string) bool { return cluster.LoopbackHost(h) }
 
 // loopback is whether addr's host is a loopback address or name.
 func loopback(addr string) bool {

@@ -35,6 +35,27 @@ func slotKey(runID string, slot int64) string {
 	return "probing-mcp/" + runID + "/node/" + strconv.FormatInt(slot, 10)
 }
 
+// The run index: each registration also appends its run id, so that a
+// reader who does not know the run id (serve --job HOST:PORT from a login
+// node, where the job's variables are not set) finds the ones present.
+const runsKey = "probing-mcp/runs"
+
+func runSlotKey(i int64) string { return runsKey + "/" + strconv.FormatInt(i, 10) }
+
+// maxRunsRead bounds the index read: the newest registrations.
+const maxRunsRead = 64
+
+// RunIDSet reports whether the environment names the run (one of the
+// variables RunID reads is set); otherwise RunID's "run" is a guess.
+func RunIDSet(getenv func(string) string) bool {
+	for _, k := range []string{"TORCHELASTIC_RUN_ID", "RDZV_ID", "MASTER_PORT"} {
+		if strings.TrimSpace(getenv(k)) != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // Probing's torchrun keys (its git main, the server's torchrun cluster
 // module): global rank 0 writes master, each node's local rank 0 writes
 // node/<group_rank>/local0, both {addr, http_base, bound}, local0 with
@@ -129,7 +150,59 @@ func Register(ctx context.Context, storeAddr, runID string, n cluster.Node, time
 		}
 		return storeErr(ctx, storeAddr, "confirming the registration", err)
 	}
+	run, err := c.Add(runsKey, 1)
+	if err != nil {
+		return storeErr(ctx, storeAddr, "adding the run to the index", err)
+	}
+	if run >= 1 {
+		if err := c.Set(runSlotKey(run-1), []byte(runID)); err != nil {
+			return storeErr(ctx, storeAddr, "adding the run to the index", err)
+		}
+	}
 	return nil
+}
+
+// RunsInStore lists the run ids our daemons registered under in the
+// store, the newest first, each once (from the last maxRunsRead
+// registrations). A garbled entry is a problem, not an error.
+func RunsInStore(ctx context.Context, storeAddr string, timeout time.Duration) ([]string, []string, error) {
+	c, ctx, done, err := dial(ctx, storeAddr, timeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer done()
+	raw, err := c.Get(runsKey)
+	if errors.Is(err, tcpstore.ErrNoKey) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, storeErr(ctx, storeAddr, "reading "+runsKey, err)
+	}
+	count, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+	if err != nil || count < 0 {
+		return nil, []string{fmt.Sprintf("%s holds %q, not a count; the run index was not read", runsKey, clip(string(raw)))}, nil
+	}
+	var runs, problems []string
+	seen := map[string]bool{}
+	for i := count - 1; i >= max(0, count-maxRunsRead); i-- {
+		v, err := c.Get(runSlotKey(i))
+		if errors.Is(err, tcpstore.ErrNoKey) {
+			continue // taken and not yet written
+		}
+		if err != nil {
+			return nil, nil, storeErr(ctx, storeAddr, "reading "+runSlotKey(i), err)
+		}
+		id := string(v)
+		if checkRunID(id) != nil {
+			problems = append(problems, fmt.Sprintf("%s holds %q, not a run id; skipped", runSlotKey(i), clip(id)))
+			continue
+		}
+		if !seen[id] {
+			seen[id] = true
+			runs = append(runs, id)
+		}
+	}
+	return runs, problems, nil
 }
 
 // ReadStore lists the nodes registered under runID: ours (Kind daemon)
@@ -266,4 +339,37 @@ func probingNode(raw []byte) (cluster.Node, error) {
 		n.NodeRank = *p.NodeRank
 	}
 	return n, nil
+}
+
+// StoreRuns is the runs to read from the store: the environment's when it
+// names one; else those the run index lists (said when there are
+// several); else the ids a run has without an index (daemons of an older
+// version): the store's port (MASTER_PORT is the run id when nothing else
+// names it), "none" (torchrun's default rendezvous id) and "run".
+func StoreRuns(ctx context.Context, storeAddr string, getenv func(string) string, timeout time.Duration) ([]string, []string) {
+	if RunIDSet(getenv) {
+		return []string{RunID(getenv)}, nil
+	}
+	runs, problems, err := RunsInStore(ctx, storeAddr, timeout)
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("the run index of %s: %v", storeAddr, err))
+	}
+	if len(runs) > 1 {
+		problems = append(problems, fmt.Sprintf("the store %s holds %d runs (%s, newest first): the nodes of each are listed; set TORCHELASTIC_RUN_ID to the job's run id to read one", storeAddr, len(runs), strings.Join(capRuns(runs, 5), ", ")))
+	}
+	if len(runs) > 0 {
+		return runs, problems
+	}
+	var guess []string
+	if _, port, err := net.SplitHostPort(storeAddr); err == nil && port != "" {
+		guess = append(guess, port)
+	}
+	return append(guess, "none", "run"), problems
+}
+
+func capRuns(runs []string, n int) []string {
+	if len(runs) <= n {
+		return runs
+	}
+	return append(runs[:n:n], fmt.Sprintf("and %d more", len(runs)-n))
 }

@@ -227,3 +227,41 @@ func TestRegisteredJSONHasNoToken(t *testing.T) {
 		t.Error(string(b))
 	}
 }
+
+// TestStoreRunsFound: serve --job HOST:PORT where the job's variables are
+// not set (a login node) finds the runs the job's daemons registered
+// under, from the store's run index, and says when there are several.
+func TestStoreRunsFound(t *testing.T) {
+	addr, _ := torchStore(t, "")
+	ctx := context.Background()
+	none := func(string) string { return "" }
+	_, port, _ := net.SplitHostPort(addr)
+	if runs, probs := StoreRuns(ctx, addr, none, 10*time.Second); strings.Join(runs, ",") != port+",none,run" || len(probs) != 0 {
+		t.Errorf("no index yet: %q %q", runs, probs)
+	}
+	n := cluster.Node{Host: "node-a", Addr: "10.0.0.5:9781", NodeRank: 0, Ranks: "0-7", Kind: cluster.KindDaemon}
+	if err := Register(ctx, addr, "29500", n, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if runs, probs := StoreRuns(ctx, addr, none, 10*time.Second); strings.Join(runs, ",") != "29500" || len(probs) != 0 {
+		t.Errorf("one run: %q %q", runs, probs)
+	}
+	n.Addr = "10.0.0.6:9781"
+	if err := Register(ctx, addr, "job-2", n, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	runs, probs := StoreRuns(ctx, addr, none, 10*time.Second)
+	if strings.Join(runs, ",") != "job-2,29500" || len(probs) != 1 || !strings.Contains(probs[0], "holds 2 runs (job-2, 29500, newest first)") {
+		t.Errorf("two runs: %q %q", runs, probs)
+	}
+	// The environment names the run: that one only.
+	env := func(k string) string {
+		if k == "TORCHELASTIC_RUN_ID" {
+			return "29500"
+		}
+		return ""
+	}
+	if runs, probs := StoreRuns(ctx, addr, env, 10*time.Second); strings.Join(runs, ",") != "29500" || len(probs) != 0 {
+		t.Errorf("named run: %q %q", runs, probs)
+	}
+}

@@ -146,33 +146,26 @@ func nodeCmd(args []string, stdout, stderr io.Writer) int {
 	// The node's GPUs, sampled into the data dir's gpu.* rings while the
 	// daemon runs (the minutes before a hang are there when it is asked).
 	src.GPUSampler = gpu.RunNode(ctx, gcfg, dataDir, self.Host, logger)
-	ma, mp := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT")
-	if selfHost, _, _ := net.SplitHostPort(self.Addr); ma != "" && mp != "" && !*noRegister && fanout.LoopbackHost(selfHost) && !fanout.LoopbackHost(ma) {
-		// Every node's daemon would register the same 127.0.0.1 address.
-		logger.Warn("not registered in the job's TCPStore: this daemon serves loopback only (no PROBING_AUTH_TOKEN), which other hosts cannot reach; set the job's PROBING_AUTH_TOKEN so it binds a reachable address")
-	} else if ma != "" && mp != "" && !*noRegister {
-		store := net.JoinHostPort(ma, mp)
-		go func() {
-			// The store comes up with the job's init_process_group, often
-			// after the agent started this daemon: retry, backing off.
-			wait := time.Second
-			for {
-				err := membership.Register(ctx, store, membership.RunID(os.Getenv), self, 10*time.Second)
-				if err == nil {
-					logger.Info("registered in the job's TCPStore", "store", store, "run", membership.RunID(os.Getenv))
-					return
+	if !*noRegister {
+		// This daemon's own job, then every later job whose ranks run on
+		// this node (a daemon outlives its job by its idle time, and the
+		// next job's daemon exits on the data dir's lock).
+		own := node.JobStore{Run: membership.RunID(os.Getenv)}
+		if ma, mp := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"); ma != "" && mp != "" {
+			own.Store = net.JoinHostPort(ma, mp)
+		}
+		reg := &node.Registrar{Self: self, Logger: logger,
+			Jobs: func() []node.JobStore {
+				js, _ := src.JobStores(membership.RunID)
+				if own.Store != "" {
+					js = append([]node.JobStore{own}, js...)
 				}
-				if wait == time.Second || wait >= 30*time.Second {
-					logger.Warn("not registered in the job's TCPStore yet (retrying): until then the coordinator needs --peers to find this node", "store", store, "err", err)
-				}
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(wait):
-				}
-				wait = min(2*wait, 60*time.Second)
-			}
-		}()
+				return js
+			},
+			Register: func(ctx context.Context, store, run string, n cluster.Node) error {
+				return membership.Register(ctx, store, run, n, 10*time.Second)
+			}}
+		go reg.Run(ctx)
 	}
 	logger.Info("node daemon serving", "addr", self.Addr, "host", self.Host, "node_rank", self.NodeRank, "data_dir", dataDir, "auth", token != "")
 	alive := func(ctx context.Context) bool {
@@ -246,8 +239,19 @@ func clusterJob(job, peers string, slurmPort int, dataDir string, logger *slog.L
 		problems := append([]string(nil), staticProblems...)
 		lists := [][]cluster.Node{static}
 		if job != "" {
-			ns, ps, err := membership.ReadStore(ctx, job, runID, 5*time.Second)
+			runs, ps := membership.StoreRuns(ctx, job, os.Getenv, 5*time.Second)
 			problems = append(problems, ps...)
+			var ns []cluster.Node
+			var err error
+			for _, run := range runs {
+				got, ps, rerr := membership.ReadStore(ctx, job, run, 5*time.Second)
+				problems = append(problems, ps...)
+				if rerr != nil {
+					err = rerr
+					break // the store itself failed: the other runs would too
+				}
+				ns = append(ns, got...)
+			}
 			if err != nil {
 				// A dead job's store is gone: what was last known still
 				// names its nodes.
