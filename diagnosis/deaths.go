@@ -2,6 +2,7 @@ package diagnosis
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -225,6 +226,10 @@ func deathKind(f *RankFacts) int {
 		return diedOfPeer
 	case diedWaiting(f):
 		return diedWaitingKind
+	case stopped(f):
+		// SIGTERM and no cause of its own: a launcher (torchrun, Slurm)
+		// ends the other ranks once one fails; a consequence, not a cause.
+		return diedOfPeer
 	case f.Crash != nil && f.Crash.What == "Aborted" && f.Crash.Main != nil && inCollective(f.Crash.Main):
 		// The backend aborted inside a collective (gloo's enforce on a
 		// payload longer than it expected): it died of what a peer sent.
@@ -260,4 +265,10 @@ func mainThreadEnded(h *Hypothesis, f *RankFacts) {
 		h.Category = CatMainThreadDead
 		h.Evidence = append([]Evidence{{"agent", fmt.Sprintf("rank %d's main thread ended while non-daemon threads kept the process alive; it was killed later", f.Rank)}}, h.Evidence...)
 	}
+}
+
+// stopped: it received SIGTERM and recorded no exception or crash of its
+// own (the launcher's stop).
+func stopped(f *RankFacts) bool {
+	return !f.Alive && !f.Raised && f.Crash == nil && f.Record != nil && slices.Contains(f.Record.Signals, "SIGTERM")
 }

@@ -50,3 +50,32 @@ func TestPostMortemTimeoutVictims(t *testing.T) {
 		}
 	}
 }
+
+// TestLauncherStopIsNoCause: rank 2 raised under torchrun; torchrun then
+// stopped the others with SIGTERM (rank 0 left no time, ranks 1 and 3 died
+// of the broken connection first). Rank 2 is the culprit, and the order
+// is known: the stopped ranks are consequences.
+func TestLauncherStopIsNoCause(t *testing.T) {
+	in := rounds(4, 5, nil)
+	const t0 = int64(1_700_000_041_000_000_000)
+	f2 := in.Ranks[2]
+	f2.Alive, f2.Raised, f2.EndedNS = false, true, t0
+	f2.Ending = "exited with code 1 after ValueError: sample batch 12: token ids out of range"
+	f2.Record = &procfacts.Ending{Exception: &procfacts.ExitRecord{Kind: "exception", TimeNS: t0, Type: "ValueError", Message: "sample batch 12: token ids out of range",
+		Thread: &procfacts.ExitThread{IsMain: true}, Frames: []procfacts.ExitFrame{{File: "/job/train.py", Line: 106, Function: "check_batch"}}}}
+	f0 := in.Ranks[0]
+	f0.Alive, f0.Ending, f0.Record = false, "ended by SIGTERM (no exit record)", &procfacts.Ending{Signals: []string{"SIGTERM"}}
+	for _, r := range []int{1, 3} {
+		f := in.Ranks[r]
+		at := t0 + 800_000_000
+		msg := "[gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:24770"
+		f.Alive, f.Raised, f.EndedNS = false, true, at
+		f.Ending = "ended by SIGTERM after RuntimeError: " + msg
+		f.Record = &procfacts.Ending{Signals: []string{"SIGTERM"}, Exception: &procfacts.ExitRecord{Kind: "exception", TimeNS: at, Type: "RuntimeError", Message: msg}}
+	}
+	rep := Diagnose(in)
+	h := rep.Hypotheses[0]
+	if h.Culprits != "2" || h.Category != CatDeadRank || h.Confidence != High || h.Where == nil || h.Where.Function != "check_batch" {
+		t.Fatalf("%s\n%+v", rep.Summary, rep.Hypotheses)
+	}
+}

@@ -486,14 +486,10 @@ func userFrame(t *stacks.Thread) *Where {
 	return nil
 }
 
-func inCollective(t *stacks.Thread) bool {
-	for _, f := range t.Frames {
-		if strings.Contains(f.File, "/torch/distributed/") {
-			return true
-		}
-	}
-	return false
-}
+// inCollective: the thread is inside a torch.distributed collective or
+// P2P call (c10dCall). Not any torch/distributed frame: torchelastic's
+// @record wraps the whole of a job's main function.
+func inCollective(t *stacks.Thread) bool { return c10dCall(t) != "" }
 
 func frameWords(t *stacks.Thread) string {
 	if w := userFrame(t); w != nil {

@@ -95,7 +95,14 @@ func TestDiagnoseCPUStallWhere(t *testing.T) {
 	}
 	// The stack says it is inside torch's collective: the rings and the
 	// stack disagree, and the answer says so instead of being sure.
-	in.Ranks[3].Main.Frames[0].File = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+	// torchelastic's @record wraps the whole main function: an outer frame
+	// in torch/distributed is not a collective.
+	in.Ranks[3].Main.Frames = append(in.Ranks[3].Main.Frames, stacks.Frame{
+		File: "/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", Line: 355, Function: "wrapper"})
+	if h := Diagnose(in).Hypotheses[0]; h.Confidence != High {
+		t.Errorf("@record's wrapper taken for a collective: %+v", h)
+	}
+	in.Ranks[3].Main.Frames[0] = stacks.Frame{File: "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", Line: 2806, Function: "all_reduce"}
 	if h := Diagnose(in).Hypotheses[0]; h.Confidence != Low || !strings.Contains(h.Evidence[len(h.Evidence)-1].Text, "disagree") {
 		t.Errorf("contradiction: %+v", h)
 	}

@@ -177,7 +177,9 @@ func stackSourced(h Hypothesis, unknown bool) Hypothesis {
 		ev = append(ev, e)
 	}
 	h.Evidence = ev
-	if h.Confidence == High {
+	// The Flight Recorder agreeing is a second source (it saw the
+	// collective the stacks only infer): no cap then.
+	if h.Confidence == High && !frAgrees(h) {
 		h.Confidence = Medium
 	}
 	if unknown {
@@ -188,4 +190,13 @@ func stackSourced(h Hypothesis, unknown bool) Hypothesis {
 		h.Collateral = rankset.Format(h.collateral)
 	}
 	return h
+}
+
+func frAgrees(h Hypothesis) bool {
+	for _, e := range h.Evidence {
+		if e.Source == "flight_recorder" && strings.HasSuffix(e.Text, "(agrees)") {
+			return true
+		}
+	}
+	return false
 }

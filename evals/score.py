@@ -63,6 +63,10 @@ SOCKET_CASES = (
     + [("socket_job.py", "dead_rank", 8, True)]
 )
 TORCH_JOB = "tp_gloo_job.py"
+# The torch jobs: the tensor-parallel one written with the diagnosis, and a
+# DDP job written as ML engineers write one (DataLoader workers, torchrun,
+# checkpoints with an upload command, validation).
+TORCH_JOBS = (TORCH_JOB, "ddp_job.py")
 
 # The spec's names (/work/notes/evals-spec.md): a truth outside them is
 # the job's error, not a case to score.
@@ -342,8 +346,9 @@ TORCH_AT_8 = ("cpu_stall", "missing_from_collective", "dead_rank", "all_in_colle
 TORCH_POST_MORTEM = ("cpu_stall", "missing_from_collective", "dead_rank")
 
 
-def torch_cases(python, everything=False):
-    """The torch job's cases, from its own --list, or (None, why)."""
+def torch_cases(python, everything=False, name=TORCH_JOB):
+    """A torch job's cases, from its own --list, or (None, why)."""
+    TORCH_JOB = name  # noqa: N806 (the messages below name this job)
     job = os.path.join(JOBS, TORCH_JOB)
     if not os.path.exists(job):
         return None, "%s does not exist" % os.path.relpath(job, REPO)
@@ -528,18 +533,19 @@ def main(argv=None):
     specs = [(c, sys.executable) for c in SOCKET_CASES]
     skipped = []
     if not opt.torch_free:
-        if not opt.python_torch:
-            skipped.append(("%s:*" % TORCH_JOB.replace("_job.py", ""), "no --python-torch interpreter given"))
-        else:
-            tc, why = torch_cases(opt.python_torch, opt.all_torch)
+        for tj in TORCH_JOBS:
+            if not opt.python_torch:
+                skipped.append(("%s:*" % tj.replace("_job.py", ""), "no --python-torch interpreter given"))
+                continue
+            tc, why = torch_cases(opt.python_torch, opt.all_torch, tj)
             if tc is None:
-                skipped.append(("%s:*" % TORCH_JOB.replace("_job.py", ""), why))
+                skipped.append(("%s:*" % tj.replace("_job.py", ""), why))
             else:
                 specs += [(c, opt.python_torch) for c in tc]
     cases = [Case(j, s, w, pm, py) for (j, s, w, pm), py in specs]
     if opt.only:
         cases = [c for c in cases if opt.only in c.name]
-        skipped = [s for s in skipped if opt.only in s[0] or opt.only.startswith("tp_gloo")]
+        skipped = [s for s in skipped if opt.only in s[0] or opt.only.startswith(("tp_gloo", "ddp"))]
     if opt.list:
         for c in cases:
             print(c.name)

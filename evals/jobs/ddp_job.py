@@ -1,0 +1,349 @@
+"""A data-parallel training job as ML engineers write one, launched by
+torchrun, for the scored evals corpus: a small transformer language model
+under DistributedDataParallel, a real DataLoader with worker processes
+reading sample files, AdamW, a validation pass, and checkpoints that rank
+0 saves and hands to an upload command. Nothing in it is shaped around
+the diagnosis: the faults are what goes wrong in such jobs.
+
+Launcher protocol (as socket_job.py's):
+  python ddp_job.py --scenario NAME --world N --data-dir D --ctrl-root C
+                    --ready-file F [--post-mortem]
+  python ddp_job.py --list
+starts `torchrun --standalone --nproc-per-node N` with PROBING=1, waits
+until the scenario's state is reached, writes F (JSON: the ranks' pids,
+the truth, when the job settled and its step time), then stays until
+SIGTERM/SIGINT and ends torchrun and every rank.
+
+Scenarios (the culprit is rank 2 at world 4, unless said):
+  healthy           no fault
+  loader_stuck      one sample file of rank 2's shard is a FIFO nobody
+                    writes (a shard on a stuck network mount): its
+                    DataLoader worker blocks opening it, rank 2 waits for
+                    the batch, the others wait in DDP's gradient all_reduce
+                    (issued from C++: the agent's wrappers never see it)
+  upload_stuck      rank 0's checkpoint upload command never returns
+                    (a stuck `aws s3 cp`): rank 0 waits for its child, the
+                    others in the next step's gradient all_reduce
+  validation_pause  every rank runs a long validation pass (busy, no
+                    collective pending): a pause, not a hang
+  rank_raises       rank 2 raises on a corrupt batch under torchelastic's
+                    @record; torchrun ends the other ranks (post-mortem)
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+BATCH = 4
+SEQ = 16
+VOCAB = 64
+FAULT_STEP = 12
+HEALTHY_STEPS = 30
+VALIDATION_S = 90
+SAMPLES = 400
+
+# name: (state, category, culprit at world 4 (-1 none), file, function)
+SCENARIOS = {
+    "healthy": ("healthy", "healthy", -1, None, None),
+    "loader_stuck": ("stalled", "cpu_stall", 2, "ddp_job.py", "train_epoch"),
+    "upload_stuck": ("stalled", "cpu_stall", 0, "ddp_job.py", "upload_checkpoint"),
+    "validation_pause": ("paused", "healthy", -1, None, None),
+    "rank_raises": ("dead", "dead_rank", 2, "ddp_job.py", "check_batch"),
+}
+
+
+# ----------------------------------------------------------- the training job
+
+def train_main():
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.elastic.multiprocessing.errors import record
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, Dataset
+
+    work = os.environ["JOB_WORK"]
+    scenario = os.environ["JOB_SCENARIO"]
+
+    class ShardDataset(Dataset):
+        """Token samples, one small file each, in this rank's shard."""
+
+        def __init__(self, root):
+            self.root = root
+            self.n = len([f for f in os.listdir(root) if f.startswith("sample-")])
+
+        def __len__(self):
+            return self.n
+
+        def __getitem__(self, i):
+            with open(os.path.join(self.root, "sample-%05d.txt" % i)) as f:
+                ids = [int(t) for t in f.read().split()]
+            x = torch.tensor(ids[:SEQ], dtype=torch.long)
+            y = torch.tensor(ids[1:SEQ + 1], dtype=torch.long)
+            return x, y
+
+    class TinyLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(VOCAB, 32)
+            layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True)
+            self.enc = nn.TransformerEncoder(layer, num_layers=2)
+            self.head = nn.Linear(32, VOCAB)
+
+        def forward(self, x):
+            return self.head(self.enc(self.emb(x)))
+
+    def check_batch(x, step):
+        if scenario == "rank_raises" and dist.get_rank() == 2 and step == FAULT_STEP:
+            raise ValueError("sample batch %d: token ids out of range (corrupt shard?)" % step)
+
+    def upload_checkpoint(path):
+        cmd = os.environ["UPLOAD_CMD"].split() + [path]
+        subprocess.run(cmd, check=True)
+
+    def save_checkpoint(model, opt, step):
+        path = os.path.join(work, "ckpt", "step-%d.pt" % step)
+        torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(), "step": step}, path)
+        upload_checkpoint(path)
+
+    def validate(model):
+        model.eval()
+        end = time.time() + VALIDATION_S
+        with torch.no_grad():
+            while time.time() < end:
+                x = torch.randint(0, VOCAB, (BATCH, SEQ))
+                model(x).sum().item()
+        model.train()
+
+    def progress(step):
+        with open(os.path.join(work, "progress", "rank%d" % dist.get_rank()), "w") as f:
+            f.write("%d %f" % (step, time.time()))
+
+    def train_epoch(model, loader, opt, loss_fn, step):
+        for x, y in loader:
+            check_batch(x, step)
+            logits = model(x)
+            loss = loss_fn(logits.reshape(-1, VOCAB), y.reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            step += 1
+            progress(step)
+            if dist.get_rank() == 0 and step % 10 == 0:
+                save_checkpoint(model, opt, step)
+            if scenario == "validation_pause" and step == FAULT_STEP:
+                with open(os.path.join(work, "progress", "validating%d" % dist.get_rank()), "w") as f:
+                    f.write(str(time.time()))
+                validate(model)
+        return step
+
+    @record
+    def main():
+        torch.manual_seed(0)
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        with open(os.path.join(work, "pids", "rank%d" % rank), "w") as f:
+            f.write(str(os.getpid()))
+        model = DDP(TinyLM())
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        loss_fn = nn.CrossEntropyLoss()
+        ds = ShardDataset(os.path.join(work, "data", "rank%d" % rank))
+        loader = DataLoader(ds, batch_size=BATCH, num_workers=2, shuffle=False, persistent_workers=True)
+        step = 0
+        while True:
+            step = train_epoch(model, loader, opt, loss_fn, step)
+
+    main()
+
+
+# ----------------------------------------------------------------- the launcher
+
+def make_data(work, world, scenario):
+    import random
+
+    rnd = random.Random(7)
+    for r in range(world):
+        d = os.path.join(work, "data", "rank%d" % r)
+        os.makedirs(d)
+        for i in range(SAMPLES):
+            with open(os.path.join(d, "sample-%05d.txt" % i), "w") as f:
+                f.write(" ".join(str(rnd.randrange(VOCAB)) for _ in range(SEQ + 1)))
+    if scenario == "loader_stuck":
+        p = os.path.join(work, "data", "rank2", "sample-%05d.txt" % (FAULT_STEP * BATCH))
+        os.unlink(p)
+        os.mkfifo(p)
+    for sub in ("ckpt", "pids", "progress"):
+        os.makedirs(os.path.join(work, sub))
+    upload = os.path.join(work, "upload.sh")
+    with open(upload, "w") as f:
+        if scenario == "upload_stuck":
+            f.write("#!/bin/sh\n# the object store stopped answering\nexec sleep 3600\n")
+        else:
+            f.write("#!/bin/sh\ncp \"$1\" \"$1.uploaded\"\n")
+    os.chmod(upload, 0o755)
+    return upload
+
+
+def read_progress(work, world):
+    out = {}
+    for r in range(world):
+        try:
+            with open(os.path.join(work, "progress", "rank%d" % r)) as f:
+                s, t = f.read().split()
+            out[r] = (int(s), float(t))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def pids_of(work, world):
+    out = []
+    for r in range(world):
+        try:
+            with open(os.path.join(work, "pids", "rank%d" % r)) as f:
+                out.append(int(f.read()))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def truth(scenario, world, post_mortem):
+    state, category, culprit, file, function = SCENARIOS[scenario]
+    t = {"state": "dead" if post_mortem else state, "category": category,
+         "culprits": "" if culprit < 0 else str(culprit)}
+    if file:
+        t["file"], t["function"] = file, function
+    return t
+
+
+def launch(a):
+    work = tempfile.mkdtemp(prefix="ddp-job-")
+    upload = make_data(work, a.world, a.scenario)
+    env = dict(os.environ)
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    env.update({"PROBING": "1", "PROBING_DATA_DIR": a.data_dir, "PROBING_CTRL_ROOT": a.ctrl_root,
+                "PROBING_MCP_NODE": "0", "PROBING_TABLE_DEFAULT_MB": "1", "OMP_NUM_THREADS": "1",
+                "GLOO_SOCKET_IFNAME": "lo", "PYTHONUNBUFFERED": "1", "JOB_WORK": work,
+                "JOB_SCENARIO": a.scenario, "UPLOAD_CMD": upload,
+                "TORCHELASTIC_ERROR_FILE": os.path.join(work, "error.json")})
+    log = open(os.path.join(work, "torchrun.log"), "w")
+    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                          str(a.world), "--max-restarts", "0", os.path.abspath(__file__), "--train"],
+                         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
+
+    def end():
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except OSError:
+            pass
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            pass
+        for pid in pids_of(work, a.world) + [p.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        p.wait()
+        log.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+    def fail(why):
+        sys.stderr.write("ddp_job: %s\n" % why)
+        try:
+            with open(os.path.join(work, "torchrun.log"), errors="replace") as f:
+                sys.stderr.write("".join(f.readlines()[-40:]))
+        except OSError:
+            pass
+        end()
+        sys.exit(1)
+
+    deadline = time.time() + 180
+    settled, step_s = None, 0.0
+    first = None
+    while not stopping:
+        if time.time() > deadline:
+            fail("the scenario's state was not reached in 180 s")
+        time.sleep(0.2)
+        prog = read_progress(work, a.world)
+        if len(prog) < a.world:
+            if p.poll() is not None:
+                fail("torchrun exited %s before every rank stepped" % p.returncode)
+            continue
+        steps = min(s for s, _ in prog.values())
+        if first is None and steps >= 3:
+            first = (steps, time.time())
+        if first and steps > first[0]:
+            step_s = (time.time() - first[1]) / (steps - first[0])
+        last = max(t for _, t in prog.values())
+        if a.scenario == "healthy" and steps >= HEALTHY_STEPS:
+            break
+        if a.scenario == "validation_pause":
+            marks = [os.path.join(work, "progress", "validating%d" % r) for r in range(a.world)]
+            if all(os.path.exists(m) for m in marks) and time.time() - last > 10:
+                settled = last
+                break
+        if a.scenario in ("loader_stuck", "upload_stuck") and steps >= FAULT_STEP - 3 and time.time() - last > 5:
+            settled = last
+            break
+        if a.scenario == "rank_raises" and p.poll() is not None:
+            settled = last
+            break
+    if stopping:
+        end()
+        return 0
+    ready = {"pids": pids_of(work, a.world), "truth": truth(a.scenario, a.world, a.post_mortem),
+             "settled_at": settled, "step_s": step_s, "work": work}
+    with open(a.ready_file + ".tmp", "w") as f:
+        json.dump(ready, f)
+    os.rename(a.ready_file + ".tmp", a.ready_file)
+    while not stopping:
+        time.sleep(0.2)
+    end()
+    return 0
+
+
+def main():
+    if "--train" in sys.argv:
+        train_main()
+        return 0
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--scenario")
+    ap.add_argument("--world", type=int, default=4)
+    ap.add_argument("--data-dir")
+    ap.add_argument("--ctrl-root")
+    ap.add_argument("--ready-file")
+    ap.add_argument("--post-mortem", action="store_true")
+    a = ap.parse_args()
+    if a.list:
+        for name in SCENARIOS:
+            print(name, 4)
+        return 0
+    if a.scenario not in SCENARIOS:
+        ap.error("--scenario: one of %s" % ", ".join(SCENARIOS))
+    if a.world != 4:
+        ap.error("--world: 4 (the culprits are placed for 4 ranks)")
+    return launch(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
