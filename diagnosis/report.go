@@ -286,6 +286,9 @@ func diagnose(in Input) Report {
 			rk.Status = Running // its stack shows where it is, outside any recorded collective
 		}
 	}
+	if placed := unflushedWaits(&m, in); len(placed) > 0 {
+		rep.DataQuality = append(rep.DataQuality, fmt.Sprintf("%s: the stack is inside a collective whose ring row was not written (the call it is in, or died in, came after the last flush): taken from the stack", rankWords(placed)))
+	}
 	if note := stackWaits(&m, in); note != "" {
 		rep.DataQuality = append(rep.DataQuality, note)
 	}
@@ -306,6 +309,7 @@ func diagnose(in Input) Report {
 	rep.Hypotheses = orderDeaths(rep.Hypotheses, in)
 	rep.Hypotheses = mergeMismatches(rep.Hypotheses, mismatches)
 	rep.Hypotheses = mismatchDeaths(rep.Hypotheses, in, mismatches)
+	rep.Hypotheses = mergeSameWait(rep.Hypotheses, in)
 	rep.Hypotheses = append(rep.Hypotheses, threadHypotheses(rep.Hypotheses, in, m)...)
 	rep.Hypotheses = mergeUnreachable(rep.Hypotheses, in)
 	for i := range rep.Hypotheses {
@@ -468,6 +472,14 @@ func finish(h Hypothesis, in Input) Hypothesis {
 	if h.Category == CatCPUStall && inCollective(f.Main) {
 		h.Confidence = Low
 		h.Evidence = append(h.Evidence, Evidence{"stacks", "but its main thread's stack is inside torch.distributed: the rings and the stack disagree"})
+	}
+	if h.Category == CatCPUStall && inBackward(f.Main) {
+		// DDP's gradient all_reduce is waited for there: it may be in a
+		// collective the rings do not record, not its peers' one.
+		if h.Confidence == High {
+			h.Confidence = Medium
+		}
+		h.Evidence = append(h.Evidence, Evidence{"stacks", "its main thread waits in autograd's backward, where DDP's gradient all_reduce (issued from C++, in no ring) is waited for: it may have gone on to that collective instead of the one its peers wait in (missing_from_collective)"})
 	}
 	return h
 }

@@ -3,6 +3,7 @@ package diagnosis
 import (
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -16,8 +17,8 @@ import (
 // shapes are read, in this order:
 //
 //   - main threads inside a torch.distributed collective or P2P call;
-//   - most live ranks blocked (asleep in the kernel, per /proc) at one and
-//     the same line of the job's code while the others are elsewhere.
+//   - most live ranks blocked (asleep in the kernel, per /proc) in one and
+//     the same call while the others are elsewhere.
 //
 // The ranks so seen waiting are put in one collective of the whole job,
 // without a sequence number (Op.fromStack), so that the wait-for graph
@@ -78,7 +79,10 @@ func stackWaits(m *Model, in Input) string {
 	var live []*RankFacts
 	for _, f := range sortedFacts(in.Ranks) {
 		rk := m.Ranks[f.Rank]
-		if f.Alive && f.Main != nil && rk != nil && rk.Status != Dead {
+		// A dead rank counts with the stack it left (its crash file, or the
+		// dump of the SIGTERM its launcher stopped it with) unless it died
+		// of its own exception (Dead in the model).
+		if f.Main != nil && rk != nil && rk.Status != Dead {
 			live = append(live, f)
 		}
 	}
@@ -100,7 +104,7 @@ func stackWaits(m *Model, in Input) string {
 		for _, r := range ranks {
 			in_[r] = place
 		}
-		how = "asleep in the kernel at one line of the job's code (" + place + ") while the others are elsewhere"
+		how = "asleep in the kernel in one call (" + place + ") while the others are elsewhere"
 	}
 	members := make([]int, 0, len(m.Ranks))
 	for r := range m.Ranks {
@@ -120,20 +124,24 @@ func stackWaits(m *Model, in Input) string {
 		rankWords(waiting), how)
 }
 
-// commonBlockedPlace is the line where more than half of the live ranks'
-// main threads are, each asleep in the kernel (S or D), when at least one
-// live rank is elsewhere; "" when there is no such line.
+// commonBlockedPlace is the innermost frame where more than half of the
+// live ranks' main threads are, each asleep in the kernel (S or D), when at
+// least one live rank is elsewhere; "" when there is no such frame. The
+// innermost frame, not the job's own line: ranks waiting in the same
+// library call (a socket read, autograd's backward that waits for DDP's
+// all_reduce) reach it from different lines of the job (a data-parallel
+// and a tensor-parallel sync, say).
 func commonBlockedPlace(live []*RankFacts) (string, []int) {
 	at := map[string][]int{}
 	for _, f := range live {
-		w := userFrame(f.Main)
-		if w == nil {
+		if len(f.Main.Frames) == 0 {
 			continue
 		}
 		st := mainState(f)
 		if st != "S" && st != "D" {
 			continue
 		}
+		w := f.Main.Frames[0]
 		k := fmt.Sprintf("%s at %s:%d", w.Function, path.Base(w.File), w.Line)
 		at[k] = append(at[k], f.Rank)
 	}
@@ -199,4 +207,125 @@ func frAgrees(h Hypothesis) bool {
 		}
 	}
 	return false
+}
+
+// unflushedWaits puts in the collective its stack shows a rank whose rings
+// end with a finished call: the row of the call it is in (or died in) was
+// not written yet (the agent writes rows from a flusher thread, and a rank
+// that dies within it loses the last one). It takes the place its stack
+// shows when a peer is recorded inside the next collective of a group the
+// rank is a member of, on which the rank has issued one fewer. It returns
+// the ranks so placed.
+func unflushedWaits(m *Model, in Input) []int {
+	var placed []int
+	for _, f := range sortedFacts(in.Ranks) {
+		rk := m.Ranks[f.Rank]
+		if rk == nil || rk.Status != Running || f.Main == nil {
+			continue
+		}
+		op := c10dCall(f.Main)
+		if op == "" {
+			continue
+		}
+		// Only where one collective fits: with two (a pair's and the
+		// default group's), the stack does not say which it is in.
+		var fits []Op
+		for _, peer := range sortedRanks(*m) {
+			if peer.Status != InCollective || peer.In == nil || peer.In.fromStack() {
+				continue
+			}
+			g := peer.In.Group
+			if !slices.Contains(m.Groups[g], f.Rank) || rk.Issued[g]+1 != peer.In.Seq {
+				continue
+			}
+			at := Op{Group: g, Seq: peer.In.Seq, Name: op}
+			if !slices.ContainsFunc(fits, func(o Op) bool { return o.Group == at.Group && o.Seq == at.Seq }) {
+				fits = append(fits, at)
+			}
+		}
+		if len(fits) != 1 {
+			continue
+		}
+		at := fits[0]
+		rk.Status, rk.In = InCollective, &at
+		rk.Issued[at.Group] = at.Seq
+		placed = append(placed, f.Rank)
+	}
+	return placed
+}
+
+// inBackward: the main thread waits in autograd's backward, where DDP's
+// gradient all_reduce (issued from C++, recorded by no ring) is waited for.
+func inBackward(t *stacks.Thread) bool {
+	return t != nil && len(t.Frames) > 0 && t.Frames[0].Function == "_engine_run_backward" && strings.Contains(t.Frames[0].File, "/torch/autograd/")
+}
+
+// mergeSameWait folds CPU-side culprits blocked in one and the same call
+// (an flock, a socket read) into one hypothesis at low confidence: ranks
+// that all wait at one place wait for one thing (a lock, a server), held
+// by someone else, perhaps a rank that waits for them; none of them is
+// shown to be the cause.
+func mergeSameWait(hs []Hypothesis, in Input) []Hypothesis {
+	at := map[string][]int{}
+	for i, h := range hs {
+		if h.Category != CatCPUStall || len(h.culprits) != 1 {
+			continue
+		}
+		f := in.Ranks[h.culprits[0]]
+		if f == nil || f.Main == nil || len(f.Main.Frames) == 0 {
+			continue
+		}
+		fr := f.Main.Frames[0]
+		k := fmt.Sprintf("%s at %s:%d", fr.Function, path.Base(fr.File), fr.Line)
+		at[k] = append(at[k], i)
+	}
+	drop := map[int]bool{}
+	var merged []Hypothesis
+	keys := make([]string, 0, len(at))
+	for k := range at {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		idx := at[k]
+		if len(idx) < 2 {
+			continue
+		}
+		first := hs[idx[0]]
+		h := Hypothesis{Category: CatCPUStall, Confidence: Low, Where: first.Where, whereThread: first.whereThread,
+			Confirm: "what the call waits for: /proc/locks for a file lock (its holder's pid), the peer of a socket; get_stacks on the holder",
+			Refute:  "the ranks leave the call one by one (a busy resource, not a held one)"}
+		var coll []int
+		for _, i := range idx {
+			drop[i] = true
+			h.culprits = append(h.culprits, hs[i].culprits...)
+			coll = append(coll, hs[i].collateral...)
+		}
+		sort.Ints(h.culprits)
+		h.collateral = slices.DeleteFunc(slices.Compact(sortedInts(coll)), func(r int) bool { return slices.Contains(h.culprits, r) })
+		h.Collateral = rankset.Format(h.collateral)
+		h.Evidence = []Evidence{{"stacks", fmt.Sprintf("ranks %s are all blocked in the same call (%s): they wait for one thing (a lock, a file, a server) that someone else holds, perhaps a rank that waits for them (a deadlock); none of them is shown to be the cause",
+			rankset.Format(h.culprits), k)}}
+		if len(h.collateral) > 0 {
+			h.Evidence = append(h.Evidence, Evidence{"comm_rings", fmt.Sprintf("%s wait for them in collectives", rankWords(h.collateral))})
+		}
+		h.Culprits = rankset.Format(h.culprits)
+		merged = append(merged, h)
+	}
+	if len(merged) == 0 {
+		return hs
+	}
+	var out []Hypothesis
+	for i, h := range hs {
+		if !drop[i] {
+			out = append(out, h)
+		}
+	}
+	return append(out, merged...)
+}
+
+func sortedInts(xs []int) []int {
+	s := slices.Clone(xs)
+	sort.Ints(s)
+	return s
 }

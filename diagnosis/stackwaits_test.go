@@ -127,3 +127,75 @@ func TestStalledStacksOnlyIsMedium(t *testing.T) {
 		t.Fatalf("state %s %+v\n%s", rep.State, h, rep.Summary)
 	}
 }
+
+// stuckAt gives rank r of in a main thread at frames, asleep.
+func stuckAt(in Input, r int, frames ...stacks.Frame) {
+	in.Ranks[r].Main = &stacks.Thread{IsMain: true, State: "S", Frames: frames}
+}
+
+var (
+	allReduceFrames = []stacks.Frame{
+		{File: "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", Line: 4181, Function: "all_reduce"},
+		{File: "/job/train.py", Line: 145, Function: "log_metrics"}}
+	backwardFrames = []stacks.Frame{
+		{File: "/venv/lib/python3.11/site-packages/torch/autograd/graph.py", Line: 1113, Function: "_engine_run_backward"},
+		{File: "/job/train.py", Line: 170, Function: "train_epoch"}}
+	flockFrames = []stacks.Frame{{File: "/job/train.py", Line: 150, Function: "append_manifest"}}
+)
+
+// TestUnflushedRowTakenFromTheStack: ranks 0 and 3 are inside the
+// metrics all_reduce #5 by their stacks, but their rings end at #4 (the
+// row was not flushed before they were asked, or died); rank 2's ring has
+// it. Rank 1 skipped it and waits in backward (DDP's gradient all_reduce):
+// it is the one culprit, and not at high confidence as a CPU stall.
+func TestUnflushedRowTakenFromTheStack(t *testing.T) {
+	in := rounds(4, 5, nil)
+	var comm []evidence.CommRow
+	for _, row := range in.Comm {
+		if row.GroupSeq == 5 && row.Rank != 2 {
+			continue
+		}
+		comm = append(comm, row)
+	}
+	in.Comm = comm
+	stuckAt(in, 0, allReduceFrames...)
+	stuckAt(in, 3, allReduceFrames...)
+	stuckAt(in, 1, backwardFrames...)
+	rep := Diagnose(in)
+	h := rep.Hypotheses[0]
+	if h.Culprits != "1" || h.Collateral != "0,2-3" || h.Confidence == High || !strings.Contains(allText(h), "DDP's gradient all_reduce") {
+		t.Fatalf("%s\n%+v", rep.Summary, rep.Hypotheses)
+	}
+	if !strings.Contains(strings.Join(rep.DataQuality, "\n"), "ring row was not written") {
+		t.Errorf("%q", rep.DataQuality)
+	}
+}
+
+// TestSameWaitIsOneLowHypothesis: rank 0 waits in a barrier while ranks
+// 1-3 are all blocked at one flock (the lock rank 0 holds across the
+// barrier): not three confident culprits, one low hypothesis that says
+// they wait for one thing.
+func TestSameWaitIsOneLowHypothesis(t *testing.T) {
+	in := rounds(4, 5, nil)
+	var comm []evidence.CommRow
+	for _, row := range in.Comm {
+		if row.GroupSeq == 5 && row.Rank != 0 {
+			continue
+		}
+		comm = append(comm, row)
+	}
+	in.Comm = comm
+	for r := 1; r < 4; r++ {
+		stuckAt(in, r, flockFrames...)
+	}
+	rep := Diagnose(in)
+	for _, h := range rep.Hypotheses {
+		if h.Confidence == High {
+			t.Errorf("a confident culprit among ranks that wait at one place: %+v", h)
+		}
+	}
+	h := rep.Hypotheses[0]
+	if h.Culprits != "1-3" || h.Confidence != Low || !strings.Contains(allText(h), "blocked in the same call") {
+		t.Fatalf("%s\n%+v", rep.Summary, rep.Hypotheses)
+	}
+}

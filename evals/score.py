@@ -60,6 +60,7 @@ SOCKET_CASES = (
     + [("socket_job.py", s, 8, False) for s in (
         "cpu_stall", "missing_from_collective", "dead_rank", "all_in_collective", "healthy", "straggler")]
     + [("socket_job.py", s, 4, True) for s in ("cpu_stall", "missing_from_collective", "dead_rank")]
+    + [("socket_job.py", "unrecorded_cpu_stall", w, False) for w in (4, 8)]
     + [("socket_job.py", "dead_rank", 8, True)]
 )
 TORCH_JOB = "tp_gloo_job.py"

@@ -235,6 +235,18 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 					e.Ending = strings.TrimSpace("crashed: Fatal Python error: " + c.What + "; " + e.Ending)
 				}
 			}
+			if e.Main == nil && a.Ending != nil && len(a.Ending.SignalDump) > 0 {
+				// Where it was when its launcher stopped it (SIGTERM's
+				// faulthandler dump): in a collective, or elsewhere.
+				if threads, err := stacks.ParseFaulthandler(a.Ending.SignalDump); err == nil {
+					for i := range threads {
+						if threads[i].IsMain {
+							t := threads[i]
+							e.Main = &t
+						}
+					}
+				}
+			}
 		}
 		if prev := b.Ranks[e.Rank]; prev != nil && prev.Alive {
 			if e.Alive {

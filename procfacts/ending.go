@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -77,6 +78,10 @@ type Ending struct {
 	// Signals names the .signal.<NAME>.txt files that are not empty: the
 	// process received that signal.
 	Signals []string `json:"signals,omitempty"`
+	// SignalDump is the faulthandler dump of the first of those signals
+	// (every thread's stack as the signal came), at most maxSignalDump
+	// bytes: where a rank was when its launcher stopped it.
+	SignalDump []byte `json:"-"`
 	// Skipped counts lines that did not decode or belong to an earlier
 	// process with the same pid.
 	Skipped int `json:"skipped,omitempty"`
@@ -127,9 +132,13 @@ func ReadEnding(dir string, start uint64, owner Owner) (*Ending, error) {
 		return nil, err
 	}
 	for _, sig := range []string{"SIGTERM", "SIGINT"} {
-		if fi, err := os.Lstat(filepath.Join(dir, ".signal."+sig+".txt")); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 && CheckFile(fi, owner) == nil {
+		name := filepath.Join(dir, ".signal."+sig+".txt")
+		if fi, err := os.Lstat(name); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 && CheckFile(fi, owner) == nil {
 			e.Signals = append(e.Signals, sig)
 			found = true
+			if e.SignalDump == nil {
+				e.SignalDump = readSignalDump(name, owner)
+			}
 		}
 	}
 	if !found {
@@ -221,4 +230,32 @@ func exceptionText(typ, msg string) string {
 		return typ
 	}
 	return typ + ": " + msg
+}
+
+// maxSignalDump bounds a signal's stack dump (faulthandler writes at most
+// 100 frames a thread; the file is appended to, the last dump is the one).
+const maxSignalDump = 1 << 20
+
+// readSignalDump reads a signal's dump file, trusted as the ending records
+// are (the owner's regular file, no symlink); the last maxSignalDump
+// bytes. nil when it cannot be read.
+func readSignalDump(name string, owner Owner) []byte {
+	f, fi, err := OpenRegular(name)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	if CheckFile(fi, owner) != nil {
+		return nil
+	}
+	if off := fi.Size() - maxSignalDump; off > 0 {
+		if _, err := f.Seek(off, io.SeekStart); err != nil {
+			return nil
+		}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxSignalDump))
+	if err != nil {
+		return nil
+	}
+	return b
 }

@@ -28,6 +28,18 @@ Scenarios (the culprit is rank 2 at world 4, unless said):
                     collective pending): a pause, not a hang
   rank_raises       rank 2 raises on a corrupt batch under torchelastic's
                     @record; torchrun ends the other ranks (post-mortem)
+  metrics_skipped   every 5 steps the ranks all_reduce their loss for the
+                    log, but rank 1 skips it when its batch loss is "not
+                    finite" (a rank-local condition) and goes on to the next
+                    step's gradient all_reduce inside backward: gloo sees
+                    rank 1's gradient bucket where the loss should be and
+                    aborts (SIGABRT), and torchrun stops the rest
+                    (post-mortem; the culprit is the rank that skipped)
+  manifest_lock     every 4 steps each rank appends to a shared manifest
+                    under an flock; rank 0 keeps the lock across a barrier:
+                    ranks 1-3 block in flock, rank 0 waits in the barrier
+                    for them (a deadlock across processes: rank 0, which
+                    holds the lock while it waits, is the culprit)
 """
 import argparse
 import json
@@ -57,6 +69,8 @@ SCENARIOS = {
     "upload_stuck": ("stalled", "cpu_stall", 0, "ddp_job.py", "upload_checkpoint"),
     "validation_pause": ("paused", "healthy", -1, None, None),
     "rank_raises": ("dead", "dead_rank", 2, "ddp_job.py", "check_batch"),
+    "metrics_skipped": ("dead", "missing_from_collective", 1, "ddp_job.py", "train_epoch"),
+    "manifest_lock": ("stalled", "deadlock", 0, "ddp_job.py", "append_manifest"),
 }
 
 
@@ -123,6 +137,26 @@ def train_main():
                 model(x).sum().item()
         model.train()
 
+    def log_metrics(loss, step):
+        t = loss.detach().clone()
+        # The bug: a rank-local condition around a collective.
+        if scenario == "metrics_skipped" and dist.get_rank() == 1 and step >= FAULT_STEP:
+            return  # "loss not finite on this rank: skip the log"
+        dist.all_reduce(t)
+        return t.item() / dist.get_world_size()
+
+    def append_manifest(step):
+        import fcntl
+
+        path = os.path.join(work, "ckpt", "manifest.txt")
+        with open(path, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.write("rank %d step %d\n" % (dist.get_rank(), step))
+            f.flush()
+            if scenario == "manifest_lock" and dist.get_rank() == 0 and step >= FAULT_STEP:
+                dist.barrier()  # the bug: the barrier inside the lock
+            fcntl.flock(f, fcntl.LOCK_UN)
+
     def progress(step):
         with open(os.path.join(work, "progress", "rank%d" % dist.get_rank()), "w") as f:
             f.write("%d %f" % (step, time.time()))
@@ -137,6 +171,13 @@ def train_main():
             opt.step()
             step += 1
             progress(step)
+            if step % 5 == 0:
+                log_metrics(loss, step)
+            if scenario == "manifest_lock" and step % 4 == 0:
+                if dist.get_rank() != 0 and step >= FAULT_STEP:
+                    time.sleep(0.5)  # rank 0 takes the lock first
+                append_manifest(step)
+                dist.barrier()
             if dist.get_rank() == 0 and step % 10 == 0:
                 save_checkpoint(model, opt, step)
             if scenario == "validation_pause" and step == FAULT_STEP:
@@ -301,7 +342,11 @@ def launch(a):
             if all(os.path.exists(m) for m in marks) and time.time() - last > 10:
                 settled = last
                 break
-        if a.scenario in ("loader_stuck", "upload_stuck") and steps >= FAULT_STEP - 3 and time.time() - last > 5:
+        if a.scenario in ("loader_stuck", "upload_stuck", "manifest_lock") and \
+                steps >= FAULT_STEP - 3 and time.time() - last > 5:
+            settled = last
+            break
+        if a.scenario == "metrics_skipped" and p.poll() is not None:
             settled = last
             break
         if a.scenario == "rank_raises" and p.poll() is not None:

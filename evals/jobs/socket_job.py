@@ -24,6 +24,9 @@ Faults, at step FAULT_STEP on the culprit (pair partner = culprit ^ 1):
   cpu_stall                the data loader sleeps forever (in Python) before
                            the pair all_reduce: the partner waits in the pair
                            collective, the others in the default one
+  unrecorded_cpu_stall     the same, in a job whose collectives nothing
+                           records (SOCKCOMM_RECORD=0): no clock, so the state
+                           is unknown; the stacks still name the culprit
   missing_from_collective  the culprit skips the pair all_reduce and enters the
                            default one: the partner waits in the pair
                            collective, everyone else (culprit too) in the default
@@ -85,6 +88,7 @@ READY_TIMEOUT_S = 180.0
 # name: (category, worlds, post-mortem allowed)
 SCENARIOS = {
     "cpu_stall": ("cpu_stall", (4, 8), True),
+    "unrecorded_cpu_stall": ("cpu_stall", (4, 8), False),
     "missing_from_collective": ("missing_from_collective", (4, 8), True),
     "collective_mismatch": ("collective_mismatch", (4, 8), False),
     "collective_mismatch_op": ("collective_mismatch", (4, 8), False),
@@ -116,7 +120,7 @@ class Job(object):
 
 
 def load_batch(job, step):
-    if job.faulty and step == FAULT_STEP and job.scenario == "cpu_stall":
+    if job.faulty and step == FAULT_STEP and job.scenario in ("cpu_stall", "unrecorded_cpu_stall"):
         job.comm.note("fault")
         # The bug: a rank-local data source that stops producing.
         while True:
@@ -372,6 +376,8 @@ def truth(scenario, world, post_mortem):
     }.get(cat, "")
     if cat == "dead_rank" or post_mortem:
         t["state"] = "dead"
+    if scenario.startswith("unrecorded_"):
+        t["state"] = "unknown"  # nothing times the job
     if cat == "all_in_collective":
         t["culprits"] = "0-%d" % (world - 1)
     elif cat == "healthy":
@@ -504,6 +510,8 @@ def launch(args):
                 "EVAL_SCENARIO": args.scenario, "EVAL_CULPRIT": str(STRAGGLER[args.world] if cat == "straggler" else CULPRIT[args.world]),
                 "EVAL_FABRIC_PORT": str(fabric.port), "EVAL_LAUNCHER_PID": str(os.getpid()),
             })
+            if args.scenario.startswith("unrecorded_"):
+                env["SOCKCOMM_RECORD"] = "0"
             lp = os.path.join(logdir, "rank%d.log" % r)
             with open(lp, "wb") as lf:
                 procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank-main"],

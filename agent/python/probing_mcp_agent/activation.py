@@ -232,6 +232,44 @@ def _install_crash_handler(st):
         fh.close()
         raise
     st.crash_file, st.crash_fh = path, fh
+    _keep_crash_file(st)
+
+
+def _keep_crash_file(st):
+    """A later faulthandler.enable() to stderr (torchelastic's @record does
+    it in every rank) would send the fatal stacks to the job's log and
+    leave the crash file empty: the post-mortem loses the stack a rank died
+    with. Such a call is kept on the crash file (said at info level); one
+    with a file of the program's own choosing is obeyed.
+    PROBING_CRASH_BACKTRACE=off leaves faulthandler alone."""
+    import faulthandler
+
+    real = faulthandler.enable
+    if getattr(real, "__probing_mcp__", False):
+        return
+
+    def enable(*args, **kwargs):
+        file = args[0] if args else kwargs.get("file")
+        all_threads = args[1] if len(args) > 1 else kwargs.get("all_threads", True)
+        fh = st.crash_fh
+        to_stderr = file is None or file is sys.stderr or file is sys.__stderr__ or _fileno(file) == 2
+        if to_stderr and fh is not None and not fh.closed and runtime.started():
+            runtime.logger.info("faulthandler.enable() by the program: fatal-error stacks stay in %s "
+                                "(PROBING_CRASH_BACKTRACE=off leaves them to stderr)", st.crash_file)
+            return real(file=fh, all_threads=all_threads)
+        return real(*args, **kwargs)
+
+    enable.__probing_mcp__ = True
+    enable.__wrapped__ = real
+    enable.__doc__ = real.__doc__
+    faulthandler.enable = enable
+
+
+def _fileno(f):
+    try:
+        return f if isinstance(f, int) else f.fileno()
+    except Exception:
+        return -1
 
 
 def _install_exits():

@@ -208,6 +208,21 @@ def test_core_crash_backtrace_file(tree):
     path = os.path.join(tree.data, "crash", str(pid), "faulthandler.txt")
     text = open(path).read()
     assert "Segmentation fault" in text and "<module>" in text
+    # The program enables faulthandler to stderr after the agent did (as
+    # torchelastic's @record does in every rank): the stack it dies with
+    # still reaches the crash file; a file of its own choosing is obeyed.
+    code2 = ("import faulthandler, os, sys\nprint(os.getpid(), flush=True)\nfaulthandler.enable(all_threads=True)\n"
+             "faulthandler.enable(sys.stderr)\nos.abort()\n")
+    r = H.run(["-c", code2], tree.env(PROBING="1"))
+    pid = int(r.stdout.split()[0])
+    assert r.returncode == -signal.SIGABRT
+    text = open(os.path.join(tree.data, "crash", str(pid), "faulthandler.txt")).read()
+    assert "Aborted" in text and "<module>" in text, (text, r.stderr)
+    own = os.path.join(tree.root, "own-crash.txt")
+    code3 = ("import faulthandler, os\nprint(os.getpid(), flush=True)\nf = open(%r, 'w')\n"
+             "faulthandler.enable(f)\nos.abort()\n" % own)
+    r = H.run(["-c", code3], tree.env(PROBING="1"))
+    assert "Aborted" in open(own).read()
     # Off: no crash file; a clean exit leaves no empty crash file either.
     r = H.run(["-c", code], tree.env(PROBING="1", PROBING_CRASH_BACKTRACE="off"))
     pid = int(r.stdout.split()[0])
