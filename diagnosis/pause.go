@@ -2,6 +2,7 @@ package diagnosis
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -55,16 +56,53 @@ func likelyPause(in Input, js JobState) string {
 		if inFlight[f.Rank] || c10dCall(f.Main) != "" {
 			return ""
 		}
-		switch mainState(f) {
-		case "R", "D":
-			busy++
-		default:
-			return "" // asleep (it may be waiting for a peer) or not read
+		if !mainBusy(f) {
+			return "" // asleep in a wait (it may be waiting for a peer), or not read
 		}
+		busy++
 	}
 	if busy < 1 {
 		return ""
 	}
-	return fmt.Sprintf("likely a pause, not a hang: every rank's main thread is busy (on a CPU or in disk I/O, per /proc) outside any collective and none is pending, as in a validation pass or a checkpoint; quiet for %s, it is taken as a stall past %s",
+	return fmt.Sprintf("likely a pause, not a hang: every rank's main thread is busy (on a CPU, in disk I/O or handing the GIL back and forth, per /proc and its stack) outside any collective and none is pending, as in a validation pass or a checkpoint; quiet for %s, it is taken as a stall past %s",
 		least.Round(time.Millisecond), limit.Round(time.Second))
+}
+
+// waitCalls are the innermost Python functions of a thread that waits for
+// something (a queue, a lock, a socket, a child, a timer).
+var waitCalls = map[string]bool{"wait": true, "get": true, "acquire": true, "select": true, "poll": true,
+	"recv": true, "recv_into": true, "recvfrom": true, "accept": true, "readinto": true, "read": true,
+	"readline": true, "sleep": true, "join": true, "communicate": true, "_wait_for_tstate_lock": true,
+	"_try_get_data": true, "_get_data": true, "flock": true, "lockf": true}
+
+// mainBusy: the main thread computes. On a CPU or in disk I/O (R, D); or
+// asleep on a futex in the job's or a package's computation (not in a wait
+// call, not in the standard library): a busy thread hands the GIL back and
+// forth (torch's ops release it) and is often caught there.
+func mainBusy(f *RankFacts) bool {
+	switch mainState(f) {
+	case "R", "D":
+		return true
+	case "S":
+		t := f.Main
+		if t == nil || len(t.Frames) == 0 || waitCalls[t.Frames[0].Function] || c10dCall(t) != "" || inBackward(t) ||
+			strings.Contains(t.Frames[0].File, "/lib/python3") && !strings.Contains(t.Frames[0].File, "-packages/") {
+			return false // a wait, or somewhere in the standard library (threading's shutdown, a queue)
+		}
+		return strings.Contains(mainWChan(f), "futex")
+	}
+	return false
+}
+
+// mainWChan is the kernel function the main thread sleeps in, "" unknown.
+func mainWChan(f *RankFacts) string {
+	if f.Main != nil && f.Main.WChan != "" {
+		return f.Main.WChan
+	}
+	for _, t := range f.OSThreads {
+		if (f.PID > 0 && t.NativeID == f.PID) || t.IsMain {
+			return t.WChan
+		}
+	}
+	return ""
 }

@@ -38,8 +38,20 @@ func TestPauseIsNotAHang(t *testing.T) {
 	if rep := Diagnose(pausedJob(200, "R", validateFrames)); rep.State != StateStalled {
 		t.Errorf("past the limit: %s", rep.Summary)
 	}
-	// One rank asleep (waiting for a peer, say): no pause.
+	// Busy threads hand the GIL back and forth: one caught asleep on a
+	// futex in the model's forward is still busy; one in a queue's get is
+	// waiting.
 	in := pausedJob(15, "R", validateFrames)
+	in.Ranks[1].Main.State, in.Ranks[1].Main.WChan = "S", "futex_wait_queue"
+	if rep := Diagnose(in); rep.State != StatePaused {
+		t.Errorf("GIL hand-off in forward: %s", rep.Summary)
+	}
+	in.Ranks[1].Main.Frames = append([]stacks.Frame{{File: "/usr/lib/python3.11/queue.py", Line: 180, Function: "get"}}, validateFrames...)
+	if rep := Diagnose(in); rep.State == StatePaused {
+		t.Errorf("a queue's get: %s", rep.Summary)
+	}
+	// One rank asleep (waiting for a peer, say): no pause.
+	in = pausedJob(15, "R", validateFrames)
 	in.Ranks[2].Main.State = "S"
 	if rep := Diagnose(in); rep.State == StatePaused {
 		t.Errorf("one rank asleep: %s", rep.Summary)
