@@ -93,16 +93,3 @@ func mainBusy(f *RankFacts) bool {
 	}
 	return false
 }
-
-// mainWChan is the kernel function the main thread sleeps in, "" unknown.
-func mainWChan(f *RankFacts) string {
-	if f.Main != nil && f.Main.WChan != "" {
-		return f.Main.WChan
-	}
-	for _, t := range f.OSThreads {
-		if (f.PID > 0 && t.NativeID == f.PID) || t.IsMain {
-			return t.WChan
-		}
-	}
-	return ""
-}

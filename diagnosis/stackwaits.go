@@ -55,16 +55,23 @@ func c10dCall(t *stacks.Thread) string {
 
 // mainState is the kernel state of a rank's main thread (R, S, D, ...),
 // "" when /proc did not say.
-func mainState(f *RankFacts) string {
+func mainState(f *RankFacts) string { return mainOS(f).State }
+
+// mainWChan is the kernel function the main thread sleeps in, "" unknown.
+func mainWChan(f *RankFacts) string { return mainOS(f).WChan }
+
+// mainOS is what /proc says of the main thread: joined to its frames when
+// the capture did, else the kernel thread whose id is the pid.
+func mainOS(f *RankFacts) stacks.Thread {
 	if f.Main != nil && f.Main.State != "" {
-		return f.Main.State
+		return *f.Main
 	}
 	for _, t := range f.OSThreads {
 		if (f.PID > 0 && t.NativeID == f.PID) || t.IsMain {
-			return t.State
+			return t
 		}
 	}
-	return ""
+	return stacks.Thread{}
 }
 
 // stackWaits adds the waits the stacks show to m, when m has no rank in a

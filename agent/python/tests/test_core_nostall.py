@@ -30,6 +30,7 @@ thread's stack and exit after STALL_S: the failure then shows where each
 thread waited (the proof), not only that time ran out. A normal child ends
 in well under a second.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -326,9 +327,17 @@ STRESS_N = int(os.environ.get("PMCP_STRESS_N", "240"))
 STRESS_PARALLEL = 4
 
 
-def _burners(n):
+@contextlib.contextmanager
+def _under_load(n):
+    """n CPU burners (processes of this test's own) for the block's time."""
     code = "import time\nend = time.time() + 3600\nwhile time.time() < end:\n    pass\n"
-    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+    burn = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for b in burn:
+            b.kill()
+            b.wait()
 
 
 def _run_many(cmds):
@@ -370,14 +379,9 @@ def test_core_startup_stress_no_stall(tree):
         if i % 5 == 0:
             extra["PMCP_SPAN"] = "1"
         cmds.append(([H.PYTHON, script], _env(tree, record_pp if record else plain_pp, daemon, record, **extra)))
-    burn = _burners(2)
     t0 = time.time()
-    try:
+    with _under_load(2):
         bad = _run_many(cmds)
-    finally:
-        for b in burn:
-            b.kill()
-            b.wait()
     took = time.time() - t0
     stalled = [b for b in bad if _stalled(b[2], b[3])]
     assert not stalled, "%d of %d processes stalled; the first:\n%s" % (len(stalled), STRESS_N, stalled[0][3][-6000:])
@@ -403,13 +407,8 @@ def test_core_real_torch_import_no_stall(tree):
                                           "print('ok', flush=True)\n")
     n = int(os.environ.get("PMCP_TORCH_STRESS_N", "16"))
     cmds = [([py, script], _env(tree, record_pp, daemon, True)) for _ in range(n)]
-    burn = _burners(1)
-    try:
+    with _under_load(1):
         bad = _run_many(cmds)
-    finally:
-        for b in burn:
-            b.kill()
-            b.wait()
     assert not bad, "%d of %d failed; the first (rc %s):\n%s" % (len(bad), n, bad[0][1], bad[0][3][-6000:])
 
 
@@ -435,8 +434,7 @@ def test_core_torchrun_no_stall(tree):
     py, _ = _torch_python()
     record_pp, daemon = _tree(tree, record=True, fake=False)
     script = tree.write("train.py", TORCHRUN_TRAIN)
-    burn = _burners(1)
-    try:
+    with _under_load(1):
         for run in range(int(os.environ.get("PMCP_TORCHRUN_N", "3"))):
             env = _env(tree, record_pp, daemon, True, RANK=None, LOCAL_RANK=None, WORLD_SIZE=None,
                        MASTER_ADDR=None)
@@ -444,10 +442,6 @@ def test_core_torchrun_no_stall(tree):
                                capture_output=True, text=True, timeout=4 * (STALL_S + 60))
             assert r.returncode == 0 and "ok 4" in r.stdout, "run %d: rc %d\n%s\n%s" % (
                 run, r.returncode, r.stdout[-2000:], r.stderr[-6000:])
-    finally:
-        for b in burn:
-            b.kill()
-            b.wait()
 
 
 # -- the one lock held across a call into torch -------------------------------------
