@@ -105,7 +105,7 @@ func withFlightRecorder(hs []Hypothesis, in Input) []Hypothesis {
 				}
 			case subset(culprits, top.collateral):
 				top.Evidence = append(top.Evidence, Evidence{"flight_recorder", line +
-					"; those ranks are waiting for the culprit in another group, so this group's view blames a victim"})
+					"; those ranks wait for the culprit (in another group, or through something it holds), so this group's view blames a victim"})
 			default:
 				top.Evidence = append(top.Evidence, Evidence{"flight_recorder", line + "; this disagrees with the verdict"})
 				if top.Confidence == High {

@@ -69,6 +69,9 @@ type RankFacts struct {
 	// its GPU (gpu.go).
 	Node      string
 	LocalRank int
+	// LockWait: it is blocked taking a file lock that LockWait.Holder
+	// (a pid, on its node) holds.
+	LockWait *procfacts.LockWait
 }
 
 // Input is everything Diagnose weighs; the evidence service builds it.
@@ -310,6 +313,7 @@ func diagnose(in Input) Report {
 	rep.Hypotheses = mergeMismatches(rep.Hypotheses, mismatches)
 	rep.Hypotheses = mismatchDeaths(rep.Hypotheses, in, mismatches)
 	rep.Hypotheses = mergeSameWait(rep.Hypotheses, in)
+	rep.Hypotheses = fileLocks(rep.Hypotheses, in, m)
 	rep.Hypotheses = append(rep.Hypotheses, threadHypotheses(rep.Hypotheses, in, m)...)
 	rep.Hypotheses = mergeUnreachable(rep.Hypotheses, in)
 	for i := range rep.Hypotheses {
@@ -572,7 +576,7 @@ func FromBundle(b *evidence.Bundle, st StateOptions) Input {
 	for r, e := range b.Ranks {
 		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS,
 			Threads: evidence.WithLocks(e.Threads, e.Locks), StackSource: e.StackSource, StackErr: e.StackErr, AgentErr: e.AgentErr, OSThreads: e.OSThreads,
-			Record: e.Record, EndedNS: e.EndedNS, Crash: e.Crash, Node: e.Node, LocalRank: -1}
+			Record: e.Record, EndedNS: e.EndedNS, Crash: e.Crash, Node: e.Node, LocalRank: -1, LockWait: e.LockWait}
 		if e.LocalRank != nil {
 			in.Ranks[r].LocalRank = *e.LocalRank
 		}

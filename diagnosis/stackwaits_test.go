@@ -7,6 +7,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
 // noClockJob is a 4-rank job whose collectives nothing records: each
@@ -197,5 +198,42 @@ func TestSameWaitIsOneLowHypothesis(t *testing.T) {
 	h := rep.Hypotheses[0]
 	if h.Culprits != "1-3" || h.Confidence != Low || !strings.Contains(allText(h), "blocked in the same call") {
 		t.Fatalf("%s\n%+v", rep.Summary, rep.Hypotheses)
+	}
+}
+
+// TestFileLockAcrossACollective: the same job with /proc/locks read: ranks
+// 1-3 wait in flock for the lock rank 0 holds while rank 0 waits in the
+// barrier for them. Rank 0 is the culprit of a deadlock across processes.
+func TestFileLockAcrossACollective(t *testing.T) {
+	in := rounds(4, 5, nil)
+	var comm []evidence.CommRow
+	for _, row := range in.Comm {
+		if row.GroupSeq == 5 && row.Rank != 0 {
+			continue
+		}
+		comm = append(comm, row)
+	}
+	in.Comm = comm
+	for r := 0; r < 4; r++ {
+		in.Ranks[r].PID = 3000 + r
+	}
+	stuckAt(in, 0, append([]stacks.Frame{{File: "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", Line: 4811, Function: "barrier"}}, flockFrames...)...)
+	for r := 1; r < 4; r++ {
+		stuckAt(in, r, flockFrames...)
+		in.Ranks[r].LockWait = &procfacts.LockWait{Waiter: 3000 + r, Holder: 3000, Kind: "FLOCK", File: "fe:00:42"}
+	}
+	rep := Diagnose(in)
+	h := rep.Hypotheses[0]
+	if h.Category != CatDeadlock || h.Culprits != "0" || h.Collateral != "1-3" || h.Where == nil || h.Where.Function != "append_manifest" ||
+		!strings.Contains(allText(h), "rank 0 (pid 3000) holds") {
+		t.Fatalf("%s\n%+v", rep.Summary, rep.Hypotheses)
+	}
+	// The holder is no rank of the job: the waiters stay, and it is named.
+	for r := 1; r < 4; r++ {
+		in.Ranks[r].LockWait.Holder = 4242
+	}
+	h = Diagnose(in).Hypotheses[0]
+	if h.Culprits != "1-3" || h.Confidence != Low || !strings.Contains(allText(h), "pid 4242 holds, no rank of this job") {
+		t.Fatalf("%+v", h)
 	}
 }

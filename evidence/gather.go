@@ -85,6 +85,9 @@ type RankEvidence struct {
 	// GPU index); nil when unknown. The diagnosis maps a rank to its GPU
 	// by it only when the GPUs list no processes (a container hides them).
 	LocalRank *int `json:",omitempty"`
+	// LockWait: the process is blocked taking a file lock (flock, POSIX),
+	// and /proc/locks says which process holds it.
+	LockWait *procfacts.LockWait `json:",omitempty"`
 }
 
 // Bundle is the evidence for one scope (this node).
@@ -300,6 +303,22 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 		e.OSThreads = p.OSThreads
 		if p.Err != "" && e.Main == nil {
 			problem("rank %d's stacks: %s", p.Rank, p.Err)
+		}
+	}
+	// File locks the live ranks wait for, and their holders (a rank
+	// blocked in flock on a checkpoint manifest another rank holds).
+	if waits, err := procfacts.LockWaits(procfacts.Proc); err == nil {
+		byPID := map[int]*RankEvidence{}
+		for _, e := range b.Ranks {
+			if e.Alive {
+				byPID[e.PID] = e
+			}
+		}
+		for i := range waits {
+			if e := byPID[waits[i].Waiter]; e != nil {
+				w := waits[i]
+				e.LockWait = &w
+			}
 		}
 	}
 	if !opt.RawFR {
