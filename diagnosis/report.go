@@ -477,13 +477,17 @@ func finish(h Hypothesis, in Input) Hypothesis {
 		h.Confidence = Low
 		h.Evidence = append(h.Evidence, Evidence{"stacks", "but its main thread's stack is inside torch.distributed: the rings and the stack disagree"})
 	}
-	if h.Category == CatCPUStall && inBackward(f.Main) {
-		// DDP's gradient all_reduce is waited for there: it may be in a
-		// collective the rings do not record, not its peers' one.
+	if h.Category == CatCPUStall && inBackward(f.Main) && len(h.collateral) > 0 {
+		// Its main thread waits in backward, where DDP's gradient
+		// all_reduce (issued from C++, in no ring) is waited for, while its
+		// peers wait in a collective it never entered: it went on to DDP's
+		// instead (the rank-local condition around a collective). A
+		// backward that only computes looks the same from here: medium.
+		h.Category = CatMissing
 		if h.Confidence == High {
 			h.Confidence = Medium
 		}
-		h.Evidence = append(h.Evidence, Evidence{"stacks", "its main thread waits in autograd's backward, where DDP's gradient all_reduce (issued from C++, in no ring) is waited for: it may have gone on to that collective instead of the one its peers wait in (missing_from_collective)"})
+		h.Evidence = append(h.Evidence, Evidence{"stacks", "its main thread waits in autograd's backward, where DDP's gradient all_reduce (issued from C++, in no ring) is waited for: it went past the collective its peers wait in to that one (or its backward never ends: a stuck custom op)"})
 	}
 	return h
 }
