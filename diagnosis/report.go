@@ -247,6 +247,18 @@ func diagnose(in Input) Report {
 			rep.Summary = "No hang yet: " + js.Why + "; " + quiet + "."
 		}
 		rep.Hypotheses = []Hypothesis{h}
+		if len(in.Comm) == 0 {
+			// No collective recorded (DDP and FSDP issue theirs from C++):
+			// every rank steps at the slowest one's pace, and who that is
+			// cannot be read from the steps. No confident all-clear.
+			if rep.Hypotheses[0].Confidence == High {
+				rep.Hypotheses[0].Confidence = Medium
+			}
+			rep.Hypotheses[0].Evidence = append(rep.Hypotheses[0].Evidence, Evidence{"comm_rings", "no collective is recorded (DDP and FSDP issue theirs from C++): the ranks step together at the slowest one's pace, so a straggler would look the same"})
+			if s := stackStraggler(in); s != nil {
+				rep.Hypotheses = append(rep.Hypotheses, finish(*s, in))
+			}
+		}
 		rep.DataQuality = append(rep.DataQuality, gpuMoving(in)...)
 		return rep
 	case StateSlow:

@@ -336,3 +336,31 @@ func sortedInts(xs []int) []int {
 	sort.Ints(s)
 	return s
 }
+
+// stackStraggler is a moving job's one stack sample read as a straggler
+// hint: most live ranks asleep in one call (waiting, DDP's backward or a
+// collective) while the rest are elsewhere. One sample is weak: low
+// confidence, and how to firm it up.
+func stackStraggler(in Input) *Hypothesis {
+	var live []*RankFacts
+	for _, f := range sortedFacts(in.Ranks) {
+		if f.Alive && f.Main != nil {
+			live = append(live, f)
+		}
+	}
+	place, waiting := commonBlockedPlace(live)
+	if place == "" {
+		return nil
+	}
+	var others []int
+	for _, f := range live {
+		if !slices.Contains(waiting, f.Rank) {
+			others = append(others, f.Rank)
+		}
+	}
+	return &Hypothesis{Category: CatStraggler, culprits: others, collateral: waiting, Collateral: rankset.Format(waiting), Confidence: Low,
+		Evidence: []Evidence{{"stacks", fmt.Sprintf("in this one stack sample %s wait asleep in %s while %s elsewhere: the one the others wait for each step, if it holds over samples",
+			rankWords(waiting), place, rankWords(others)+isAre(len(others)))}},
+		Confirm: "get_stacks three times, a second apart: the same rank elsewhere each time while the others wait",
+		Refute:  "another rank is the one elsewhere in the next samples"}
+}

@@ -238,3 +238,19 @@ func TestFileLockAcrossACollective(t *testing.T) {
 		t.Fatalf("%+v", h)
 	}
 }
+
+// TestMovingWithoutRecordedCollectives: a DDP job that steps (a clock),
+// whose collectives no ring records: never a confident all-clear, and a
+// stack sample with three ranks asleep in backward and one in its loader
+// adds a low straggler hint.
+func TestMovingWithoutRecordedCollectives(t *testing.T) {
+	in := pausedJob(0.05, "S", backwardFrames)
+	in.Ranks[1].Main.Frames = loaderFrames
+	rep := Diagnose(in)
+	if rep.State != StateHealthy || len(rep.Hypotheses) != 2 || rep.Hypotheses[0].Confidence != Medium {
+		t.Fatalf("%s\n%+v", rep.Summary, rep.Hypotheses)
+	}
+	if h := rep.Hypotheses[1]; h.Category != CatStraggler || h.Culprits != "1" || h.Confidence != Low {
+		t.Errorf("%+v", h)
+	}
+}

@@ -40,6 +40,12 @@ Scenarios (the culprit is rank 2 at world 4, unless said):
                     ranks 1-3 block in flock, rank 0 waits in the barrier
                     for them (a deadlock across processes: rank 0, which
                     holds the lock while it waits, is the culprit)
+  worker_killed     the kernel's OOM killer takes one of rank 3's DataLoader
+                    workers (SIGKILL): the DataLoader raises in rank 3, which
+                    dies of it; torchrun stops the rest (post-mortem)
+  straggler_loader  rank 1 reads its shard from a slow disk: its batches
+                    take several times the others' compute, and every rank
+                    steps at its pace (DDP syncs each step); still moving
 """
 import argparse
 import json
@@ -71,6 +77,8 @@ SCENARIOS = {
     "rank_raises": ("dead", "dead_rank", 2, "ddp_job.py", "check_batch"),
     "metrics_skipped": ("dead", "missing_from_collective", 1, "ddp_job.py", "train_epoch"),
     "manifest_lock": ("stalled", "deadlock", 0, "ddp_job.py", "append_manifest"),
+    "worker_killed": ("dead", "dead_rank", 3, "ddp_job.py", "train_epoch"),
+    "straggler_loader": ("slow", "straggler", 1, None, None),
 }
 
 
@@ -90,14 +98,18 @@ def train_main():
     class ShardDataset(Dataset):
         """Token samples, one small file each, in this rank's shard."""
 
-        def __init__(self, root):
-            self.root = root
+        def __init__(self, root, rank):
+            self.root, self.rank = root, rank
             self.n = len([f for f in os.listdir(root) if f.startswith("sample-")])
 
         def __len__(self):
             return self.n
 
         def __getitem__(self, i):
+            if scenario == "worker_killed" and self.rank == 3 and i == FAULT_STEP * BATCH:
+                os.kill(os.getpid(), signal.SIGKILL)  # the OOM killer takes this worker
+            if scenario == "straggler_loader" and self.rank == 1:
+                time.sleep(0.02)  # a slow disk: every sample
             with open(os.path.join(self.root, "sample-%05d.txt" % i)) as f:
                 ids = [int(t) for t in f.read().split()]
             x = torch.tensor(ids[:SEQ], dtype=torch.long)
@@ -197,7 +209,7 @@ def train_main():
         model = DDP(TinyLM())
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         loss_fn = nn.CrossEntropyLoss()
-        ds = ShardDataset(os.path.join(work, "data", "rank%d" % rank))
+        ds = ShardDataset(os.path.join(work, "data", "rank%d" % rank), rank)
         loader = DataLoader(ds, batch_size=BATCH, num_workers=2, shuffle=False, persistent_workers=True)
         step = 0
         while True:
@@ -335,7 +347,7 @@ def launch(a):
         if first and steps > first[0]:
             step_s = (time.time() - first[1]) / (steps - first[0])
         last = max(t for _, t in prog.values())
-        if a.scenario == "healthy" and steps >= HEALTHY_STEPS:
+        if a.scenario in ("healthy", "straggler_loader") and steps >= HEALTHY_STEPS:
             break
         if a.scenario == "validation_pause":
             marks = [os.path.join(work, "progress", "validating%d" % r) for r in range(a.world)]
@@ -349,7 +361,7 @@ def launch(a):
         if a.scenario == "metrics_skipped" and p.poll() is not None:
             settled = last
             break
-        if a.scenario == "rank_raises" and p.poll() is not None:
+        if a.scenario in ("rank_raises", "worker_killed") and p.poll() is not None:
             settled = last
             break
     if stopping:
