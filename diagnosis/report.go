@@ -247,7 +247,7 @@ func diagnose(in Input) Report {
 			rep.Summary = "No hang yet: " + js.Why + "; " + quiet + "."
 		}
 		rep.Hypotheses = []Hypothesis{h}
-		if len(in.Comm) == 0 {
+		if !recentCollectives(in, js) {
 			// No collective recorded (DDP and FSDP issue theirs from C++):
 			// every rank steps at the slowest one's pace, and who that is
 			// cannot be read from the steps. No confident all-clear.
@@ -380,6 +380,32 @@ func diagnose(in Input) Report {
 		rep.Summary += fmt.Sprintf(" %d other hypothes(es) below.", len(rep.Hypotheses)-1)
 	}
 	return rep
+}
+
+// recentCollectives: some rank's rings recorded a collective within its
+// last few steps. DDP and FSDP issue theirs from C++ (only set-up calls
+// such as the first broadcast are seen), so their steps come with none.
+func recentCollectives(in Input, js JobState) bool {
+	if js.Step <= 0 {
+		return len(in.Comm) > 0
+	}
+	for _, f := range in.Ranks {
+		a := f.Activity
+		if a == nil {
+			continue
+		}
+		if len(a.Steps) == 0 {
+			if a.LastComm > 0 {
+				return true // its steps are its collectives' rhythm
+			}
+			continue
+		}
+		last := a.Steps[len(a.Steps)-1] // µs
+		if seen := max(a.LastComm, a.LastCommDone); seen > 0 && last-seen <= 3*js.Step.Microseconds() {
+			return true
+		}
+	}
+	return false
 }
 
 // collectiveCadence is, per rank, the times (ns) it entered its most

@@ -253,4 +253,13 @@ func TestMovingWithoutRecordedCollectives(t *testing.T) {
 	if h := rep.Hypotheses[1]; h.Category != CatStraggler || h.Culprits != "1" || h.Confidence != Low {
 		t.Errorf("%+v", h)
 	}
+	// DDP's set-up broadcast is recorded, long before the steps: still no
+	// collective in the recent steps.
+	for r, f := range in.Ranks {
+		f.Activity.LastComm = f.Activity.Steps[0] - 60_000_000
+		in.Comm = append(in.Comm, evidence.CommRow{Rank: r, TimestampUS: f.Activity.LastComm, Op: "broadcast", Ranks: "[0, 1, 2, 3]", GroupSeq: 1, DurationMS: 1})
+	}
+	if rep := Diagnose(in); rep.Hypotheses[0].Confidence != Medium || len(rep.Hypotheses) != 2 {
+		t.Errorf("an old set-up collective: %+v", rep.Hypotheses)
+	}
 }

@@ -344,7 +344,7 @@ def wrong(r):
 # with the world's size at 8 too, and the dead-job form of the stalls and
 # deaths; --all-torch takes every world and post-mortem form it lists.
 TORCH_AT_8 = ("cpu_stall", "missing_from_collective", "dead_rank", "all_in_collective", "straggler")
-TORCH_POST_MORTEM = ("cpu_stall", "missing_from_collective", "dead_rank")
+TORCH_POST_MORTEM = ("cpu_stall", "missing_from_collective", "dead_rank", "loader_stuck", "upload_stuck")
 
 
 def torch_cases(python, everything=False, name=TORCH_JOB):

@@ -12,7 +12,10 @@ Launcher protocol (as socket_job.py's):
 starts `torchrun --standalone --nproc-per-node N` with PROBING=1, waits
 until the scenario's state is reached, writes F (JSON: the ranks' pids,
 the truth, when the job settled and its step time), then stays until
-SIGTERM/SIGINT and ends torchrun and every rank.
+SIGTERM/SIGINT and ends torchrun and every rank. With --post-mortem
+(loader_stuck, upload_stuck) the hung job is killed first, every process
+with SIGKILL as a scheduler's time limit does, and the truth is the dead
+job's.
 
 Scenarios (the culprit is rank 2 at world 4, unless said):
   healthy           no fault
@@ -65,6 +68,7 @@ SEQ = 16
 VOCAB = 64
 FAULT_STEP = 12
 HEALTHY_STEPS = 30
+POST_MORTEM = ("loader_stuck", "upload_stuck")  # the hangs that have a dead-job form
 VALIDATION_S = 90
 SAMPLES = 400
 
@@ -273,7 +277,7 @@ def truth(scenario, world, post_mortem):
     state, category, culprit, file, function = SCENARIOS[scenario]
     t = {"state": "dead" if post_mortem else state, "category": category,
          "culprits": "" if culprit < 0 else str(culprit)}
-    if file:
+    if file and not post_mortem:  # SIGKILL leaves no stack
         t["file"], t["function"] = file, function
     return t
 
@@ -367,6 +371,18 @@ def launch(a):
     if stopping:
         end()
         return 0
+    if a.post_mortem:
+        # A scheduler's time limit: every process SIGKILLed, nothing flushed.
+        for pid in pids_of(work, a.world):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        p.wait()
     ready = {"pids": pids_of(work, a.world), "truth": truth(a.scenario, a.world, a.post_mortem),
              "settled_at": settled, "step_s": step_s, "work": work}
     with open(a.ready_file + ".tmp", "w") as f:
@@ -393,8 +409,10 @@ def main():
     a = ap.parse_args()
     if a.list:
         for name in SCENARIOS:
-            print(name, 4)
+            print(name, 4, "post-mortem" if name in POST_MORTEM else "")
         return 0
+    if a.post_mortem and a.scenario not in POST_MORTEM:
+        ap.error("--post-mortem: only %s" % ", ".join(POST_MORTEM))
     if a.scenario not in SCENARIOS:
         ap.error("--scenario: one of %s" % ", ".join(SCENARIOS))
     if a.world != 4:
