@@ -247,16 +247,21 @@ func diagnose(in Input) Report {
 			rep.Summary = "No hang yet: " + js.Why + "; " + quiet + "."
 		}
 		rep.Hypotheses = []Hypothesis{h}
-		if !recentCollectives(in, js) {
-			// No collective recorded (DDP and FSDP issue theirs from C++):
-			// every rank steps at the slowest one's pace, and who that is
-			// cannot be read from the steps. No confident all-clear.
+		// No collective recorded in the recent steps (DDP and FSDP issue
+		// theirs from C++): every rank steps at the slowest one's pace, and
+		// who that is cannot be read from the steps. A stack sample with
+		// most ranks waiting in one call and one elsewhere says who it may
+		// be. Either way, no confident all-clear.
+		noRecent, hint := !recentCollectives(in, js), stackStraggler(in)
+		if noRecent || hint != nil {
 			if rep.Hypotheses[0].Confidence == High {
 				rep.Hypotheses[0].Confidence = Medium
 			}
-			rep.Hypotheses[0].Evidence = append(rep.Hypotheses[0].Evidence, Evidence{"comm_rings", "no collective is recorded (DDP and FSDP issue theirs from C++): the ranks step together at the slowest one's pace, so a straggler would look the same"})
-			if s := stackStraggler(in); s != nil {
-				rep.Hypotheses = append(rep.Hypotheses, finish(*s, in))
+			if noRecent {
+				rep.Hypotheses[0].Evidence = append(rep.Hypotheses[0].Evidence, Evidence{"comm_rings", "no collective is recorded in the recent steps (DDP and FSDP issue theirs from C++): the ranks step together at the slowest one's pace, so a straggler would look the same"})
+			}
+			if hint != nil {
+				rep.Hypotheses = append(rep.Hypotheses, finish(*hint, in))
 			}
 		}
 		rep.DataQuality = append(rep.DataQuality, gpuMoving(in)...)

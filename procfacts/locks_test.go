@@ -62,3 +62,29 @@ func TestLockWaitsReal(t *testing.T) {
 	}
 	t.Fatal("the blocked flock never showed in /proc/locks")
 }
+
+// TestZombieIsNotAlive: a child that exited and was not reaped yet has a
+// pid and a start time, but runs nothing: not alive.
+func TestZombieIsNotAlive(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Skipf("no true(1): %v", err)
+	}
+	pid := cmd.Process.Pid
+	start, err := StartTime(pid)
+	deadline := time.Now().Add(60 * time.Second) // a hang guard: the wait is on its state
+	for time.Now().Before(deadline) {
+		st, err := StatAt(Proc, pid)
+		if err == nil && st.State == "Z" {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err == nil && Alive(pid, start) {
+		t.Errorf("zombie %d counted alive", pid)
+	}
+	cmd.Wait()
+	if !Alive(os.Getpid(), 0) {
+		t.Error("this process is not alive?")
+	}
+}

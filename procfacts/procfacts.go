@@ -91,7 +91,9 @@ func StartTime(pid int) (uint64, error) {
 }
 
 // Alive reports whether pid runs and, when start is not 0, is the same
-// process that recorded it.
+// process that recorded it. A zombie does not run: it exited and waits
+// for its parent to reap it (a rank whose launcher was killed with it
+// stays one where nothing reaps orphans).
 func Alive(pid int, start uint64) bool {
 	if pid <= 0 {
 		return false
@@ -99,11 +101,14 @@ func Alive(pid int, start uint64) bool {
 	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
 		return false
 	}
-	if start == 0 {
-		return true
+	st, err := StatAt(Proc, pid)
+	if err != nil {
+		return true // unreadable /proc: trust kill
 	}
-	st, err := StartTime(pid)
-	return err != nil || st == start // unreadable /proc: trust kill
+	if st.State == "Z" || st.State == "X" {
+		return false
+	}
+	return start == 0 || st.Start == start
 }
 
 // Gone reports whether err says the process or thread no longer exists
