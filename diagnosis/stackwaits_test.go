@@ -151,15 +151,7 @@ var (
 // it is the one culprit, missing from the collective its peers wait in,
 // at medium confidence (a backward that never ends looks the same).
 func TestUnflushedRowTakenFromTheStack(t *testing.T) {
-	in := rounds(4, 5, nil)
-	var comm []evidence.CommRow
-	for _, row := range in.Comm {
-		if row.GroupSeq == 5 && row.Rank != 2 {
-			continue
-		}
-		comm = append(comm, row)
-	}
-	in.Comm = comm
+	in := onlyIn(5, 2)
 	stuckAt(in, 0, allReduceFrames...)
 	stuckAt(in, 3, allReduceFrames...)
 	stuckAt(in, 1, backwardFrames...)
@@ -178,15 +170,7 @@ func TestUnflushedRowTakenFromTheStack(t *testing.T) {
 // barrier): not three confident culprits, one low hypothesis that says
 // they wait for one thing.
 func TestSameWaitIsOneLowHypothesis(t *testing.T) {
-	in := rounds(4, 5, nil)
-	var comm []evidence.CommRow
-	for _, row := range in.Comm {
-		if row.GroupSeq == 5 && row.Rank != 0 {
-			continue
-		}
-		comm = append(comm, row)
-	}
-	in.Comm = comm
+	in := onlyIn(5, 0)
 	for r := 1; r < 4; r++ {
 		stuckAt(in, r, flockFrames...)
 	}
@@ -206,15 +190,7 @@ func TestSameWaitIsOneLowHypothesis(t *testing.T) {
 // 1-3 wait in flock for the lock rank 0 holds while rank 0 waits in the
 // barrier for them. Rank 0 is the culprit of a deadlock across processes.
 func TestFileLockAcrossACollective(t *testing.T) {
-	in := rounds(4, 5, nil)
-	var comm []evidence.CommRow
-	for _, row := range in.Comm {
-		if row.GroupSeq == 5 && row.Rank != 0 {
-			continue
-		}
-		comm = append(comm, row)
-	}
-	in.Comm = comm
+	in := onlyIn(5, 0)
 	for r := 0; r < 4; r++ {
 		in.Ranks[r].PID = 3000 + r
 	}
@@ -262,4 +238,18 @@ func TestMovingWithoutRecordedCollectives(t *testing.T) {
 	if rep := Diagnose(in); rep.Hypotheses[0].Confidence != Medium || len(rep.Hypotheses) != 2 {
 		t.Errorf("an old set-up collective: %+v", rep.Hypotheses)
 	}
+}
+
+// onlyIn is rounds(4, n) where only rank r's ring records collective #n
+// (the others' rows of it not written, or never issued).
+func onlyIn(n, r int) Input {
+	in := rounds(4, n, nil)
+	var comm []evidence.CommRow
+	for _, row := range in.Comm {
+		if row.GroupSeq != int64(n) || row.Rank == r {
+			comm = append(comm, row)
+		}
+	}
+	in.Comm = comm
+	return in
 }

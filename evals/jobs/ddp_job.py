@@ -301,15 +301,7 @@ def launch(a):
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
 
-    def end():
-        try:
-            os.killpg(p.pid, signal.SIGTERM)
-        except OSError:
-            pass
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            pass
+    def kill_all():
         for pid in pids_of(work, a.world) + [p.pid]:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -320,6 +312,17 @@ def launch(a):
         except OSError:
             pass
         p.wait()
+
+    def end():
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except OSError:
+            pass
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            pass
+        kill_all()
         log.close()
         shutil.rmtree(work, ignore_errors=True)
 
@@ -372,17 +375,7 @@ def launch(a):
         end()
         return 0
     if a.post_mortem:
-        # A scheduler's time limit: every process SIGKILLed, nothing flushed.
-        for pid in pids_of(work, a.world):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        p.wait()
+        kill_all()  # a scheduler's time limit: every process SIGKILLed, nothing flushed
     ready = {"pids": pids_of(work, a.world), "truth": truth(a.scenario, a.world, a.post_mortem),
              "settled_at": settled, "step_s": step_s, "work": work}
     with open(a.ready_file + ".tmp", "w") as f:
