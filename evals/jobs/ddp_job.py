@@ -273,6 +273,22 @@ def pids_of(work, world):
     return out
 
 
+def job_pids(work):
+    """Every process whose environment names this job's work dir."""
+    mark = ("JOB_WORK=%s" % work).encode()
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/environ" % d, "rb") as f:
+                if mark in f.read().split(b"\0"):
+                    out.append(int(d))
+        except OSError:
+            pass
+    return out
+
+
 def truth(scenario, world, post_mortem):
     state, category, culprit, file, function = SCENARIOS[scenario]
     t = {"state": "dead" if post_mortem else state, "category": category,
@@ -302,7 +318,9 @@ def launch(a):
     signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
 
     def kill_all():
-        for pid in pids_of(work, a.world) + [p.pid]:
+        # The ranks, torchrun, and every process of this job's (DataLoader
+        # workers outlive a SIGKILLed rank while they block on a FIFO).
+        for pid in pids_of(work, a.world) + [p.pid] + job_pids(work):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
