@@ -72,6 +72,10 @@ type RankFacts struct {
 	// LockWait: it is blocked taking a file lock that LockWait.Holder
 	// (a pid, on its node) holds.
 	LockWait *procfacts.LockWait
+	// Samples are more samples of its main thread, taken after Main, a
+	// moment apart (Run takes them for a moving job whose collectives no
+	// ring records: the one way to see its straggler).
+	Samples []*stacks.Thread
 }
 
 // Input is everything Diagnose weighs; the evidence service builds it.
@@ -253,14 +257,25 @@ func diagnose(in Input) Report {
 		// most ranks waiting in one call and one elsewhere says who it may
 		// be. Either way, no confident all-clear.
 		noRecent, hint := !recentCollectives(in, js), stackStraggler(in)
-		if noRecent || hint != nil {
+		if sampled(in) && hint == nil {
+			// Sampled again because the first sample hinted at a straggler,
+			// and no rank was elsewhere in every sample: not excluded.
+			rep.Hypotheses[0].Evidence = append(rep.Hypotheses[0].Evidence, Evidence{"stacks", "in several stack samples the ranks wait in one call in some, but no rank is elsewhere in all of them: no straggler shows, none is excluded"})
+		}
+		if noRecent || hint != nil || sampled(in) {
 			if rep.Hypotheses[0].Confidence == High {
 				rep.Hypotheses[0].Confidence = Medium
 			}
 			if noRecent {
-				rep.Hypotheses[0].Evidence = append(rep.Hypotheses[0].Evidence, Evidence{"comm_rings", "no collective is recorded in the recent steps (DDP and FSDP issue theirs from C++): the ranks step together at the slowest one's pace, so a straggler would look the same"})
+				rep.Hypotheses[0].Evidence = append(rep.Hypotheses[0].Evidence, Evidence{"comm_rings", noRecentLine})
 			}
-			if hint != nil {
+			if hint != nil && hint.Confidence != Low {
+				// The same rank elsewhere in every sample: the straggler.
+				h := finish(*hint, in)
+				rep.State, rep.StateWhy = StateSlow, js.Why+"; but "+hint.Evidence[0].Text
+				rep.Summary = fmt.Sprintf("No hang, but a straggler: %s; %s.", rankWords(h.culprits), hint.Evidence[0].Text)
+				rep.Hypotheses = []Hypothesis{h}
+			} else if hint != nil {
 				rep.Hypotheses = append(rep.Hypotheses, finish(*hint, in))
 			}
 		}
@@ -386,6 +401,20 @@ func diagnose(in Input) Report {
 	}
 	return rep
 }
+
+// sampled: Run took more stack samples of the job.
+func sampled(in Input) bool {
+	for _, f := range in.Ranks {
+		if len(f.Samples) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// noRecentLine says that a moving job's collectives are not in the rings
+// (Run takes more stack samples when it reads it).
+const noRecentLine = "no collective is recorded in the recent steps (DDP and FSDP issue theirs from C++): the ranks step together at the slowest one's pace, so a straggler would look the same"
 
 // recentCollectives: some rank's rings recorded a collective within its
 // last few steps. DDP and FSDP issue theirs from C++ (only set-up calls

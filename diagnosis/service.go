@@ -3,6 +3,7 @@ package diagnosis
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/probing-mcp/probing-mcp/evidence"
 	"github.com/probing-mcp/probing-mcp/procfacts"
@@ -28,7 +29,18 @@ func Run(ctx context.Context, opt RunOptions) Report {
 	} else {
 		b = evidence.Gather(ctx, opt.Evidence)
 	}
-	rep := Diagnose(FromBundle(b, opt.State))
+	in := FromBundle(b, opt.State)
+	rep := Diagnose(in)
+	if opt.Gather == nil && wantsSamples(rep) {
+		// A moving job whose collectives no ring records: its straggler
+		// shows only as the rank that is elsewhere in every stack sample.
+		for r, ts := range evidence.MainSamples(ctx, opt.Evidence, sampleRounds, sampleGap) {
+			if f := in.Ranks[r]; f != nil {
+				f.Samples = ts
+			}
+		}
+		rep = Diagnose(in)
+	}
 	for i := range rep.Hypotheses {
 		h := &rep.Hypotheses[i]
 		if h.Where == nil || len(h.culprits) == 0 {
@@ -52,4 +64,31 @@ func Run(ctx context.Context, opt RunOptions) Report {
 		h.Where.Source = src
 	}
 	return rep
+}
+
+// More stack samples for a moving job whose collectives no ring records:
+// three, 200 ms apart (a DDP step is tens of ms: a straggler is elsewhere
+// in each, a healthy rank only by chance).
+const (
+	sampleRounds = 3
+	sampleGap    = 200 * time.Millisecond
+)
+
+// wantsSamples: the verdict is a moving job's and says that no collective
+// is in the rings, or that one stack sample hints at a straggler.
+func wantsSamples(rep Report) bool {
+	if rep.State != StateHealthy && rep.State != StateProgressing {
+		return false
+	}
+	for _, h := range rep.Hypotheses {
+		if h.Category == CatStraggler {
+			return true
+		}
+		for _, e := range h.Evidence {
+			if e.Text == noRecentLine {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -337,30 +337,85 @@ func sortedInts(xs []int) []int {
 	return s
 }
 
-// stackStraggler is a moving job's one stack sample read as a straggler
-// hint: most live ranks asleep in one call (waiting, DDP's backward or a
-// collective) while the rest are elsewhere. One sample is weak: low
-// confidence, and how to firm it up.
+// stackStraggler reads a moving job's stack samples for a straggler: most
+// live ranks asleep in one call (DDP's backward, a collective) while the
+// rest are elsewhere. One sample is a hint (low); with more samples
+// (RankFacts.Samples), the ranks elsewhere in every one of them are the
+// straggler (medium), and nothing is said when no rank is elsewhere in
+// all of them.
 func stackStraggler(in Input) *Hypothesis {
 	var live []*RankFacts
+	rounds := -1
 	for _, f := range sortedFacts(in.Ranks) {
 		if f.Alive && f.Main != nil {
 			live = append(live, f)
+			if rounds < 0 || len(f.Samples) < rounds {
+				rounds = len(f.Samples)
+			}
 		}
 	}
-	place, waiting := commonBlockedPlace(live)
-	if place == "" {
+	if rounds < 0 {
 		return nil
 	}
-	var others []int
-	for _, f := range live {
-		if !slices.Contains(waiting, f.Rank) {
-			others = append(others, f.Rank)
+	var always map[int]bool
+	var waiting []int
+	place := ""
+	for k := 0; k <= rounds; k++ {
+		sample := make([]*RankFacts, len(live))
+		for i, f := range live {
+			c := *f
+			if k > 0 {
+				c.Main = f.Samples[k-1]
+			}
+			sample[i] = &c
+		}
+		p, w := commonBlockedPlace(sample)
+		if p == "" {
+			return nil // a sample where nobody waits for anyone
+		}
+		elsewhere := map[int]bool{}
+		for _, f := range live {
+			if !slices.Contains(w, f.Rank) {
+				elsewhere[f.Rank] = true
+			}
+		}
+		if always == nil {
+			always, place, waiting = elsewhere, p, w
+			continue
+		}
+		for r := range always {
+			if !elsewhere[r] {
+				delete(always, r)
+			}
 		}
 	}
-	return &Hypothesis{Category: CatStraggler, culprits: others, collateral: waiting, Collateral: rankset.Format(waiting), Confidence: Low,
-		Evidence: []Evidence{{"stacks", fmt.Sprintf("in this one stack sample %s wait asleep in %s while %s elsewhere: the one the others wait for each step, if it holds over samples",
-			rankWords(waiting), place, rankWords(others)+isAre(len(others)))}},
+	var others []int
+	for r := range always {
+		others = append(others, r)
+	}
+	sort.Ints(others)
+	if len(others) == 0 {
+		return nil
+	}
+	var rest []int
+	for _, f := range live {
+		if !slices.Contains(others, f.Rank) {
+			rest = append(rest, f.Rank)
+		}
+	}
+	h := &Hypothesis{Category: CatStraggler, culprits: others, Confidence: Low,
 		Confirm: "get_stacks three times, a second apart: the same rank elsewhere each time while the others wait",
 		Refute:  "another rank is the one elsewhere in the next samples"}
+	if rounds == 0 {
+		h.collateral, h.Collateral = waiting, rankset.Format(waiting)
+		h.Evidence = []Evidence{{"stacks", fmt.Sprintf("in this one stack sample %s wait asleep in %s while %s elsewhere: the one the others wait for each step, if it holds over samples",
+			rankWords(waiting), place, rankWords(others)+isAre(len(others)))}}
+		return h
+	}
+	h.Confidence = Medium
+	h.collateral, h.Collateral = rest, rankset.Format(rest)
+	h.Evidence = []Evidence{{"stacks", fmt.Sprintf("in each of %d stack samples the other ranks wait asleep in one call (%s in the first) while %s elsewhere: they wait for %s every step",
+		rounds+1, place, rankWords(others)+isAre(len(others)), them(len(others)))}}
+	h.Confirm = "the slow_rank skill, or get_stacks a few more times: the same rank elsewhere"
+	return h
 }

@@ -253,3 +253,44 @@ func onlyIn(n, r int) Input {
 	in.Comm = comm
 	return in
 }
+
+// TestStragglerOverSamples: with three more samples, the rank elsewhere
+// in every one is the straggler (slow, medium); when a different rank is
+// elsewhere each time, nobody is named and the job stays healthy.
+func TestStragglerOverSamples(t *testing.T) {
+	sample := func(elsewhere int) map[int]*stacks.Thread {
+		m := map[int]*stacks.Thread{}
+		for r := 0; r < 4; r++ {
+			fr := backwardFrames
+			if r == elsewhere {
+				fr = loaderFrames
+			}
+			m[r] = &stacks.Thread{IsMain: true, State: "S", Frames: fr}
+		}
+		return m
+	}
+	in := pausedJob(0.05, "S", backwardFrames)
+	in.Ranks[1].Main.Frames = loaderFrames
+	for _, e := range []int{1, 1, 1} {
+		for r, th := range sample(e) {
+			in.Ranks[r].Samples = append(in.Ranks[r].Samples, th)
+		}
+	}
+	rep := Diagnose(in)
+	if h := rep.Hypotheses[0]; rep.State != StateSlow || h.Category != CatStraggler || h.Culprits != "1" || h.Confidence != Medium || len(rep.Hypotheses) != 1 {
+		t.Fatalf("%s\n%+v", rep.Summary, rep.Hypotheses)
+	}
+	for r := range in.Ranks {
+		in.Ranks[r].Samples = nil
+	}
+	for _, e := range []int{2, 0, 3} {
+		for r, th := range sample(e) {
+			in.Ranks[r].Samples = append(in.Ranks[r].Samples, th)
+		}
+	}
+	rep = Diagnose(in)
+	if rep.State != StateHealthy || len(rep.Hypotheses) != 1 || rep.Hypotheses[0].Confidence != Medium ||
+		!strings.Contains(allText(rep.Hypotheses[0]), "none is excluded") {
+		t.Fatalf("%s\n%+v", rep.Summary, rep.Hypotheses)
+	}
+}

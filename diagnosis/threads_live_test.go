@@ -252,3 +252,33 @@ func TestLiveDeadRankOrder(t *testing.T) {
 	}
 	t.Log(rep.Summary)
 }
+
+// TestLiveMainSamples: evidence.MainSamples asks every live rank's agent
+// again: each rank gets its main thread, with frames and /proc's state, in
+// every round.
+func TestLiveMainSamples(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Python jobs")
+	}
+	j := startThreadsJob(t, "deadlock", 2)
+	opt := evidence.Options{Agents: agent.Options{DataDir: j.data, CtrlRoot: j.ctrl}}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for {
+		got := evidence.MainSamples(ctx, opt, 2, 20*time.Millisecond)
+		if len(got) == 2 && len(got[0]) == 2 && len(got[1]) == 2 {
+			for r, ts := range got {
+				for _, th := range ts {
+					if !th.IsMain || len(th.Frames) == 0 || th.State == "" {
+						t.Fatalf("rank %d: %+v", r, th)
+					}
+				}
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no two samples of both ranks in time: %v\n%s", got, j.tail())
+		}
+		time.Sleep(100 * time.Millisecond) // the agents are still starting
+	}
+}
