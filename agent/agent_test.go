@@ -17,6 +17,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/agent/procfs"
+	"github.com/probing-mcp/probing-mcp/diag/stacks"
 )
 
 // python is the interpreter the agent tests run (PROBING_TEST_PYTHON, else
@@ -491,8 +492,11 @@ func TestBadAgents(t *testing.T) {
 	})
 	silent := serve("silent.sock", func(c net.Conn) { time.Sleep(10 * time.Second); c.Close() })
 	// Slow once (a loaded node), then answers: the timeout is retried
-	// before it counts (the test process's main thread is not running
-	// Python, so /proc never shows a GIL holder on a CPU).
+	// before it counts. The fake agent is this test process, whose main
+	// thread's state is the Go runtime's: the retry is told it is asleep;
+	// on a CPU, no retry.
+	undo := agent.SetMainOnCPU(func([]stacks.Thread) bool { return false })
+	defer undo()
 	var calls atomic.Int32
 	slowOnce := serve("slow.sock", func(c net.Conn) {
 		defer c.Close()
@@ -507,6 +511,11 @@ func TestBadAgents(t *testing.T) {
 	st := agent.Stacks(context.Background(), slowOnce, agent.StackOptions{AgentTimeout: 300 * time.Millisecond})
 	if st.Source != "agent" || len(st.Threads) != 1 || !strings.Contains(st.Err, "answered on a second try") || calls.Load() != 2 {
 		t.Errorf("slow once: source %q, %d threads, err %q, %d calls", st.Source, len(st.Threads), st.Err, calls.Load())
+	}
+	agent.SetMainOnCPU(func([]stacks.Thread) bool { return true })
+	calls.Store(0)
+	if st := agent.Stacks(context.Background(), slowOnce, agent.StackOptions{AgentTimeout: 300 * time.Millisecond}); st.Source == "agent" || calls.Load() != 1 {
+		t.Errorf("main thread on a CPU (a GIL held in a C loop): retried anyway: source %q, %d calls", st.Source, calls.Load())
 	}
 	hangup := serve("hangup.sock", func(c net.Conn) { c.Close() })
 	ctx := context.Background()

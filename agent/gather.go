@@ -67,7 +67,7 @@ func Stacks(ctx context.Context, a *Agent, opt StackOptions) *stacks.Process {
 			// loaded node a healthy agent can miss its deadline. Unless
 			// /proc shows the main thread running (a C loop holding the
 			// GIL: no point waiting), ask once more with twice the time.
-			if pt := sampleThreads(a.PID, 1, 0); !mainRunning(pt) {
+			if pt := sampleThreads(a.PID, 1, 0); !mainOnCPU(pt) {
 				retry := opt
 				retry.AgentTimeout = 2 * opt.AgentTimeout
 				if got2, err2 := agentStacks(ctx, a, retry); err2 == nil {
@@ -111,6 +111,10 @@ func Stacks(ctx context.Context, a *Agent, opt StackOptions) *stacks.Process {
 	}
 	return p
 }
+
+// mainOnCPU is mainRunning, replaceable by tests whose fake agent is the
+// test process itself (its main thread's state is the Go runtime's).
+var mainOnCPU = mainRunning
 
 // mainRunning: /proc shows the main thread on a CPU (R).
 func mainRunning(ts []stacks.Thread) bool {
