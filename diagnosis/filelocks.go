@@ -39,7 +39,7 @@ func fileLocks(hs []Hypothesis, in Input, m Model) []Hypothesis {
 				owner = f.Rank
 			}
 		}
-		waiters := fmt.Sprintf("%s blocked taking a file lock (%s, file %s)", rankWords(h.culprits)+isAre(len(h.culprits)), kind, file)
+		waiters := fmt.Sprintf("%s blocked taking a file lock (%s, file %s)", rankWords(h.culprits)+plural(len(h.culprits), " is", " are"), kind, file)
 		if owner < 0 || slices.Contains(h.culprits, owner) {
 			hs[i].Evidence = append(hs[i].Evidence, Evidence{"proc", fmt.Sprintf("%s that pid %d holds, no rank of this job (/proc/locks)", waiters, holder)})
 			continue
@@ -67,11 +67,4 @@ func fileLocks(hs []Hypothesis, in Input, m Model) []Hypothesis {
 		hs[i] = n
 	}
 	return hs
-}
-
-func isAre(n int) string {
-	if n == 1 {
-		return " is"
-	}
-	return " are"
 }

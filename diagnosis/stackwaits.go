@@ -2,6 +2,7 @@ package diagnosis
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"sort"
@@ -51,6 +52,11 @@ func c10dCall(t *stacks.Thread) string {
 		}
 	}
 	return ""
+}
+
+// frameKey names a frame as the answer says it: "function at file:line".
+func frameKey(fr stacks.Frame) string {
+	return fmt.Sprintf("%s at %s:%d", fr.Function, path.Base(fr.File), fr.Line)
 }
 
 // mainState is the kernel state of a rank's main thread (R, S, D, ...),
@@ -148,8 +154,7 @@ func commonBlockedPlace(live []*RankFacts) (string, []int) {
 		if st != "S" && st != "D" {
 			continue
 		}
-		w := f.Main.Frames[0]
-		k := fmt.Sprintf("%s at %s:%d", w.Function, path.Base(w.File), w.Line)
+		k := frameKey(f.Main.Frames[0])
 		at[k] = append(at[k], f.Rank)
 	}
 	best, n := "", 0
@@ -282,18 +287,12 @@ func mergeSameWait(hs []Hypothesis, in Input) []Hypothesis {
 		if f == nil || f.Main == nil || len(f.Main.Frames) == 0 {
 			continue
 		}
-		fr := f.Main.Frames[0]
-		k := fmt.Sprintf("%s at %s:%d", fr.Function, path.Base(fr.File), fr.Line)
+		k := frameKey(f.Main.Frames[0])
 		at[k] = append(at[k], i)
 	}
 	drop := map[int]bool{}
 	var merged []Hypothesis
-	keys := make([]string, 0, len(at))
-	for k := range at {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(at)) {
 		idx := at[k]
 		if len(idx) < 2 {
 			continue
@@ -309,7 +308,8 @@ func mergeSameWait(hs []Hypothesis, in Input) []Hypothesis {
 			coll = append(coll, hs[i].collateral...)
 		}
 		sort.Ints(h.culprits)
-		h.collateral = slices.DeleteFunc(slices.Compact(sortedInts(coll)), func(r int) bool { return slices.Contains(h.culprits, r) })
+		slices.Sort(coll)
+		h.collateral = slices.DeleteFunc(slices.Compact(coll), func(r int) bool { return slices.Contains(h.culprits, r) })
 		h.Collateral = rankset.Format(h.collateral)
 		h.Evidence = []Evidence{{"stacks", fmt.Sprintf("ranks %s are all blocked in the same call (%s): they wait for one thing (a lock, a file, a server) that someone else holds, perhaps a rank that waits for them (a deadlock); none of them is shown to be the cause",
 			rankset.Format(h.culprits), k)}}
@@ -329,12 +329,6 @@ func mergeSameWait(hs []Hypothesis, in Input) []Hypothesis {
 		}
 	}
 	return append(out, merged...)
-}
-
-func sortedInts(xs []int) []int {
-	s := slices.Clone(xs)
-	sort.Ints(s)
-	return s
 }
 
 // stackStraggler reads a moving job's stack samples for a straggler: most
@@ -409,13 +403,13 @@ func stackStraggler(in Input) *Hypothesis {
 	if rounds == 0 {
 		h.collateral, h.Collateral = waiting, rankset.Format(waiting)
 		h.Evidence = []Evidence{{"stacks", fmt.Sprintf("in this one stack sample %s wait asleep in %s while %s elsewhere: the one the others wait for each step, if it holds over samples",
-			rankWords(waiting), place, rankWords(others)+isAre(len(others)))}}
+			rankWords(waiting), place, rankWords(others)+plural(len(others), " is", " are"))}}
 		return h
 	}
 	h.Confidence = Medium
 	h.collateral, h.Collateral = rest, rankset.Format(rest)
 	h.Evidence = []Evidence{{"stacks", fmt.Sprintf("in each of %d stack samples the other ranks wait asleep in one call (%s in the first) while %s elsewhere: they wait for %s every step",
-		rounds+1, place, rankWords(others)+isAre(len(others)), them(len(others)))}}
+		rounds+1, place, rankWords(others)+plural(len(others), " is", " are"), them(len(others)))}}
 	h.Confirm = "the slow_rank skill, or get_stacks a few more times: the same rank elsewhere"
 	return h
 }
