@@ -6,6 +6,7 @@ package evidence
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -31,7 +32,37 @@ type CommRow struct {
 	// and 0 when unknown (record_collective gives only the bytes).
 	Shape, Dtype string
 	Bytes        int64
+	// Peer is the global rank a point-to-point call sent to or received
+	// from, -1 for a collective, a receive from any rank, or rings of an
+	// agent that records no peer (its P2P rows counted on the group).
+	Peer int
 }
+
+// UnmarshalJSON reads a row from a node's bundle: a daemon that predates
+// the peer column sends none, which means no peer, not rank 0.
+func (r *CommRow) UnmarshalJSON(b []byte) error {
+	type plain CommRow
+	p := plain{Peer: -1}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*r = CommRow(p)
+	return nil
+}
+
+// P2PPeer is the peer of a point-to-point row that names one, else -1
+// (a collective; a receive from any rank; an older agent's row, counted
+// on its group).
+func (r CommRow) P2PPeer() int {
+	if !P2POps[r.Op] || r.Peer < 0 || r.Peer == r.Rank {
+		return -1
+	}
+	return r.Peer
+}
+
+// P2POps are the point-to-point calls (batch_isend_irecv is recorded
+// as one isend or irecv row per operation).
+var P2POps = map[string]bool{"send": true, "recv": true, "isend": true, "irecv": true, "batch_isend_irecv": true}
 
 // MaxCommRows bounds what ReadComm returns, whatever the job's size.
 const MaxCommRows = 200000
@@ -79,13 +110,17 @@ func ReadCommFor(ctx context.Context, e *sqlengine.Engine, perRank int, ranks []
 	return readCommCols(ctx, e, perRank, 0)
 }
 
-// readCommCols reads with the tensor columns, or without them from rings
-// of an agent that records none.
+// readCommCols reads with the tensor and peer columns, or without those
+// an older agent's rings lack (the peer came last, the tensors before).
 func readCommCols(ctx context.Context, e *sqlengine.Engine, perRank int, sinceUS int64) ([]CommRow, error) {
-	out, err := readComm(ctx, e, perRank, true, sinceUS)
-	var se *sqlengine.Error
-	if err != nil && errors.As(err, &se) && strings.Contains(se.Msg, "no such column") {
-		out, err = readComm(ctx, e, perRank, false, sinceUS)
+	var out []CommRow
+	var err error
+	for _, cols := range []commCols{{tensors: true, peer: true}, {tensors: true}, {}} {
+		out, err = readComm(ctx, e, perRank, cols, sinceUS)
+		var se *sqlengine.Error
+		if err == nil || !errors.As(err, &se) || !strings.Contains(se.Msg, "no such column") {
+			break
+		}
 	}
 	if err != nil {
 		return out, fmt.Errorf("reading python.comm_collective: %w", err)
@@ -93,10 +128,15 @@ func readCommCols(ctx context.Context, e *sqlengine.Engine, perRank int, sinceUS
 	return out, nil
 }
 
-func readComm(ctx context.Context, e *sqlengine.Engine, perRank int, tensors bool, sinceUS int64) ([]CommRow, error) {
+type commCols struct{ tensors, peer bool }
+
+func readComm(ctx context.Context, e *sqlengine.Engine, perRank int, want commCols, sinceUS int64) ([]CommRow, error) {
 	cols := "_rank, timestamp, op, participate_ranks, group_seq, duration_ms"
-	if tensors {
+	if want.tensors {
 		cols += ", tensor_shape, tensor_dtype, bytes"
+	}
+	if want.peer {
+		cols += ", peer"
 	}
 	var out []CommRow
 	q := fmt.Sprintf(`SELECT %s FROM (
@@ -106,9 +146,16 @@ func readComm(ctx context.Context, e *sqlengine.Engine, perRank int, tensors boo
 WHERE rn <= %d ORDER BY _rank, timestamp`, cols, cols, sinceUS, perRank)
 	err := pages(ctx, e, q, func(v []any) {
 		r := CommRow{Rank: int(asInt(v[0])), TimestampUS: asInt(v[1]), Op: asString(v[2]),
-			Ranks: asString(v[3]), GroupSeq: asInt(v[4]), DurationMS: asFloat(v[5])}
-		if len(v) >= 9 {
+			Ranks: asString(v[3]), GroupSeq: asInt(v[4]), DurationMS: asFloat(v[5]), Peer: -1}
+		if want.tensors && len(v) >= 9 {
 			r.Shape, r.Dtype, r.Bytes = asString(v[6]), asString(v[7]), asInt(v[8])
+		}
+		// A ring without the column (an older agent's, beside newer ones)
+		// gives NULL: no peer, not rank 0.
+		if want.peer && len(v) >= 10 && v[9] != nil {
+			if p := asInt(v[9]); p >= 0 && p <= MaxWorld {
+				r.Peer = int(p)
+			}
 		}
 		out = append(out, r)
 	})

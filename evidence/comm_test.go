@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -115,5 +116,65 @@ func TestReadCommTensors(t *testing.T) {
 	}
 	if r := rows[0]; r.Rank != 1 || r.Shape != "(4, 3)" || r.Dtype != "torch.float32" || r.Bytes != 48 || r.GroupSeq != 7 || r.DurationMS != -1 {
 		t.Errorf("%+v", r)
+	}
+}
+
+func TestCommRowJSONWithoutPeerIsNoPeer(t *testing.T) {
+	var rows []CommRow
+	if err := json.Unmarshal([]byte(`[{"Rank":3,"Op":"recv","GroupSeq":2},{"Rank":3,"Op":"recv","GroupSeq":3,"Peer":0}]`), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows[0].Peer != -1 || rows[0].P2PPeer() != -1 {
+		t.Errorf("a row without a peer reads peer %d (P2PPeer %d), want -1", rows[0].Peer, rows[0].P2PPeer())
+	}
+	if rows[1].P2PPeer() != 0 {
+		t.Errorf("a receive from rank 0 reads peer %d", rows[1].P2PPeer())
+	}
+	if (CommRow{Rank: 0, Op: "send"}).P2PPeer() != -1 || (CommRow{Rank: 1, Op: "all_reduce", Peer: 0}).P2PPeer() != -1 {
+		t.Error("a self-send or a collective has a peer")
+	}
+}
+
+// TestReadCommPeer: a new agent's ring gives each point-to-point call's
+// peer; an older agent's ring beside it (no peer column) gives none, not
+// rank 0.
+func TestReadCommPeer(t *testing.T) {
+	base := t.TempDir()
+	write := func(pid, rank int, peer bool) {
+		dir := filepath.Join(base, fmt.Sprint(pid))
+		cols := []memt.Column{{Name: "timestamp", Type: memt.I64}, {Name: "op", Type: memt.Str}, {Name: "participate_ranks", Type: memt.Str},
+			{Name: "tensor_shape", Type: memt.Str}, {Name: "tensor_dtype", Type: memt.Str}, {Name: "bytes", Type: memt.I64},
+			{Name: "duration_ms", Type: memt.F64}, {Name: "group_seq", Type: memt.I64}}
+		if peer {
+			cols = append(cols, memt.Column{Name: "peer", Type: memt.I64})
+		}
+		w, err := memt.Create(filepath.Join(dir, "python.comm_collective"), cols, memt.Options{ChunkSize: 65536, NumChunks: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		row := w.Row().I64(1000).Str("recv").Str("[0, 1, 2]").Str("(4,)").Str("torch.float32").I64(16).F64(-1).I64(3)
+		if peer {
+			row = row.I64(2)
+		}
+		if err := row.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		if err := os.WriteFile(filepath.Join(dir, ".identity.json"), []byte(fmt.Sprintf(`{"agent":"probing-mcp","pid":%d,"rank":%d,"world_size":3}`, pid, rank)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(999994, 1, true)
+	write(999995, 0, false)
+	e, err := sqlengine.New(sqlengine.Options{DataDir: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := ReadComm(context.Background(), e, 8)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("%v %v", rows, err)
+	}
+	if rows[0].Rank != 0 || rows[0].Peer != -1 || rows[1].Rank != 1 || rows[1].Peer != 2 || rows[1].Bytes != 16 {
+		t.Errorf("%+v", rows)
 	}
 }

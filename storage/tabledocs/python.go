@@ -106,7 +106,8 @@ func pythonTables() []Table {
 				Column{"bytes", "I64", "bytes", "Size of the communicated tensor."},
 				Column{"duration_ms", "F64", "ms", "Python wall time of the call (launch-level, see notes)."},
 				Column{"async_op", "I64", "", "1 when called with async_op=True (the duration then excludes the wait), else 0."},
-				Column{"group_seq", "I64", "", "probing-mcp agent only: 1-based count of this process's calls on this process group; the rank with the lowest last group_seq in a group is behind. duration_ms is -1 while a call has not returned."},
+				Column{"group_seq", "I64", "", "probing-mcp agent only: 1-based count of this process's calls on this process group; the rank with the lowest last group_seq in a group is behind. duration_ms is -1 while a call has not returned. A point-to-point call (send, recv, isend, irecv, each operation of batch_isend_irecv) does not count on its group: its group_seq counts this process's calls in that direction with that peer, so the k-th send from A to B matches B's k-th receive from A."},
+				Column{"peer", "I64", "", "probing-mcp agent only: the global rank a send went to or a receive came from; -1 for collectives and for a receive from any rank."},
 			)...),
 		},
 		{

@@ -27,7 +27,7 @@ var contractColumns = map[string][]string{
 		"timestamp:I64", "micro_step:I64", "local_step:I64", "global_step:I64", "micro_batches:I64", "rank:I64",
 		"world_size:I64", "role:Str", "op:Str", "group_rank:I64", "group_size:I64", "participate_ranks:Str",
 		"tensor_shape:Str", "tensor_dtype:Str", "bytes:I64", "duration_ms:F64", "async_op:I64",
-		"group_seq:I64", // our agent's extension, after the contract's columns
+		"group_seq:I64", "peer:I64", // our agent's extensions, after the contract's columns
 	},
 	"python.torch_trace": {
 		"timestamp:I64", "micro_step:I64", "local_step:I64", "global_step:I64", "micro_batches:I64", "seq:I64",

@@ -24,7 +24,15 @@ Row (contract §3.2 plus one trailing extension column):
   group_seq (EXTENSION: 1-based count of wrapped calls this process made on
   that process group, counting every call even when sampling skips its
   row; equal across members that issued the same calls, so the member with
-  the lowest max(group_seq) is the one that stopped issuing them).
+  the lowest max(group_seq) is the one that stopped issuing them), peer
+  (EXTENSION: for send/isend the global rank sent to, for recv/irecv the
+  one received from, -1 for collectives and for a receive from any rank).
+  A point-to-point call does not count on its group's group_seq (only some
+  members make it, so the others' counts would drift apart); its group_seq
+  counts this process's calls in that direction with that peer on that
+  group: the k-th send from A to B is matched by B's k-th receive from A.
+  batch_isend_irecv writes one row per operation in its list, named isend
+  or irecv.
 
 The wrapper itself only queues a small list (tables.defer_call); the
 flusher thread encodes and writes it, normally after the call returned,
@@ -104,7 +112,7 @@ class _TLS(threading.local):
 _tls = _TLS()
 _patched = {}        # op -> original
 _modules = []        # modules we patched
-_gcache = {}         # id(group) -> [group, group_rank, group_size, ranks_json, seq]
+_gcache = {}         # id(group) -> [group, group_rank, group_size, ranks_json, seq, p2p seqs]
 _c10d = [None]
 
 
@@ -128,7 +136,8 @@ def set_sample_rate(value):
 
 
 # -- group and tensor facts ------------------------------------------------------
-# A group entry is [group, group_rank, group_size, participate_ranks, seq].
+# A group entry is [group, group_rank, group_size, participate_ranks, seq,
+# {(direction, peer): seq of the point-to-point calls}].
 # The default group's entry is cached in _wentry (with the global rank and
 # world size in _wrank); init_process_group / destroy_process_group (both
 # wrapped) drop the caches.
@@ -155,7 +164,7 @@ def _entry(g):
         ranks = str(list(d.get_process_group_ranks(g)))
     except Exception:
         pass
-    return [g, gr, gs, ranks, 0]
+    return [g, gr, gs, ranks, 0, {}]
 
 
 def _world_entry():
@@ -179,14 +188,15 @@ def _world_entry():
     return e
 
 
-_NOGROUP = [None, 0, 0, "", 0]
+def _nogroup():
+    return [None, 0, 0, "", 0, {}]
 
 
 def _group(g):
     """The entry of group g (None = the default group), cached per group."""
     if g is None:
         e = _wentry if _wentry is not None else _world_entry()
-        return e if e is not None else list(_NOGROUP)
+        return e if e is not None else _nogroup()
     e = _gcache.get(id(g))
     if e is not None and e[0] is g:
         return e
@@ -196,7 +206,7 @@ def _group(g):
     try:
         e = _entry(g)
     except Exception:
-        return list(_NOGROUP)
+        return _nogroup()
     _gcache[id(g)] = e
     return e
 
@@ -254,6 +264,34 @@ def _params(op, fn):
         return _FALLBACK_PARAMS.get(op, ())
 
 
+_P2P_DIR = {"send": ("s", "dst", "group_dst"), "isend": ("s", "dst", "group_dst"),
+            "recv": ("r", "src", "group_src"), "irecv": ("r", "src", "group_src")}
+
+
+def _global_peer(g, peer, group_peer):
+    """The peer's global rank (-1 unknown): torch takes either."""
+    try:
+        if peer is not None:
+            return int(peer)
+        if group_peer is not None:
+            if g is None:
+                return int(group_peer)
+            return int(sys.modules["torch.distributed"].get_global_rank(g, group_peer))
+    except Exception:
+        pass
+    return -1
+
+
+def _p2p_seq(ge, direction, peer):
+    """The 1-based count of this process's calls in that direction with
+    that peer on group entry ge."""
+    d = ge[5]
+    k = (direction, peer)
+    n = d.get(k, 0) + 1
+    d[k] = n
+    return n
+
+
 def _make_wrapper(op, fn):
     params = _params(op, fn)
     tname = OPS.get(op)
@@ -262,10 +300,17 @@ def _make_wrapper(op, fn):
     ai = params.index("async_op") if "async_op" in params else -1
     always_async = op in _ALWAYS_ASYNC
     is_batch = op == "batch_isend_irecv"
-    # Only batch_isend_irecv calls other wrapped functions (the isend/irecv
-    # of its P2POps); other nested calls inside torch go to module globals
-    # that are recorded as what they are.
-    nestable = op in ("isend", "irecv", "send", "recv")
+    p2p = _P2P_DIR.get(op)
+    if p2p is not None:
+        direction = p2p[0]
+        pi = params.index(p2p[1]) if p2p[1] in params else -1
+        gpi = params.index(p2p[2]) if p2p[2] in params else -1
+    # batch_isend_irecv calls the isend/irecv of its P2POps, and torch's
+    # send/recv may call isend/irecv: a point-to-point call made inside
+    # another is part of the outer one's row. Other nested calls inside
+    # torch go to module globals that are recorded as what they are.
+    nestable = p2p is not None
+    holds = nestable or is_batch
     perf = time.perf_counter
     STEP = steptiming.STEP
 
@@ -274,59 +319,97 @@ def _make_wrapper(op, fn):
     qmax, kick = tables.QUEUE_MAX, tables.KICK
     write = _write_row
 
+    def queue(e):
+        n = len(q)
+        if n < qmax:
+            q.append((write, e))
+            if n == kick:
+                tables._flush_ev.set()
+            return e
+        tables._qdropped[0] += 1
+        return None
+
     def wrapper(*args, **kwargs):
         if not _on or (nestable and tls.busy):
             return fn(*args, **kwargs)
         e = None
+        batch = None
         t0 = perf()
         try:
             if is_batch:
-                ops = args[0] if args else kwargs.get("p2p_op_list")
-                g = getattr(ops[0], "group", None) if ops else None
-                x = ops
+                batch = _batch_entries(args[0] if args else kwargs.get("p2p_op_list"), t0, queue)
             else:
                 g = args[gi] if 0 <= gi < len(args) else kwargs.get("group")
                 x = (args[ti] if 0 <= ti < len(args) else kwargs.get(tname)) if tname else None
-            ge = _wentry if g is None and _wentry is not None else _group(g)
-            ge[4] += 1
-            if _rate >= 1.0 or _random() < _rate:
-                if always_async:
-                    a = 1
+                ge = _wentry if g is None and _wentry is not None else _group(g)
+                if p2p is None:
+                    ge[4] += 1
+                    seq, peer = ge[4], -1
                 else:
-                    a = 1 if (args[ai] if 0 <= ai < len(args) else kwargs.get("async_op")) else 0
-                if x is None:
-                    shape, dtype = "", ""
-                elif isinstance(x, (list, tuple)):
-                    shape, dtype = _tensor_facts(x)
-                else:
-                    shape, dtype = x.shape, x.dtype
-                e = [t0, STEP[0], STEP[1], STEP[2], STEP[3], _wrank[0], _wrank[1], op, ge,
-                     shape, dtype, 0, a, ge[4], -1.0, None]
-                n = len(q)
-                if n < qmax:
-                    q.append((write, e))
-                    if n == kick:
-                        tables._flush_ev.set()
-                else:
-                    tables._qdropped[0] += 1
-                    e = None
+                    peer = _global_peer(g, args[pi] if 0 <= pi < len(args) else kwargs.get(p2p[1]),
+                                        args[gpi] if 0 <= gpi < len(args) else kwargs.get(p2p[2]))
+                    seq = _p2p_seq(ge, direction, peer)
+                if _rate >= 1.0 or _random() < _rate:
+                    if always_async:
+                        a = 1
+                    else:
+                        a = 1 if (args[ai] if 0 <= ai < len(args) else kwargs.get("async_op")) else 0
+                    if x is None:
+                        shape, dtype = "", ""
+                    elif isinstance(x, (list, tuple)):
+                        shape, dtype = _tensor_facts(x)
+                    else:
+                        shape, dtype = x.shape, x.dtype
+                    e = queue([t0, STEP[0], STEP[1], STEP[2], STEP[3], _wrank[0], _wrank[1], op, ge,
+                               shape, dtype, 0, a, seq, -1.0, None, peer])
         except Exception as err:
-            e = None
+            e = batch = None
             tables.warn_once(("collective", op), "recording %s failed: %s", op, err)
-        if is_batch:
-            tls.busy = True  # its isend/irecv calls are part of this row
+        if holds:
+            tls.busy = True
         try:
             return fn(*args, **kwargs)
         finally:
-            if is_batch:
+            if holds:
                 tls.busy = False
             if e is not None:
                 dt = (perf() - t0) * 1000.0
                 e[14] = dt
                 if e[15] is not None:  # already in the ring (a long call): patch it there
                     _patch(e, dt)
+            elif batch:
+                dt = (perf() - t0) * 1000.0
+                for b in batch:
+                    b[14] = dt
+                    if b[15] is not None:
+                        _patch(b, dt)
 
     return wrapper
+
+
+def _batch_entries(ops, t0, queue):
+    """One queued entry per P2POp of a batch_isend_irecv call, each counted
+    on its own group, direction and peer."""
+    out = []
+    STEP = steptiming.STEP
+    sample = _rate >= 1.0 or _random() < _rate
+    for o in ops or ():
+        name = getattr(getattr(o, "op", None), "__name__", "")
+        if name not in ("isend", "irecv"):
+            name = "irecv" if "recv" in name else "isend"
+        g = getattr(o, "group", None)
+        ge = _wentry if g is None and _wentry is not None else _group(g)
+        peer = _global_peer(g, getattr(o, "peer", None), getattr(o, "group_peer", None))
+        seq = _p2p_seq(ge, "s" if name == "isend" else "r", peer)
+        if not sample:
+            continue
+        t = getattr(o, "tensor", None)
+        shape, dtype = (t.shape, t.dtype) if t is not None else ("", "")
+        e = queue([t0, STEP[0], STEP[1], STEP[2], STEP[3], _wrank[0], _wrank[1], name, ge,
+                   shape, dtype, 0, 1, seq, -1.0, None, peer])
+        if e is not None:
+            out.append(e)
+    return out
 
 
 # An entry: [0 perf_counter at entry, 1 micro_step, 2 local_step,
@@ -334,7 +417,8 @@ def _make_wrapper(op, fn):
 # 9 shape (torch.Size, or text for a list), 10 dtype (torch.dtype, or
 # (text, bytes) for a list), 11 unused,
 # 12 async_op, 13 group_seq, 14 duration_ms (-1.0 while in flight),
-# 15 where the row went (set by the flusher when it wrote an in-flight row)].
+# 15 where the row went (set by the flusher when it wrote an in-flight row),
+# 16 peer (-1 for a collective)].
 # Handshake without a lock (each list store/load is atomic under the GIL):
 # the caller stores [14] then reads [15]; the flusher stores [15] then
 # re-reads [14]. Whichever sees the other's store patches the row (both
@@ -396,7 +480,7 @@ def _write_rows(entries):
         if rank < 0:
             rank, ws = _wrank if _wentry is not None else tables.identity_fields()[:2]
         rows.append((int((e[0] + off) * 1e6), e[1], e[2], e[3], e[4], rank, ws, role, e[7],
-                     ge[1], ge[2], ge[3], shape, dtype, nbytes, e[14], e[12], e[13]))
+                     ge[1], ge[2], ge[3], shape, dtype, nbytes, e[14], e[12], e[13], e[16]))
     res = r.append_batch(rows)
     w = r.writer
     for e, row, loc in zip(entries, rows, res):
@@ -404,10 +488,14 @@ def _write_rows(entries):
             e[15] = loc
             d2 = e[14]
             if d2 != -1.0:
-                w.update_f64(loc[1], loc[2], loc[3] - 24, d2)
+                w.update_f64(loc[1], loc[2], loc[3] - _DURATION_BACK, d2)
 
 
 _write_row.batch = _write_rows
+
+# duration_ms is followed by async_op, group_seq and peer (3 x I64): its
+# offset back from the end of the row.
+_DURATION_BACK = 32
 
 
 def _patch(e, dt):
@@ -415,8 +503,7 @@ def _patch(e, dt):
         r = tables._rings.get("comm_collective")
         loc = e[15]
         if r is not None and loc is not None:
-            # duration_ms is followed by async_op and group_seq (2 x I64)
-            r.writer.update_f64(loc[1], loc[2], loc[3] - 24, dt)
+            r.writer.update_f64(loc[1], loc[2], loc[3] - _DURATION_BACK, dt)
     except Exception:
         pass
 
@@ -549,13 +636,13 @@ def record(op, ranks, rank=None, nbytes=0):
             if ge is None:
                 r0 = tables.identity_fields()[0] if rank is None else int(rank)
                 gr = key.index(r0) if r0 in key else 0
-                ge = [None, gr, len(key), str(list(key)), 0]
+                ge = [None, gr, len(key), str(list(key)), 0, {}]
                 _custom_groups[key] = ge
             ge[4] += 1
             me, ws = (tables.identity_fields()[:2] if rank is None else (int(rank), -1))
             STEP = steptiming.STEP
             e = [time.perf_counter(), STEP[0], STEP[1], STEP[2], STEP[3], me, ws, str(op), ge,
-                 "", ("", int(nbytes)), 0, 0, ge[4], -1.0, None]
+                 "", ("", int(nbytes)), 0, 0, ge[4], -1.0, None, -1]
             # The shared queue (it starts the flusher if none runs yet); a
             # dropped row leaves e unwritten, so __exit__ patches nothing.
             tables.defer_call(_write_row, e)

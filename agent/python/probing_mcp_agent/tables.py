@@ -69,8 +69,10 @@ SCHEMAS = {
         ("role", STR, ""), ("op", STR, ""), ("group_rank", I64, 0), ("group_size", I64, 0),
         ("participate_ranks", STR, ""), ("tensor_shape", STR, ""), ("tensor_dtype", STR, ""),
         ("bytes", I64, 0), ("duration_ms", F64, -1.0), ("async_op", I64, 0),
-        # extension: per-process-group count of wrapped calls, 1-based
-        ("group_seq", I64, 0),
+        # extensions: per-process-group count of wrapped calls, 1-based
+        # (per direction and peer for point-to-point calls), and the peer's
+        # global rank of a point-to-point call (-1 otherwise)
+        ("group_seq", I64, 0), ("peer", I64, -1),
     ],
     "torch_step_timing": [("timestamp", I64, 0)] + _STEP + _WHO + [
         ("role", STR, ""), ("step_duration_sec", F64, -1.0), ("is_shadow", I64, 0), ("sampled", I64, 1),

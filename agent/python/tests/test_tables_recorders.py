@@ -214,6 +214,7 @@ def make_fake_dist(rank=1, world=4):
     d.get_rank = lambda group=None: grp(group).ranks.index(rank)
     d.get_world_size = lambda group=None: len(grp(group).ranks)
     d.get_process_group_ranks = lambda g: list(g.ranks)
+    d.get_global_rank = lambda g, r: grp(g).ranks[r]
     d._world = types.SimpleNamespace(default_pg=world_pg)
     d.GroupMember = types.SimpleNamespace(WORLD=world_pg)
 
@@ -276,7 +277,7 @@ def test_collective_rows(fake_dist):
     d.all_gather([FakeTensor(2), FakeTensor(2)], FakeTensor(2), group=d.world_pg)
     assert d.calls == ["all_reduce", "all_reduce", "broadcast", "barrier", "all_gather"]
     names, rows = ring_rows("comm_collective")
-    assert names[-1] == "group_seq" and len(names) == 18
+    assert names[-2:] == ["group_seq", "peer"] and len(names) == 19
     got = [(r["op"], r["group_rank"], r["group_size"], r["participate_ranks"], r["tensor_shape"],
             r["tensor_dtype"], r["bytes"], r["async_op"], r["group_seq"]) for r in rows]
     assert got == [
@@ -293,7 +294,7 @@ def test_collective_rows(fake_dist):
         assert abs(r["timestamp"] - time.time() * 1e6) < 60e6
 
 
-def test_batch_p2p_is_one_row(fake_dist):
+def test_batch_p2p_is_one_row_per_operation(fake_dist):
     d = fake_dist
     P2POp = types.SimpleNamespace
     ops = [P2POp(op=d.isend, tensor=FakeTensor(8), peer=2, group=None),
@@ -301,9 +302,29 @@ def test_batch_p2p_is_one_row(fake_dist):
     d.batch_isend_irecv(ops)
     d.isend(FakeTensor(3), 2)
     _, rows = ring_rows("comm_collective")
-    assert [(r["op"], r["tensor_shape"], r["bytes"], r["async_op"]) for r in rows] == [
-        ("batch_isend_irecv", "[(8,), (8,)]", 64, 1), ("isend", "(3,)", 12, 1)]
+    assert [(r["op"], r["tensor_shape"], r["bytes"], r["async_op"], r["peer"], r["group_seq"]) for r in rows] == [
+        ("isend", "(8,)", 32, 1, 2, 1), ("irecv", "(8,)", 32, 1, 0, 1), ("isend", "(3,)", 12, 1, 2, 2)]
     assert d.calls == ["batch", "isend", "irecv", "isend"]
+
+
+def test_p2p_counts_per_peer_and_direction(fake_dist):
+    """The k-th send to a peer is numbered k, whatever else the rank called:
+    a receiver's k-th receive from it pairs with it, and the group's own
+    collectives keep one count on every member."""
+    d = fake_dist
+    sub = PG([1, 3])
+    d.all_reduce(FakeTensor(2))
+    d.isend(FakeTensor(2), 2)
+    d.isend(FakeTensor(2), dst=0)
+    d.irecv(FakeTensor(2), 2)
+    d.isend(FakeTensor(2), group=sub, group_dst=1)  # group rank 1 of [1, 3] is global rank 3
+    d.irecv(FakeTensor(2))  # from any rank
+    d.isend(FakeTensor(2), 2)
+    d.all_reduce(FakeTensor(2))
+    _, rows = ring_rows("comm_collective")
+    got = [(r["op"], r["peer"], r["group_seq"]) for r in rows]
+    assert got == [("all_reduce", -1, 1), ("isend", 2, 1), ("isend", 0, 1), ("irecv", 2, 1),
+                   ("isend", 3, 1), ("irecv", -1, 1), ("isend", 2, 2), ("all_reduce", -1, 2)]
 
 
 def test_sampling_and_switch(fake_dist):

@@ -8,7 +8,8 @@ imports torch. Skipped, with the reason, when that interpreter has no
 torch with gloo.
 
 * test_train_*: 4 ranks train a tiny model (all_reduce per gradient,
-  broadcast, barrier, a 2-rank subgroup, spans, optimizer steps), then
+  broadcast, barrier, a 2-rank subgroup, spans, optimizer steps, a ring
+  of send/recv and one batch_isend_irecv), then
   snapshot their Flight Recorder (persist, raw); the rings are read back
   with memt.py's reader and, when Go is available, with the Go reader
   (go run ./cmd/probing-mcp query).
@@ -62,7 +63,12 @@ def torch_python():
 WORKER = r'''
 import datetime, json, os, sys, threading, time
 sys.path.insert(0, os.environ["AGENT_PY"])
+# An agent installed into this interpreter (its .pth imports the package
+# at start, inactive without PROBING) would shadow the source under test.
+for _m in [m for m in sys.modules if m.split(".")[0] == "probing_mcp_agent"]:
+    del sys.modules[_m]
 import probing_mcp_agent
+assert probing_mcp_agent.__file__.startswith(os.environ["AGENT_PY"]), probing_mcp_agent.__file__
 from probing_mcp_agent import fr, spans, tables
 if hasattr(probing_mcp_agent, "activate"):
     assert probing_mcp_agent.activate(), "activation failed"
@@ -113,6 +119,20 @@ if mode == "train":
         if step == 4:
             w = dist.all_reduce(torch.ones(2), async_op=True)
     w.wait()
+    # a ring of point-to-point messages: 2 blocking rounds, then one batch
+    ws = dist.get_world_size()
+    nxt, prv = (rank + 1) % ws, (rank - 1) % ws
+    for i in range(2):
+        buf = torch.zeros(3)
+        if rank % 2 == 0:
+            dist.send(torch.full((3,), float(rank)), nxt)
+            dist.recv(buf, prv)
+        else:
+            dist.recv(buf, prv)
+            dist.send(torch.full((3,), float(rank)), nxt)
+    ops = [dist.P2POp(dist.isend, torch.ones(2), nxt), dist.P2POp(dist.irecv, torch.zeros(2), prv)]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
     spans.event("done", steps=6)
     reply = fr.snapshot(fmt="pickle", include_stack_traces=True, only_active=False, persist=True, raw=True)
     reply["data_len"] = len(reply.pop("data_b64"))
@@ -242,7 +262,12 @@ def test_train_collective_rows(train_job):
         # (the snapshot's own barrier and destroy's) -- count what the script issues
         assert ops.count("broadcast") == 6 and ops.count("barrier") >= 3
         assert ops.count("all_reduce") == 6 * nparams + 1 + sub
-        world = [x for x in rows if x["participate_ranks"] == "[0, 1, 2, 3]"]
+        p2p = [(x["op"], x["peer"], x["group_seq"], x["async_op"]) for x in rows if x["peer"] >= 0]
+        nxt, prv = (r + 1) % WORLD, (r - 1) % WORLD
+        rounds = [[("send", nxt, i, 0), ("recv", prv, i, 0)] if r % 2 == 0 else [("recv", prv, i, 0), ("send", nxt, i, 0)]
+                  for i in (1, 2)]
+        assert p2p == rounds[0] + rounds[1] + [("isend", nxt, 3, 1), ("irecv", prv, 3, 1)]
+        world = [x for x in rows if x["participate_ranks"] == "[0, 1, 2, 3]" and x["peer"] < 0]
         assert [x["group_seq"] for x in world] == list(range(1, len(world) + 1))
         assert all(x["group_rank"] == r and x["group_size"] == WORLD for x in world)
         subrows = [x for x in rows if x["participate_ranks"] == "[0, 1]"]
@@ -255,12 +280,12 @@ def test_train_collective_rows(train_job):
         assert grads[0]["tensor_dtype"] == "torch.float32" and grads[0]["bytes"] == 16 * 8 * 4
         assert all(x["duration_ms"] >= 0 for x in rows)  # none left in flight
         assert sorted({x["global_step"] for x in rows}) == [0, 1, 2, 3, 4, 5, 6]
-        asyncs = [x for x in rows if x["async_op"] == 1]  # issued after step 4's optimizer step
+        asyncs = [x for x in rows if x["async_op"] == 1 and x["peer"] < 0]  # issued after step 4's optimizer step
         assert len(asyncs) == 1 and asyncs[0]["global_step"] == 5 and asyncs[0]["tensor_shape"] == "(2,)"
         ts = [x["timestamp"] for x in rows]
         assert ts == sorted(ts) and abs(ts[-1] / 1e6 - time.time()) < 600
     # every rank issued the same world collectives in the same order
-    sig = [[(x["op"], x["group_seq"], x["tensor_shape"]) for x in per_rank[r] if x["participate_ranks"] == "[0, 1, 2, 3]"]
+    sig = [[(x["op"], x["group_seq"], x["tensor_shape"]) for x in per_rank[r] if x["participate_ranks"] == "[0, 1, 2, 3]" and x["peer"] < 0]
            for r in range(WORLD)]
     assert all(s == sig[0] for s in sig)
 
