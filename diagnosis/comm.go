@@ -35,17 +35,40 @@ func FromComm(rows []evidence.CommRow, world int) (Model, []string) {
 	last := map[int]evidence.CommRow{}
 	bad := 0
 	groups := groupCache{}
+	anyPeer := 0
 	for _, row := range sorted {
 		if row.Rank < 0 || row.GroupSeq <= 0 {
 			bad++
 			continue
 		}
-		g, members, err := groups.of(row.Ranks, world)
-		if err != nil {
-			bad++
-			continue
+		var g string
+		if peer := row.P2PPeer(); peer >= 0 {
+			// A point-to-point call is one message of the channel from
+			// sender to receiver: the k-th send pairs with the k-th
+			// receive, so the channel is a group of two with its own count.
+			src, dst := row.Rank, peer
+			if recvOps[row.Op] {
+				src, dst = peer, row.Rank
+			}
+			g = p2pGroup(src, dst)
+			m.Groups[g] = []int{src, dst}
+		} else if evidence.P2POps[row.Op] {
+			// No peer (a receive from any rank, or an older agent's row,
+			// counted on its group): whom it waits for is not recorded, and
+			// it must not shift the group's own count.
+			anyPeer++
+			g = p2pAnyGroup
+			m.Groups[g] = nil
+		} else {
+			var members []int
+			var err error
+			g, members, err = groups.of(row.Ranks, world)
+			if err != nil {
+				bad++
+				continue
+			}
+			m.Groups[g] = members
 		}
-		m.Groups[g] = members
 		rk := m.Ranks[row.Rank]
 		if rk == nil {
 			rk = &Rank{Rank: row.Rank, Issued: map[string]int64{}}
@@ -58,6 +81,9 @@ func FromComm(rows []evidence.CommRow, world int) (Model, []string) {
 	}
 	if bad > 0 {
 		problems = append(problems, fmt.Sprintf("%d comm_collective row(s) without a rank, a group_seq or a readable participate_ranks were left out", bad))
+	}
+	if anyPeer > 0 {
+		problems = append(problems, fmt.Sprintf("%d point-to-point row(s) name no peer (a receive from any rank, or an agent that records no peer): nobody is taken to wait for them", anyPeer))
 	}
 	for r, row := range last {
 		rk := m.Ranks[r]
@@ -118,4 +144,21 @@ func groupOf(ranks string, world int) (string, []int, error) {
 	}
 	sort.Ints(rs)
 	return rankset.Format(rs), rs, nil
+}
+
+// recvOps receive: their peer is the sender.
+var recvOps = map[string]bool{"recv": true, "irecv": true}
+
+// p2pGroup names the channel of messages from src to dst.
+func p2pGroup(src, dst int) string { return fmt.Sprintf("p2p %d>%d", src, dst) }
+
+// p2pAnyGroup holds the point-to-point calls that name no peer.
+const p2pAnyGroup = "p2p ?"
+
+// p2pChannel reads a channel's name back; ok is false for a group.
+func p2pChannel(g string) (src, dst int, ok bool) {
+	if _, err := fmt.Sscanf(g, "p2p %d>%d", &src, &dst); err != nil {
+		return 0, 0, false
+	}
+	return src, dst, true
 }

@@ -91,10 +91,11 @@ type CallSide struct {
 	Ranks           []int
 }
 
-// p2pOps take part of a group only: their group_seq counts differ across
-// the group's members by design, so a group that has them cannot be
-// compared by group_seq.
-var p2pOps = map[string]bool{"send": true, "recv": true, "isend": true, "irecv": true, "batch_isend_irecv": true}
+// p2pOps take part of a group only. An agent that records their peer
+// counts them per peer, apart from the group's collectives; an older one
+// counted them on the group, whose group_seq then differs across members
+// by design, so such a group cannot be compared by group_seq.
+var p2pOps = evidence.P2POps
 
 // sizeOps are the collectives whose every member passes a tensor of the
 // same size (all_to_all, gather and scatter may legitimately differ).
@@ -115,6 +116,9 @@ func FindMismatches(rows []evidence.CommRow, world int) []Mismatch {
 	for _, r := range rows {
 		if r.Rank < 0 || r.GroupSeq <= 0 {
 			continue
+		}
+		if r.P2PPeer() >= 0 {
+			continue // counted on its channel, not on the group
 		}
 		g, _, err := groups.of(r.Ranks, world)
 		if err != nil {

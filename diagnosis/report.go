@@ -3,6 +3,7 @@ package diagnosis
 import (
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -472,13 +473,20 @@ func collectiveCadence(rows []evidence.CommRow) map[int][]int64 {
 
 func hypothesisOf(s Sink, in Input, g Graph) Hypothesis {
 	h := Hypothesis{culprits: s.Ranks, collateral: g.Collateral, Collateral: rankset.Format(g.Collateral)}
-	waiters := fmt.Sprintf("%d rank(s) wait for it in collectives (%s)", len(g.Collateral), shortSet(rankset.Format(g.Collateral)))
+	where := "collectives"
+	if slices.ContainsFunc(g.Edges, func(e Edge) bool { _, _, ok := p2pChannel(e.Group); return ok }) {
+		where = "collectives or point-to-point calls"
+	}
+	waiters := fmt.Sprintf("%d rank(s) wait for it in %s (%s)", len(g.Collateral), where, shortSet(rankset.Format(g.Collateral)))
 	switch s.Kind {
 	case SinkDiverged:
 		h.Category, h.Confidence = CatMissing, High
 		h.Evidence = []Evidence{{"comm_rings", s.Why}, {"comm_rings", waiters}}
 		h.Confirm = fmt.Sprintf("snapshot_flight_recorder: rank %d's ring has %s and no %s", s.Ranks[0], s.At, s.Skipped)
 		h.Refute = fmt.Sprintf("rank %d entered %s after all", s.Ranks[0], s.Skipped)
+		if _, _, ok := p2pChannel(s.Skipped.Group); ok {
+			h.Confirm = "query: SELECT _rank, op, peer, max(group_seq) AS messages FROM python.comm_collective WHERE peer >= 0 GROUP BY _rank, op, peer: each pair's sends and receives, and the one short"
+		}
 	case SinkCPU:
 		h.Category, h.Confidence = CatCPUStall, Medium
 		h.Evidence = []Evidence{{"comm_rings", s.Why + "; the collectives it is waited for in were never entered by it"}, {"comm_rings", waiters}}

@@ -27,6 +27,18 @@ func (o Op) String() string {
 	if o.fromStack() {
 		return o.Name + " (seen in its stack)"
 	}
+	if o.Group == p2pAnyGroup {
+		return o.Name + " from any rank"
+	}
+	if src, dst, ok := p2pChannel(o.Group); ok {
+		switch {
+		case recvOps[o.Name]:
+			return fmt.Sprintf("%s #%d from rank %d", o.Name, o.Seq, src)
+		case o.Name == "send" || o.Name == "isend":
+			return fmt.Sprintf("%s #%d to rank %d", o.Name, o.Seq, dst)
+		}
+		return fmt.Sprintf("message #%d from rank %d to rank %d", o.Seq, src, dst)
+	}
 	return fmt.Sprintf("%s #%d on group %s", o.Name, o.Seq, o.Group)
 }
 
@@ -217,6 +229,8 @@ func sinkOf(m Model, c []int, out map[int][]Edge, reach map[int]bool) (Sink, boo
 			return Sink{Kind: SinkDead, Ranks: c, Why: fmt.Sprintf("rank %d is dead", r)}, reach[r]
 		case rk.Status == Running:
 			return Sink{Kind: SinkCPU, Ranks: c, Why: fmt.Sprintf("rank %d is not in any collective", r)}, reach[r]
+		case rk.In != nil && rk.In.Group == p2pAnyGroup:
+			return Sink{Kind: SinkUndecided, Ranks: c, Why: fmt.Sprintf("rank %d waits in a %s: whom it waits for is not recorded", r, rk.In)}, reach[r]
 		case len(out[r]) == 0:
 			// In a collective every member entered: nobody is missing.
 			at := *rk.In
@@ -238,7 +252,7 @@ func sinkOf(m Model, c []int, out map[int][]Edge, reach map[int]bool) (Sink, boo
 				}
 				if skippedAhead(rk.History, *rk.In, e.Group, e.Seq) && !slices.Contains(diverged, r) {
 					diverged = append(diverged, r)
-					a, s := *rk.In, Op{Group: e.Group, Seq: e.Seq, Name: opName(m.Ranks[q])}
+					a, s := *rk.In, Op{Group: e.Group, Seq: e.Seq, Name: skippedName(e.Group, r, m.Ranks[q])}
 					at, skipped = &a, &s
 				}
 			}
@@ -246,11 +260,36 @@ func sinkOf(m Model, c []int, out map[int][]Edge, reach map[int]bool) (Sink, boo
 	}
 	if len(diverged) == 1 {
 		r := diverged[0]
-		return Sink{Kind: SinkDiverged, Ranks: diverged, At: at, Skipped: skipped,
-			Why: fmt.Sprintf("rank %d entered %s without %s, which its peers wait for and which came first in its own earlier order", r, at, skipped)}, true
+		why := fmt.Sprintf("rank %d entered %s without %s, which its peers wait for and which came first in its own earlier order", r, at, skipped)
+		if src, dst, ok := p2pChannel(skipped.Group); ok {
+			// Said as the counts per pair, which a reader can check.
+			sent, peer, verb := m.Ranks[r].Issued[skipped.Group], dst, "sent"
+			if dst == r {
+				peer, verb = src, "received"
+			}
+			why = fmt.Sprintf("rank %d entered %s having %s %d message(s) to or from rank %d, while rank %d waits for message #%d, which in rank %d's earlier steps came before this point",
+				r, at, verb, sent, peer, peer, skipped.Seq, r)
+			if verb == "sent" {
+				why = fmt.Sprintf("rank %d entered %s having sent rank %d %d message(s), while rank %d waits for #%d, which in rank %d's earlier steps it sent before this point",
+					r, at, peer, sent, peer, skipped.Seq, r)
+			}
+		}
+		return Sink{Kind: SinkDiverged, Ranks: diverged, At: at, Skipped: skipped, Why: why}, true
 	}
 	return Sink{Kind: SinkUndecided, Ranks: c,
 		Why: fmt.Sprintf("ranks %v wait for each other in different groups and their order does not tell who diverged", c)}, true
+}
+
+// skippedName names the call rank r skipped in group g: its own side of a
+// point-to-point channel, else the collective its peer waits in.
+func skippedName(g string, r int, peer *Rank) string {
+	if src, _, ok := p2pChannel(g); ok {
+		if src == r {
+			return "send"
+		}
+		return "recv"
+	}
+	return opName(peer)
 }
 
 func opName(r *Rank) string {
@@ -269,7 +308,7 @@ func opName(r *Rank) string {
 // of t, it skipped t. Without three earlier entries at a steady rate,
 // nothing is claimed: a wrong accusation is worse than none.
 func skippedAhead(h []Op, cur Op, other string, t int64) bool {
-	type at struct{ i, j int64 }
+	type at = struct{ i, j int64 }
 	var past []at
 	otherAt, now := int64(-1), int64(-1)
 	for _, op := range h {
@@ -293,10 +332,53 @@ func skippedAhead(h []Op, cur Op, other string, t int64) bool {
 	}
 	a, b, c := past[len(past)-3], past[len(past)-2], past[len(past)-1]
 	if b.i <= a.i || c.i <= b.i || (b.j-a.j)*(c.i-b.i) != (c.j-b.j)*(b.i-a.i) || ((c.j-b.j)*(cur.Seq-c.i))%(c.i-b.i) != 0 {
-		return false
+		return periodicSkip(past, cur.Seq, now, t)
 	}
 	expected := c.j + (c.j-b.j)*(cur.Seq-c.i)/(c.i-b.i)
-	return now < expected && t <= expected
+	if now < expected && t <= expected {
+		return true
+	}
+	return periodicSkip(past, cur.Seq, now, t)
+}
+
+// maxPeriod bounds the step lengths periodicSkip tries.
+const maxPeriod = 64
+
+// periodicSkip is skippedAhead for a program whose rates change within a
+// step (a pipeline stage receives every micro-batch's activations, then
+// sends every gradient back): entries one step apart stand in the same
+// place of their steps. A period p counts when every entry of the last
+// three periods before cur is there and each advanced the other group by
+// the same amount D > 0 over the one p before it: then the other group
+// should stand at cur-p's place plus D; short of that, and short of t,
+// the rank skipped t. The shortest such period is the step (a shorter
+// one that fits only its three sampled points is not accepted). Without
+// it nothing is claimed.
+func periodicSkip(past []struct{ i, j int64 }, cur, now, t int64) bool {
+	at := make(map[int64]int64, len(past))
+	for _, e := range past {
+		at[e.i] = e.j
+	}
+	for p := int64(1); p <= maxPeriod; p++ {
+		c, ok := at[cur-p]
+		b, okB := at[cur-2*p]
+		if !ok || !okB || c-b <= 0 {
+			continue
+		}
+		d := c - b
+		steady := true
+		for i := cur - 3*p; i < cur-p && steady; i++ {
+			x, okX := at[i]
+			y, okY := at[i+p]
+			steady = okX && okY && y-x == d
+		}
+		if !steady {
+			continue
+		}
+		expected := c + d
+		return now < expected && t <= expected
+	}
+	return false
 }
 
 func sortedRanks(m Model) []*Rank {

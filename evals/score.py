@@ -64,10 +64,11 @@ SOCKET_CASES = (
     + [("socket_job.py", "dead_rank", 8, True)]
 )
 TORCH_JOB = "tp_gloo_job.py"
-# The torch jobs: the tensor-parallel one written with the diagnosis, and a
+# The torch jobs: the tensor-parallel one written with the diagnosis, a
 # DDP job written as ML engineers write one (DataLoader workers, torchrun,
-# checkpoints with an upload command, validation).
-TORCH_JOBS = (TORCH_JOB, "ddp_job.py")
+# checkpoints with an upload command, validation), and a hand-written GPipe
+# pipeline over send/recv.
+TORCH_JOBS = (TORCH_JOB, "ddp_job.py", "pipeline_job.py")
 
 # The spec's names (/work/notes/evals-spec.md): a truth outside them is
 # the job's error, not a case to score.
@@ -546,7 +547,7 @@ def main(argv=None):
     cases = [Case(j, s, w, pm, py) for (j, s, w, pm), py in specs]
     if opt.only:
         cases = [c for c in cases if opt.only in c.name]
-        skipped = [s for s in skipped if opt.only in s[0] or opt.only.startswith(("tp_gloo", "ddp"))]
+        skipped = [s for s in skipped if opt.only in s[0] or opt.only.startswith(("tp_gloo", "ddp", "pipeline"))]
     if opt.list:
         for c in cases:
             print(c.name)

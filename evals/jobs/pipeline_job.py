@@ -1,0 +1,319 @@
+"""A pipeline-parallel training job as ML engineers write one by hand
+(GPipe): a small transformer language model cut into four stages, one per
+rank, launched by torchrun. Every step runs the micro-batches forward
+through the stages, each stage sending its activations on with
+`dist.send` and receiving them with `dist.recv`, then runs them backward,
+each stage sending the gradient of its input back. Stage 0 reads the
+inputs and the last stage the labels, each through a DataLoader. For the
+scored evals corpus: nothing in it is shaped around the diagnosis.
+
+Launcher protocol (as ddp_job.py's, whose helpers it shares):
+  python pipeline_job.py --scenario NAME --world 4 --data-dir D --ctrl-root C
+                         --ready-file F
+  python pipeline_job.py --list
+
+Scenarios:
+  healthy        no fault
+  skipped_send   stage 2 drops a micro-batch whose tokens are all padding
+                 (a rank-local filter) and sends nothing on for it: stage 3
+                 waits for that activation, stage 2 goes on to its backward
+                 and waits there for a gradient stage 3 never sends, stages
+                 0-1 wait for gradients (the culprit is stage 2, which broke
+                 its own order; stage 3 only waits for it)
+  loader_stuck   one input file of stage 0 is a FIFO nobody writes (a shard
+                 on a stuck mount): its DataLoader worker blocks, stage 0
+                 waits for the batch, every other stage waits in recv
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import ddp_job  # noqa: E402  (its launcher helpers: progress, pids, killing the job)
+
+STAGES = 4
+MICRO = 4          # micro-batches per step
+MB = 2             # samples per micro-batch
+SEQ = 16
+VOCAB = 64
+DIM = 32
+FAULT_STEP = 8
+HEALTHY_STEPS = 20
+SAMPLES = 400
+
+# name: (state, category, culprit (-1 none), file, function)
+SCENARIOS = {
+    "healthy": ("healthy", "healthy", -1, None, None),
+    "skipped_send": ("stalled", "missing_from_collective", 2, "pipeline_job.py", "backward_micro"),
+    "loader_stuck": ("stalled", "cpu_stall", 0, "pipeline_job.py", "batches"),
+}
+
+
+# ----------------------------------------------------------- the training job
+
+def train_main():
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.elastic.multiprocessing.errors import record
+    from torch.utils.data import DataLoader, Dataset
+
+    work = os.environ["JOB_WORK"]
+    scenario = os.environ["JOB_SCENARIO"]
+
+    class Tokens(Dataset):
+        """Samples of one kind (inputs or labels), one small file each."""
+
+        def __init__(self, root):
+            self.root = root
+            self.n = len([f for f in os.listdir(root) if f.startswith("sample-")])
+
+        def __len__(self):
+            return self.n
+
+        def __getitem__(self, i):
+            with open(os.path.join(self.root, "sample-%05d.txt" % i)) as f:
+                return torch.tensor([int(t) for t in f.read().split()][:SEQ], dtype=torch.long)
+
+    def make_stage(rank):
+        torch.manual_seed(rank)
+        layer = nn.TransformerEncoderLayer(d_model=DIM, nhead=4, dim_feedforward=64, batch_first=True)
+        if rank == 0:
+            return nn.Sequential(nn.Embedding(VOCAB, DIM), layer)
+        if rank == STAGES - 1:
+            return nn.Sequential(layer, nn.Linear(DIM, VOCAB))
+        return layer
+
+    def batches(root):
+        loader = DataLoader(Tokens(root), batch_size=MB * MICRO, num_workers=1, shuffle=False,
+                            persistent_workers=True, drop_last=True)
+        while True:
+            for b in loader:
+                yield b
+
+    def is_padding(out):
+        # The bug: a rank-local filter. This stage drops a micro-batch it
+        # takes for padding and so never sends its activation on (the
+        # scenario decides when it misfires).
+        return scenario == "skipped_send" and dist.get_rank() == 2 and step_no[0] == FAULT_STEP
+
+    step_no = [0]
+
+    def forward_micro(stage, rank, x):
+        if rank == 0:
+            out = stage(x)
+        else:
+            act = torch.empty(MB, SEQ, DIM)
+            dist.recv(act, rank - 1)
+            act.requires_grad_(True)
+            x = act
+            out = stage(act)
+        return x, out
+
+    def backward_micro(rank, x, out, loss):
+        if rank == STAGES - 1:
+            loss.backward()
+        else:
+            grad = torch.empty_like(out)
+            dist.recv(grad, rank + 1)
+            out.backward(grad)
+        if rank > 0:
+            dist.send(x.grad, rank - 1)
+
+    def train_step(stage, opt, rank, inputs, labels):
+        x_all = next(inputs) if rank == 0 else None
+        y_all = next(labels) if rank == STAGES - 1 else None
+        saved = []
+        loss_fn = nn.CrossEntropyLoss()
+        for m in range(MICRO):
+            x = x_all[m * MB:(m + 1) * MB] if rank == 0 else None
+            x, out = forward_micro(stage, rank, x)
+            loss = None
+            if rank == STAGES - 1:
+                y = y_all[m * MB:(m + 1) * MB]
+                loss = loss_fn(out.reshape(-1, VOCAB), y.reshape(-1)) / MICRO
+            elif m == MICRO - 1 and is_padding(out):
+                continue  # dropped: nothing sent on, nothing to backward
+            else:
+                dist.send(out.detach(), rank + 1)
+            saved.append((x, out, loss))
+        opt.zero_grad()
+        for x, out, loss in saved:
+            backward_micro(rank, x, out, loss)
+        opt.step()
+
+    def progress(step):
+        with open(os.path.join(work, "progress", "rank%d" % dist.get_rank()), "w") as f:
+            f.write("%d %f" % (step, time.time()))
+
+    @record
+    def main():
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        with open(os.path.join(work, "pids", "rank%d" % rank), "w") as f:
+            f.write(str(os.getpid()))
+        stage = make_stage(rank)
+        opt = torch.optim.AdamW(stage.parameters(), lr=1e-3)
+        inputs = batches(os.path.join(work, "data", "inputs")) if rank == 0 else None
+        labels = batches(os.path.join(work, "data", "labels")) if rank == STAGES - 1 else None
+        while True:
+            train_step(stage, opt, rank, inputs, labels)
+            step_no[0] += 1
+            progress(step_no[0])
+
+    main()
+
+
+# ----------------------------------------------------------------- the launcher
+
+def make_data(work, scenario):
+    import random
+
+    rnd = random.Random(11)
+    for kind in ("inputs", "labels"):
+        d = os.path.join(work, "data", kind)
+        os.makedirs(d)
+        for i in range(SAMPLES):
+            with open(os.path.join(d, "sample-%05d.txt" % i), "w") as f:
+                f.write(" ".join(str(rnd.randrange(VOCAB)) for _ in range(SEQ)))
+    if scenario == "loader_stuck":
+        p = os.path.join(work, "data", "inputs", "sample-%05d.txt" % (FAULT_STEP * MB * MICRO))
+        os.unlink(p)
+        os.mkfifo(p)
+    for sub in ("pids", "progress"):
+        os.makedirs(os.path.join(work, sub))
+
+
+def truth(scenario):
+    state, category, culprit, file, function = SCENARIOS[scenario]
+    t = {"state": state, "category": category, "culprits": "" if culprit < 0 else str(culprit)}
+    if file:
+        t["file"], t["function"] = file, function
+    return t
+
+
+def launch(a):
+    work = tempfile.mkdtemp(prefix="pipeline-job-")
+    make_data(work, a.scenario)
+    env = dict(os.environ)
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    env.update({"PROBING": "1", "PROBING_DATA_DIR": a.data_dir, "PROBING_CTRL_ROOT": a.ctrl_root,
+                "PROBING_MCP_NODE": "0", "PROBING_TABLE_DEFAULT_MB": "1", "OMP_NUM_THREADS": "1",
+                "GLOO_SOCKET_IFNAME": "lo", "PYTHONUNBUFFERED": "1", "JOB_WORK": work,
+                "JOB_SCENARIO": a.scenario})
+    log = open(os.path.join(work, "torchrun.log"), "w")
+    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                          str(STAGES), "--max-restarts", "0", os.path.abspath(__file__), "--train"],
+                         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
+
+    def end():
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except OSError:
+            pass
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            pass
+        for pid in ddp_job.pids_of(work, STAGES) + [p.pid] + ddp_job.job_pids(work):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        p.wait()
+        log.close()
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+
+    def fail(why):
+        sys.stderr.write("pipeline_job: %s\n" % why)
+        try:
+            with open(os.path.join(work, "torchrun.log"), errors="replace") as f:
+                sys.stderr.write("".join(f.readlines()[-40:]))
+        except OSError:
+            pass
+        end()
+        sys.exit(1)
+
+    deadline = time.time() + 180
+    settled, step_s, first = None, 0.0, None
+    while not stopping:
+        if time.time() > deadline:
+            fail("the scenario's state was not reached in 180 s")
+        time.sleep(0.2)
+        prog = ddp_job.read_progress(work, STAGES)
+        if len(prog) < STAGES:
+            if p.poll() is not None:
+                fail("torchrun exited %s before every stage stepped" % p.returncode)
+            continue
+        steps = min(s for s, _ in prog.values())
+        if first is None and steps >= 2:
+            first = (steps, time.time())
+        if first and steps > first[0]:
+            step_s = (time.time() - first[1]) / (steps - first[0])
+        last = max(t for _, t in prog.values())
+        if a.scenario == "healthy" and steps >= HEALTHY_STEPS:
+            break
+        if a.scenario != "healthy" and steps >= FAULT_STEP - 2 and time.time() - last > 5:
+            settled = last
+            break
+        if p.poll() is not None:
+            fail("torchrun exited %s" % p.returncode)
+    if stopping:
+        end()
+        return 0
+    ready = {"pids": ddp_job.pids_of(work, STAGES), "truth": truth(a.scenario),
+             "settled_at": settled, "step_s": step_s, "work": work}
+    with open(a.ready_file + ".tmp", "w") as f:
+        json.dump(ready, f)
+    os.rename(a.ready_file + ".tmp", a.ready_file)
+    while not stopping:
+        time.sleep(0.2)
+    end()
+    return 0
+
+
+def main():
+    if "--train" in sys.argv:
+        train_main()
+        return 0
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--scenario")
+    ap.add_argument("--world", type=int, default=STAGES)
+    ap.add_argument("--data-dir")
+    ap.add_argument("--ctrl-root")
+    ap.add_argument("--ready-file")
+    ap.add_argument("--post-mortem", action="store_true")
+    a = ap.parse_args()
+    if a.list:
+        for name in SCENARIOS:
+            print(name, STAGES)
+        return 0
+    if a.post_mortem:
+        ap.error("--post-mortem: no scenario of this job has a dead-job form")
+    if a.scenario not in SCENARIOS:
+        ap.error("--scenario: one of %s" % ", ".join(SCENARIOS))
+    if a.world != STAGES:
+        ap.error("--world: %d (one stage per rank)" % STAGES)
+    return launch(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
