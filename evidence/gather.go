@@ -225,6 +225,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 			e.Record, e.EndedNS = a.Ending, EndedNS(a.Ending)
 		}
 		if !a.Alive {
+			withElasticError(e, a, problem)
 			c, err := readCrash(a)
 			if err != nil {
 				problem("rank %d's crash file: %v", a.Rank(), err)
