@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"path/filepath"
+	"strings"
 
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/procfacts"
@@ -45,5 +46,11 @@ func withElasticError(e *RankEvidence, a *agent.Agent, problem func(string, ...a
 	rec.Exception, rec.Exceptions = ee.Record(), max(rec.Exceptions, 1)
 	e.Record, e.Raised = &rec, true
 	e.EndedNS = EndedNS(&rec)
-	e.Ending = rec.Summary(false) + " (torchelastic's error file)"
+	if rec.Exit == nil && len(rec.Signals) == 0 {
+		// Nothing says how the process ended, only what it raised: not
+		// "killed without a record", which the error file contradicts.
+		e.Ending = "raised " + strings.TrimPrefix(rec.Summary(true), "after ") + " (torchelastic's error file)"
+	} else {
+		e.Ending = rec.Summary(false) + " (torchelastic's error file)"
+	}
 }

@@ -31,6 +31,12 @@ func TestElasticErrorStandsInForTheRecord(t *testing.T) {
 		t.Errorf("ending %q", e.Ending)
 	}
 
+	e = &RankEvidence{Rank: 2}
+	withElasticError(e, a, problem)
+	if !strings.HasPrefix(e.Ending, "raised RuntimeError: corrupt batch at step 3 at train.py:52") {
+		t.Errorf("no other record: %q", e.Ending)
+	}
+
 	own := &procfacts.ExitRecord{Type: "ValueError", TimeNS: 5}
 	e = &RankEvidence{Rank: 2, Record: &procfacts.Ending{Exception: own}, Raised: true}
 	withElasticError(e, a, problem)
