@@ -359,6 +359,7 @@ func diagnose(in Input) Report {
 		rep.Hypotheses[i] = h
 	}
 	rep.Hypotheses = withFlightRecorder(rep.Hypotheses, in)
+	rep.Hypotheses = withDeadSnapshots(rep.Hypotheses, in) // deaths_fr.go
 	if c := frCoverage(in); c != "" {
 		rep.DataQuality = append(rep.DataQuality, c)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/agent"
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
 // frDeadline bounds the live Flight Recorder snapshots.
@@ -34,9 +35,10 @@ const maxFRBytes = 512 << 20
 // snapshot of each live rank that runs torch (a process without torch has
 // none, and asking it would only cost the deadline), else the dump file a
 // dead rank left (torch writes <prefix><rank> on a watchdog timeout; the
-// prefix is in its identity). A rank whose snapshot or dump fails is a
-// problem; the others are kept.
-func collectFR(ctx context.Context, live, dead []*agent.Agent, problem func(string, ...any)) []FRDump {
+// prefix is in its identity), else the snapshot its agent persisted into
+// its rings as it died of a collective's timeout (frpersisted.go). A rank
+// whose snapshot or dump fails is a problem; the others are kept.
+func collectFR(ctx context.Context, live, dead []*agent.Agent, rings *ringSource, problem func(string, ...any)) []FRDump {
 	var torch []*agent.Agent
 	for _, a := range live {
 		if a.Identity != nil && a.Identity.Torch != "" {
@@ -81,10 +83,31 @@ func collectFR(ctx context.Context, live, dead []*agent.Agent, problem func(stri
 			gone = append(gone, a)
 		}
 	}
+	dumped := map[int]bool{}
 	for _, d := range deadDumps(gone, problem) {
+		dumped[d.Rank] = true
 		keep(d)
 	}
+	if rings != nil {
+		var rest []*agent.Agent
+		for _, a := range gone {
+			if !dumped[a.Rank()] {
+				rest = append(rest, a)
+			}
+		}
+		for _, d := range persistedDumps(ctx, rings.sql, rings.dataDir, rest, rings.endedNS, problem) {
+			keep(d)
+		}
+	}
 	return out
+}
+
+// ringSource is where the persisted snapshots are read: the rings' engine,
+// the data dir (to say where a snapshot is) and each rank's recorded end.
+type ringSource struct {
+	sql     *sqlengine.Engine
+	dataDir string
+	endedNS map[int]int64
 }
 
 // AnalyzeFR decodes the bundle's raw dumps and analyses them together

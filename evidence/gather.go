@@ -225,6 +225,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 			e.Record, e.EndedNS = a.Ending, EndedNS(a.Ending)
 		}
 		if !a.Alive {
+			withElasticError(e, a, problem)
 			c, err := readCrash(a)
 			if err != nil {
 				problem("rank %d's crash file: %v", a.Rank(), err)
@@ -276,10 +277,17 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 			}
 		}
 	}
+	var rings *ringSource
+	if opt.SQL != nil {
+		rings = &ringSource{sql: opt.SQL, dataDir: opt.Agents.DataDir, endedNS: map[int]int64{}}
+		for r, e := range b.Ranks {
+			rings.endedNS[r] = e.EndedNS
+		}
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		dumps := collectFR(ctx, live, dead, problem)
+		dumps := collectFR(ctx, live, dead, rings, problem)
 		mu.Lock()
 		b.FRDumps = dumps
 		mu.Unlock()

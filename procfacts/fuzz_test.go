@@ -17,6 +17,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"agent":"probing-mcp","pid":7,"start_time":1,"faulthandler_signal":9,"fr_pipe_prefix":"/etc/passwd"}`))
 	f.Add([]byte(`{"pid":-1,"rank":1e99,"argv":[` + "\"x\"," + `"y"]}`))
 	f.Add([]byte(`{"v":1,"kind":"main_thread_exit","exception":{"type":"E","message":"m"},"threads_alive":[{"name":"k"}]}` + "\n" + `{"v":1,"kind":"exit","code":-1,"signal":15}`))
+	f.Add([]byte(elasticJSON))
+	f.Add([]byte(`{"message": "Signal 9", "timestamp": "1e99"}`))
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = ParseStat(string(b))
@@ -31,6 +33,12 @@ func FuzzParse(f *testing.F) {
 		}
 		if id, _, err := ReadIdentity(p); err == nil && id == nil {
 			t.Fatal("no identity and no error")
+		}
+		if e, err := ParseElasticError(b); err == nil && e != nil {
+			if len(e.Frames) > maxElasticFrames || len(e.Message) > maxElasticText+4 {
+				t.Fatalf("unbounded: %d frames, %d bytes", len(e.Frames), len(e.Message))
+			}
+			_ = e.Record()
 		}
 		if err := os.WriteFile(filepath.Join(dir, ExitsFile), b, 0o644); err != nil {
 			t.Fatal(err)

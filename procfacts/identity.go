@@ -53,6 +53,11 @@ type Identity struct {
 	// CrashFile is where faulthandler writes the interpreter's last words
 	// on a fatal signal (SIGSEGV, SIGABRT, …): the stack it died with.
 	CrashFile string `json:"crash_file"`
+	// TorchelasticErrorFile is the rank's TORCHELASTIC_ERROR_FILE (set by
+	// torchrun): where torchelastic's @record writes the exception that
+	// ended it. The agent records it while the rank lives, since a dead
+	// process's environ cannot be read.
+	TorchelasticErrorFile string `json:"torchelastic_error_file,omitempty"`
 }
 
 // ReadIdentity reads an identity file, bounded, and returns it with the

@@ -154,8 +154,13 @@ func TestBundledPostMortemEndToEnd(t *testing.T) {
 	if res.Status != StatusOK || st["analyze_dumps"] != StatusSkipped || st["dead_writers"] != StatusOK || st["stored_diagnoses"] != StatusSkipped {
 		t.Errorf("status %s, steps %v", res.Status, st)
 	}
-	if got := bfFindingIDs(res); got["job_dead"] != SeverityError || got["died_behind"] != SeverityError || got["died_in_collective"] != SeverityWarning {
+	// The culprit finding is the diagnosis's (the verdict step), first;
+	// the SQL rules name none.
+	if got := bfFindingIDs(res); got["job_dead"] != SeverityError || got["died_behind"] != "" || got["died_in_collective"] != SeverityWarning || res.Findings[0].RuleID != "diagnosis_cpu_stall" {
 		t.Errorf("findings %v", res.Findings)
+	}
+	if st["diagnosis"] != StatusOK || !strings.HasPrefix(res.Summary, "rank 2 is the culprit") {
+		t.Errorf("the verdict step: %v, summary %q", st, res.Summary)
 	}
 	res, err = Run(context.Background(), s, map[string]string{"dumps": "/var/dumps"}, b, RunOptions{})
 	if err != nil {

@@ -153,6 +153,10 @@ def build(environ=None):
         # side uses them when the agent cannot answer.
         "fr_dump_prefix": (env.get("TORCH_FR_DUMP_TEMP_FILE") or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") or "").strip(),
         "fr_pipe_prefix": (env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE") or "").strip(),
+        # torchrun's per-rank error file: @record writes the exception
+        # that ends the rank there. Recorded now because a dead process's
+        # environ is gone; the Go side reads it as the job's (hostile) file.
+        "torchelastic_error_file": (env.get("TORCHELASTIC_ERROR_FILE") or "").strip(),
     }
     return ident
 

@@ -40,6 +40,10 @@ def test_core_identity_fields():
     assert i["agent"] == "probing-mcp" and i["pid"] == os.getpid() and i["start_time"] > 0
     assert identity.start_time(os.getpid()) == i["start_time"]
     assert identity.start_time(999999999) == 0
+    # torchrun's per-rank error file, kept for after the rank is gone
+    assert i["torchelastic_error_file"] == ""
+    p = "/tmp/torchelastic_x/run/attempt_0/2/error.json"
+    assert identity.build({"TORCHELASTIC_ERROR_FILE": p + " "})["torchelastic_error_file"] == p
 
 
 def test_core_role():
