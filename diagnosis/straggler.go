@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/evidence"
 )
 
@@ -86,4 +87,36 @@ func them(n int) string {
 		return "it"
 	}
 	return "them"
+}
+
+// frMinLagMS: below this an arrival order is a loaded machine's noise
+// (and, across nodes, the clocks' offset).
+const frMinLagMS = 10.0
+
+// frStragglers names the rank that the live Flight Recorder shows entering
+// most recent collectives last, well after the others: it times DDP's and
+// FSDP's collectives, issued from C++ where no ring sees them. step is the
+// job's typical step (0 when unknown): the lag must be a share of it, as
+// for waitStragglers.
+func frStragglers(in Input, step time.Duration) ([]int, string) {
+	if in.FR == nil {
+		return nil, ""
+	}
+	var best *fr.Arrival
+	var pg fr.PGReport
+	for _, p := range in.FR.ProcessGroups {
+		a := p.Arrival
+		if a == nil || a.LagMS < frMinLagMS || a.LagMS < waitRatio*max(a.OthersMS, 0) ||
+			(step > 0 && a.LagMS < minStepShare*float64(step.Milliseconds())) {
+			continue
+		}
+		if best == nil || a.Of > best.Of || (a.Of == best.Of && p.Size > pg.Size) {
+			best, pg = a, p
+		}
+	}
+	if best == nil {
+		return nil, ""
+	}
+	return []int{best.Rank}, fmt.Sprintf("the Flight Recorder shows rank %d entering %d of the last %d collectives of group %s last, a median %.0f ms after the others (each rank's own clock): the others wait for it in every step",
+		best.Rank, best.Last, best.Of, pg.MembersText, best.LagMS)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/evidence"
 )
 
@@ -46,5 +47,35 @@ func TestWaitStragglers(t *testing.T) {
 	}
 	if slow, _ := waitStragglers(rows, 0); slow != nil {
 		t.Errorf("half the job: %v", slow)
+	}
+}
+
+// TestFlightRecorderStraggler: a moving job whose rings show no waits (DDP's
+// collectives are issued from C++) gets its straggler from the order in
+// which the Flight Recorder saw the members enter their collectives; a
+// lag the size of a loaded machine's noise, or small against the step
+// (500 ms here), names nobody.
+func TestFlightRecorderStraggler(t *testing.T) {
+	for _, c := range []struct {
+		lag  float64
+		want string
+	}{{150, StateSlow}, {60, StateHealthy}, {4, StateHealthy}} {
+		in := scenario(everyoneBut(3, 2, "default", "pair"), 0.05)
+		in.FR = &fr.Report{ProcessGroups: []fr.PGReport{
+			{MembersText: "0-1", Size: 2},
+			{MembersText: "0-7", Size: 8, Arrival: &fr.Arrival{Rank: 5, Last: 30, Of: 32, LagMS: c.lag, OthersMS: 0.5}},
+		}}
+		rep := Diagnose(in)
+		if rep.State != c.want {
+			t.Fatalf("lag %v ms: %s", c.lag, rep.Text())
+		}
+		if c.want != StateSlow {
+			continue
+		}
+		h := rep.Hypotheses[0]
+		if h.Category != CatStraggler || h.Culprits != "5" || h.Confidence != Medium ||
+			!strings.Contains(rep.Summary, "the Flight Recorder shows rank 5 entering 30 of the last 32 collectives of group 0-7 last, a median 150 ms after the others") {
+			t.Errorf("%s", rep.Text())
+		}
 	}
 }

@@ -319,6 +319,9 @@ func groupView(pr fr.PGReport, full bool) GroupView {
 	for _, f := range pr.Secondary {
 		g.OtherFindings = append(g.OtherFindings, f.Kind+": "+f.Line)
 	}
+	if a := pr.Arrival; a != nil {
+		g.OtherFindings = append(g.OtherFindings, "arrivals: "+a.Line)
+	}
 	if full {
 		g.CulpritStack = frameLines(pr.CulpritFrames)
 		g.PeerStack = frameLines(pr.PeerFrames)

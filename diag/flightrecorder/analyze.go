@@ -721,6 +721,7 @@ func (a *analysis) analyzeGroup(ctx context.Context, g *group, opt Options) (PGR
 	}
 	pr.Finding.Evidence = append(pr.Finding.Evidence, pd.notes...)
 	pr.LaggingRanks, pr.LagTruncated = a.selectLags(lags, opt)
+	pr.Arrival = arrival(g, ranks, lists)
 	// JSON readers get arrays, never null.
 	for _, l := range []*[]int{&pr.MissingRanks, &pr.CulpritRanks, &pr.MissingDumps} {
 		if *l == nil {

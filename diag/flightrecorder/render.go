@@ -92,6 +92,9 @@ func (p *printer) group(pr PGReport) {
 	for _, f := range pr.Secondary {
 		p.f("  also %s: %s\n", f.Kind, f.Line)
 	}
+	if a := pr.Arrival; a != nil {
+		p.f("  arrivals: %s\n", a.Line)
+	}
 	if len(pr.LaggingRanks) > 0 {
 		p.f("  lagging ranks (worst first):\n")
 		for _, l := range pr.LaggingRanks {

@@ -88,6 +88,9 @@ type PGReport struct {
 	CulpritFrames []Frame      `json:"culprit_frames,omitempty"`
 	PeerFrames    []Frame      `json:"peer_frames,omitempty"`
 	FRTrace       *FRTraceNote `json:"fr_trace,omitempty"`
+	// Arrival names the member that enters the recent collectives last,
+	// when one does in most of them (arrivals.go).
+	Arrival       *Arrival `json:"arrival,omitempty"`
 	severity      int
 	oldestPending int64 // creation time of the oldest pending op, 0 if none
 	guid          string
