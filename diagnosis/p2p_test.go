@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
 )
 
@@ -44,7 +45,11 @@ func gpipe(s, n, m, skip int) []p2pOp {
 // receive from a peer waits for that peer's k-th send to this rank. It
 // returns the rows the agent would have written: every call made, each
 // rank's blocked receive last with duration -1.
-func runP2P(progs [][]p2pOp) []evidence.CommRow {
+func runP2P(progs [][]p2pOp) []evidence.CommRow { return runP2POps(progs, false) }
+
+// runP2POps is runP2P; async: the calls are isend/irecv, whose rows hold
+// the launch only (a blocked receive was launched and returned).
+func runP2POps(progs [][]p2pOp, async bool) []evidence.CommRow {
 	n := len(progs)
 	pc := make([]int, n)
 	sent := map[[2]int]int64{} // [src,dst] -> sends
@@ -55,6 +60,10 @@ func runP2P(progs [][]p2pOp) []evidence.CommRow {
 		name := "recv"
 		if op.send {
 			name = "send"
+		}
+		if async {
+			name = "i" + name
+			dur = max(dur, 0.05)
 		}
 		rows = append(rows, evidence.CommRow{Rank: r, TimestampUS: ts, Op: name, Ranks: "[0, 1, 2, 3]", GroupSeq: seq, DurationMS: dur, Peer: op.peer})
 		ts++
@@ -212,5 +221,51 @@ func TestP2PWithoutPeer(t *testing.T) {
 	gr := WaitFor(m)
 	if len(gr.Sinks) != 1 || gr.Sinks[0].Kind != SinkUndecided || gr.Sinks[0].Ranks[0] != 0 || !strings.Contains(gr.Sinks[0].Why, "not recorded") {
 		t.Fatalf("%+v", gr.Sinks)
+	}
+}
+
+// TestAsyncPipelineSkippedSend: the same GPipe bug with isend/irecv and
+// Work.wait(): the rows show every stage outside any call; stages asleep
+// in their own code after receives nobody matched wait in them, and the
+// stage that broke its order is found. A stage busy on the CPU, or asleep
+// in a library, is not placed.
+func TestAsyncPipelineSkippedSend(t *testing.T) {
+	const n, m, steps = 4, 4, 6
+	progs := make([][]p2pOp, n)
+	for s := 0; s < n; s++ {
+		for step := 0; step < steps; step++ {
+			sk := -1
+			if s == 2 && step == steps-1 {
+				sk = m - 1
+			}
+			progs[s] = append(progs[s], gpipe(s, n, m, sk)...)
+		}
+	}
+	asleep := func(r int, file, state string) *RankFacts {
+		return &RankFacts{Rank: r, Alive: true, Main: &stacks.Thread{State: state,
+			Frames: []stacks.Frame{{File: file, Line: 42, Function: "train_step"}}}}
+	}
+	in := Input{World: n, Ranks: map[int]*RankFacts{}}
+	for r := 0; r < n; r++ {
+		in.Ranks[r] = asleep(r, "/job/pipe.py", "S")
+	}
+	model, _ := FromComm(lastPerRank(runP2POps(progs, true), 64), n)
+	if g := WaitFor(model); len(g.Sinks) != 0 {
+		t.Fatalf("launch rows alone: %+v", g.Sinks)
+	}
+	placed := asyncP2PWaits(&model, in)
+	if fmt.Sprint(placed) != "[0 1 2 3]" {
+		t.Fatalf("placed %v", placed)
+	}
+	g := WaitFor(model)
+	if len(g.Sinks) != 1 || g.Sinks[0].Kind != SinkDiverged || g.Sinks[0].Ranks[0] != 2 {
+		t.Fatalf("%+v", g.Sinks)
+	}
+	// busy, or asleep in the standard library: not placed
+	in.Ranks[3] = asleep(3, "/job/pipe.py", "R")
+	in.Ranks[1] = asleep(1, "/usr/lib/python3.11/multiprocessing/queues.py", "S")
+	model, _ = FromComm(lastPerRank(runP2POps(progs, true), 64), n)
+	if placed := asyncP2PWaits(&model, in); fmt.Sprint(placed) != "[0 2]" {
+		t.Fatalf("placed %v", placed)
 	}
 }

@@ -24,7 +24,8 @@ func pauseLimit(js JobState, opt StateOptions) time.Duration {
 // likelyPause says why a stalled job looks like a pause, "" when it does
 // not: every live rank's main thread is on a CPU or in disk I/O (R or D in
 // /proc, none asleep), none is inside a collective (the rings hold none in
-// flight, no stack is in torch.distributed), and the stall is younger
+// flight, no stack is in torch.distributed, no async point-to-point call
+// waits for its peer), and the stall is younger
 // than the pause limit.
 func likelyPause(in Input, js JobState) string {
 	if js.State != StateStalled {
@@ -48,8 +49,14 @@ func likelyPause(in Input, js JobState) string {
 			inFlight[row.Rank] = row.DurationMS < 0
 		}
 	}
+	// An async send or receive a peer has not matched is pending too: its
+	// Work.wait() sleeps on a futex, which reads like a GIL handoff.
+	m, _ := FromComm(in.Comm, in.World)
 	busy := 0
 	for _, f := range sortedFacts(in.Ranks) {
+		if rk := m.Ranks[f.Rank]; rk != nil && pendingAsyncP2P(m, rk) != nil {
+			return ""
+		}
 		if !f.Alive {
 			return "" // a dead rank is no pause
 		}

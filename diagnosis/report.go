@@ -327,6 +327,9 @@ func diagnose(in Input) Report {
 	if placed := unflushedWaits(&m, in); len(placed) > 0 {
 		rep.DataQuality = append(rep.DataQuality, fmt.Sprintf("%s: the stack is inside a collective whose ring row was not written (the call it is in, or died in, came after the last flush): taken from the stack", rankWords(placed)))
 	}
+	if placed := asyncP2PWaits(&m, in); len(placed) > 0 {
+		rep.DataQuality = append(rep.DataQuality, fmt.Sprintf("%s: asleep in the job's own code after launching point-to-point calls a peer has not matched (their rows record the launch only): taken to wait in the oldest of them", rankWords(placed)))
+	}
 	if note := stackWaits(&m, in); note != "" {
 		rep.DataQuality = append(rep.DataQuality, note)
 	}

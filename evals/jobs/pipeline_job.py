@@ -20,6 +20,9 @@ Scenarios:
                  and waits there for a gradient stage 3 never sends, stages
                  0-1 wait for gradients (the culprit is stage 2, which broke
                  its own order; stage 3 only waits for it)
+  skipped_isend  the same bug in a pipeline written with torch's async
+                 calls (batch_isend_irecv to receive, isend to send, every
+                 Work waited for): the rows hold the launches only
   loader_stuck   one input file of stage 0 is a FIFO nobody writes (a shard
                  on a stuck mount): its DataLoader worker blocks, stage 0
                  waits for the batch, every other stage waits in recv
@@ -50,7 +53,8 @@ SAMPLES = 400
 # name: (state, category, culprit (-1 none), file, function)
 SCENARIOS = {
     "healthy": ("healthy", "healthy", -1, None, None),
-    "skipped_send": ("stalled", "missing_from_collective", 2, "pipeline_job.py", "backward_micro"),
+    "skipped_send": ("stalled", "missing_from_collective", 2, "pipeline_job.py", "receive"),
+    "skipped_isend": ("stalled", "missing_from_collective", 2, "pipeline_job.py", "receive"),
     "loader_stuck": ("stalled", "cpu_stall", 0, "pipeline_job.py", "batches"),
 }
 
@@ -101,16 +105,31 @@ def train_main():
         # The bug: a rank-local filter. This stage drops a micro-batch it
         # takes for padding and so never sends its activation on (the
         # scenario decides when it misfires).
-        return scenario == "skipped_send" and dist.get_rank() == 2 and step_no[0] == FAULT_STEP
+        return scenario in ("skipped_send", "skipped_isend") and dist.get_rank() == 2 and step_no[0] == FAULT_STEP
 
     step_no = [0]
+    use_async = scenario == "skipped_isend"
+    pending = []  # async sends of this step, waited for at its end
+
+    def receive(buf, src):
+        if use_async:
+            for w in dist.batch_isend_irecv([dist.P2POp(dist.irecv, buf, src)]):
+                w.wait()
+        else:
+            dist.recv(buf, src)
+
+    def send(t, dst):
+        if use_async:
+            pending.append(dist.isend(t, dst))
+        else:
+            dist.send(t, dst)
 
     def forward_micro(stage, rank, x):
         if rank == 0:
             out = stage(x)
         else:
             act = torch.empty(MB, SEQ, DIM)
-            dist.recv(act, rank - 1)
+            receive(act, rank - 1)
             act.requires_grad_(True)
             x = act
             out = stage(act)
@@ -121,10 +140,10 @@ def train_main():
             loss.backward()
         else:
             grad = torch.empty_like(out)
-            dist.recv(grad, rank + 1)
+            receive(grad, rank + 1)
             out.backward(grad)
         if rank > 0:
-            dist.send(x.grad, rank - 1)
+            send(x.grad.contiguous(), rank - 1)
 
     def train_step(stage, opt, rank, inputs, labels):
         x_all = next(inputs) if rank == 0 else None
@@ -141,11 +160,13 @@ def train_main():
             elif m == MICRO - 1 and is_padding(out):
                 continue  # dropped: nothing sent on, nothing to backward
             else:
-                dist.send(out.detach(), rank + 1)
+                send(out.detach(), rank + 1)
             saved.append((x, out, loss))
         opt.zero_grad()
         for x, out, loss in saved:
             backward_micro(rank, x, out, loss)
+        while pending:
+            pending.pop(0).wait()
         opt.step()
 
     def progress(step):
