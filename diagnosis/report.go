@@ -197,6 +197,16 @@ func diagnose(in Input) Report {
 			}
 			p.LastActivity = last * 1000
 		}
+		if in.FR != nil {
+			// The recorder's entries time the collectives no ring sees
+			// (DDP's, FSDP's, issued from C++).
+			if ts := in.FR.Created[r.Rank]; len(ts) > 0 {
+				p.LastActivity = max(p.LastActivity, ts[len(ts)-1])
+				if len(p.Steps) == 0 {
+					p.Steps = ts
+				}
+			}
+		}
 		ps = append(ps, p)
 	}
 	if len(in.Ranks) == 0 {

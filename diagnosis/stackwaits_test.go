@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
 	"github.com/probing-mcp/probing-mcp/procfacts"
@@ -292,5 +293,32 @@ func TestStragglerOverSamples(t *testing.T) {
 	if rep.State != StateHealthy || len(rep.Hypotheses) != 1 || rep.Hypotheses[0].Confidence != Medium ||
 		!strings.Contains(allText(rep.Hypotheses[0]), "none is excluded") {
 		t.Fatalf("%s\n%+v", rep.Summary, rep.Hypotheses)
+	}
+}
+
+// TestFlightRecorderIsAClock: the same job with no ring and no step, but a
+// Flight Recorder whose entries time its collectives (DDP's, from C++):
+// entries every 100 ms until 40 s ago say it stalled (rank 2, last entered
+// earlier, is where the stacks say); entries until a moment ago say it
+// moves.
+func TestFlightRecorderIsAClock(t *testing.T) {
+	now := int64(1_700_000_000) * int64(time.Second)
+	created := func(endAgo time.Duration) []int64 {
+		var ts []int64
+		for i := 40; i >= 1; i-- {
+			ts = append(ts, now-int64(endAgo)-int64(i)*int64(100*time.Millisecond))
+		}
+		return ts
+	}
+	in := noClockJob(map[int][]stacks.Frame{0: barrierFrames, 1: barrierFrames, 2: loaderFrames, 3: barrierFrames}, nil)
+	in.FR = &fr.Report{Created: map[int][]int64{0: created(40 * time.Second), 1: created(40 * time.Second), 2: created(41 * time.Second), 3: created(40 * time.Second)}}
+	rep := Diagnose(in)
+	if rep.State != StateStalled || rep.Hypotheses[0].Culprits != "2" || rep.Hypotheses[0].Category != CatCPUStall {
+		t.Fatalf("%s", rep.Text())
+	}
+	in = noClockJob(map[int][]stacks.Frame{0: loaderFrames, 1: loaderFrames, 2: loaderFrames, 3: loaderFrames}, map[int]string{0: "R", 1: "R", 2: "R", 3: "R"})
+	in.FR = &fr.Report{Created: map[int][]int64{0: created(0), 1: created(0), 2: created(0), 3: created(0)}}
+	if rep := Diagnose(in); rep.State != StateHealthy && rep.State != StateProgressing {
+		t.Fatalf("%s", rep.Text())
 	}
 }

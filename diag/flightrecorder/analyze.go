@@ -124,6 +124,7 @@ func analyzeGuarded(ctx context.Context, guard *memGuard, dumps []*Dump, opt Opt
 	}
 	a := newAnalysis(ctx, dumps, dq, lim)
 	rep.Ranks = a.rankSummary()
+	rep.Created = a.created()
 
 	var kept []*group
 	for _, g := range a.groups.order {
@@ -585,6 +586,25 @@ func (a *analysis) noteTimes(e *Entry) {
 	if e.State == "started" || e.HasDuration || e.TimeStartedNs > 0 {
 		a.timingOn = true
 	}
+}
+
+// created is each dumped rank's last entries' creation times, oldest
+// first (record order is creation order within one recorder).
+func (a *analysis) created() map[int][]int64 {
+	out := map[int][]int64{}
+	for _, d := range a.dumps {
+		var ts []int64
+		for i := len(d.Entries) - 1; i >= 0 && len(ts) < createdKept; i-- {
+			if t := d.Entries[i].TimeCreatedNs; t > 0 {
+				ts = append(ts, t)
+			}
+		}
+		slices.Sort(ts)
+		if len(ts) > 0 {
+			out[d.Rank] = ts
+		}
+	}
+	return out
 }
 
 func (a *analysis) rankSummary() RankSummary {

@@ -45,7 +45,15 @@ type Report struct {
 	ProcessGroups []PGReport  `json:"process_groups"`
 	FRTrace       FRTraceView `json:"fr_trace"`
 	DataQuality   DataQuality `json:"data_quality"`
+	// Created is, per dumped rank, when its last entries were created
+	// (Unix ns, oldest first, at most createdKept): a clock of the
+	// collectives no Python wrapper sees (DDP's, FSDP's), for the
+	// diagnosis' progress. Not in the JSON: the dumps are its source.
+	Created map[int][]int64 `json:"-"`
 }
+
+// createdKept bounds Report.Created per rank.
+const createdKept = 64
 
 // RankSummary says which ranks the analysis saw.
 type RankSummary struct {
