@@ -200,7 +200,14 @@ func diagnose(in Input) Report {
 		if in.FR != nil {
 			// The recorder's entries time the collectives no ring sees
 			// (DDP's, FSDP's, issued from C++).
-			if ts := in.FR.Created[r.Rank]; len(ts) > 0 {
+			ts := in.FR.Created[r.Rank]
+			if p.Now > 0 {
+				// Not past the rank's own clock: a dump from elsewhere
+				// (another clock, a copied file) times nothing here.
+				n, _ := slices.BinarySearch(ts, p.Now+1)
+				ts = ts[:n]
+			}
+			if len(ts) > 0 {
 				p.LastActivity = max(p.LastActivity, ts[len(ts)-1])
 				if len(p.Steps) == 0 {
 					p.Steps = ts
