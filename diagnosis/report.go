@@ -226,7 +226,7 @@ func diagnose(in Input) Report {
 	if js.State == StateHealthy || js.State == StateProgressing {
 		if slow, why := waitStragglers(in.Comm, js.Step); len(slow) > 0 {
 			js.State, js.Slow, js.Why = StateSlow, slow, js.Why+"; but "+why
-		} else if slow, why := frStragglers(in, js.Step); len(slow) > 0 {
+		} else if slow, why := frStragglers(in); len(slow) > 0 {
 			js.State, js.Slow, js.Why = StateSlow, slow, js.Why+"; but "+why
 		}
 	}

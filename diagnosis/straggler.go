@@ -89,16 +89,16 @@ func them(n int) string {
 	return "them"
 }
 
-// frMinLagMS: below this an arrival order is a loaded machine's noise
-// (and, across nodes, the clocks' offset).
+// frMinLagMS: a mean wait below this, in the collectives a rank came last
+// in, is a loaded machine's noise (and, across nodes, the clocks' offset).
 const frMinLagMS = 10.0
 
-// frStragglers names the rank that the live Flight Recorder shows entering
-// most recent collectives last, well after the others: it times DDP's and
-// FSDP's collectives, issued from C++ where no ring sees them. step is the
-// job's typical step (0 when unknown): the lag must be a share of it, as
-// for waitStragglers.
-func frStragglers(in Input, step time.Duration) ([]int, string) {
+// frStragglers names the rank that the live Flight Recorder shows the
+// others waiting for, from the order they entered their recent
+// collectives: it times DDP's and FSDP's collectives, issued from C++
+// where no ring sees them. The waiting must be a share of the time
+// (minStepShare, as for waitStragglers), and long each time it happens.
+func frStragglers(in Input) ([]int, string) {
 	if in.FR == nil {
 		return nil, ""
 	}
@@ -106,8 +106,7 @@ func frStragglers(in Input, step time.Duration) ([]int, string) {
 	var pg fr.PGReport
 	for _, p := range in.FR.ProcessGroups {
 		a := p.Arrival
-		if a == nil || a.LagMS < frMinLagMS || a.LagMS < waitRatio*max(a.OthersMS, 0) ||
-			(step > 0 && a.LagMS < minStepShare*float64(step.Milliseconds())) {
+		if a == nil || a.Last == 0 || a.SpanMS <= 0 || a.WaitMS/float64(a.Last) < frMinLagMS || a.WaitMS < minStepShare*a.SpanMS {
 			continue
 		}
 		if best == nil || a.Of > best.Of || (a.Of == best.Of && p.Size > pg.Size) {
@@ -117,6 +116,6 @@ func frStragglers(in Input, step time.Duration) ([]int, string) {
 	if best == nil {
 		return nil, ""
 	}
-	return []int{best.Rank}, fmt.Sprintf("the Flight Recorder shows rank %d entering %d of the last %d collectives of group %s last, a median %.0f ms after the others (each rank's own clock): the others wait for it in every step",
-		best.Rank, best.Last, best.Of, pg.MembersText, best.LagMS)
+	return []int{best.Rank}, fmt.Sprintf("the Flight Recorder shows the others waiting for rank %d %.0f ms of the last %.0f ms (%d collectives of group %s, from when each rank entered them on its own clock; it came last in %d, by %.0f ms on average): it holds every step back",
+		best.Rank, best.WaitMS, best.SpanMS, best.Of, pg.MembersText, best.Last, best.WaitMS/float64(best.Last))
 }

@@ -53,28 +53,29 @@ func TestWaitStragglers(t *testing.T) {
 // TestFlightRecorderStraggler: a moving job whose rings show no waits (DDP's
 // collectives are issued from C++) gets its straggler from the order in
 // which the Flight Recorder saw the members enter their collectives; a
-// lag the size of a loaded machine's noise, or small against the step
-// (500 ms here), names nobody.
+// wait that is short each time (a loaded machine's noise), or a small
+// share of the time, names nobody.
 func TestFlightRecorderStraggler(t *testing.T) {
 	for _, c := range []struct {
-		lag  float64
-		want string
-	}{{150, StateSlow}, {60, StateHealthy}, {4, StateHealthy}} {
+		wait, span float64
+		last       int
+		want       string
+	}{{1500, 3000, 40, StateSlow}, {300, 3000, 40, StateHealthy}, {600, 3000, 64, StateHealthy}} {
 		in := scenario(everyoneBut(3, 2, "default", "pair"), 0.05)
 		in.FR = &fr.Report{ProcessGroups: []fr.PGReport{
 			{MembersText: "0-1", Size: 2},
-			{MembersText: "0-7", Size: 8, Arrival: &fr.Arrival{Rank: 5, Last: 30, Of: 32, LagMS: c.lag, OthersMS: 0.5}},
+			{MembersText: "0-7", Size: 8, Arrival: &fr.Arrival{Rank: 5, Last: c.last, Of: 64, WaitMS: c.wait, SpanMS: c.span, Share: 0.9}},
 		}}
 		rep := Diagnose(in)
 		if rep.State != c.want {
-			t.Fatalf("lag %v ms: %s", c.lag, rep.Text())
+			t.Fatalf("%+v: %s", c, rep.Text())
 		}
 		if c.want != StateSlow {
 			continue
 		}
 		h := rep.Hypotheses[0]
 		if h.Category != CatStraggler || h.Culprits != "5" || h.Confidence != Medium ||
-			!strings.Contains(rep.Summary, "the Flight Recorder shows rank 5 entering 30 of the last 32 collectives of group 0-7 last, a median 150 ms after the others") {
+			!strings.Contains(rep.Summary, "the Flight Recorder shows the others waiting for rank 5 1500 ms of the last 3000 ms (64 collectives of group 0-7") {
 			t.Errorf("%s", rep.Text())
 		}
 	}

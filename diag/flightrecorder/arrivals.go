@@ -2,40 +2,46 @@ package flightrecorder
 
 import (
 	"fmt"
+	"math"
 	"slices"
-	"sort"
 )
 
-// Arrival says which member of a group enters its collectives last, read
-// from each entry's time_created_ns: the recorder's one clock that torch
-// keeps on every backend (gloo's never advances state or start times).
-// Every rank steps at the slowest one's pace in a synchronous job, so step
+// Arrival says which member of a group the others wait for, read from
+// each entry's time_created_ns: the recorder's one clock that torch keeps
+// on every backend (gloo's never advances state or start times). Every
+// rank steps at the slowest one's pace in a synchronous job, so step
 // times cannot name the straggler; the order in which the members reach
 // each collective can, even for DDP's and FSDP's collectives, issued from
-// C++ where no Python wrapper sees them.
+// C++ where no Python wrapper sees them. In each collective the members
+// wait at least from the second-to-last arrival to the last: that wait is
+// the last one's doing. A straggler does most of the job's waiting even
+// when it is not last in every collective (DDP's later buckets of a step
+// are launched once the first is under way, all ranks at once).
 type Arrival struct {
-	// Rank is the member that came last most often; Last of Of recent
-	// collectives matched on every member.
+	// Rank is the member that caused the largest share of the waiting;
+	// Last of Of recent collectives matched on every member came last.
 	Rank int `json:"rank"`
 	Last int `json:"last"`
 	Of   int `json:"of"`
-	// LagMS is the median of how long after the others' median it came.
-	LagMS float64 `json:"lag_ms"`
-	// OthersMS is the same for the other members (their spread).
-	OthersMS float64 `json:"others_ms"`
-	Line     string  `json:"line"`
+	// WaitMS is the waiting it caused over the window, Share its part of
+	// all the waiting, SpanMS the window's length (first to last entry).
+	WaitMS float64 `json:"wait_ms"`
+	Share  float64 `json:"share"`
+	SpanMS float64 `json:"span_ms"`
+	Line   string  `json:"line"`
 }
 
 const (
-	arrivalWindow = 32 // recent collectives compared
+	arrivalWindow = 64 // recent collectives compared
 	arrivalMin    = 8  // fewest that say anything
+	arrivalShare  = 0.6
 )
 
 // arrival reads the members' arrival order over the last collectives that
 // every compared member recorded, matched by collective_seq_id. nil when
-// too few are shared or no member comes last in most of them.
+// too few are shared or no member caused most of the waiting.
 func arrival(g *group, ranks []int, lists map[int][]*Entry) *Arrival {
-	if len(ranks) < 3 { // with two, "last" is only "not first"
+	if len(ranks) < 2 {
 		return nil
 	}
 	created := map[int64]map[int]int64{}
@@ -69,58 +75,47 @@ func arrival(g *group, ranks []int, lists map[int][]*Entry) *Arrival {
 		return nil
 	}
 	lastCount := map[int]int{}
-	late := map[int][]float64{} // per rank: ms after the seq's median
+	caused := map[int]int64{}
+	var total int64
+	first, end := int64(0), int64(0)
 	for _, s := range seqs {
 		m := created[s]
-		ts := make([]int64, 0, len(m))
-		for _, t := range m {
-			ts = append(ts, t)
-		}
-		slices.Sort(ts)
-		med := ts[len(ts)/2]
-		lastR, lastT := -1, int64(0)
+		lastR, lastT, secondT := -1, int64(math.MinInt64), int64(math.MinInt64)
 		for _, r := range ranks {
 			t := m[r]
-			late[r] = append(late[r], float64(t-med)/1e6)
-			if lastR < 0 || t > lastT {
+			switch {
+			case t > lastT:
+				secondT = lastT
 				lastR, lastT = r, t
+			case t > secondT:
+				secondT = t
 			}
+			if first == 0 || t < first {
+				first = t
+			}
+			end = max(end, t)
 		}
 		lastCount[lastR]++
+		caused[lastR] += lastT - secondT
+		total += lastT - secondT
 	}
 	best := -1
 	for _, r := range ranks {
-		if best < 0 || lastCount[r] > lastCount[best] {
+		if best < 0 || caused[r] > caused[best] {
 			best = r
 		}
 	}
-	// Most of the window, not a plurality: a loaded machine shuffles
-	// arrivals by a few ms, and a rank last now and then is noise.
-	if 4*lastCount[best] < 3*len(seqs) {
-		return nil
+	if total <= 0 || float64(caused[best]) < arrivalShare*float64(total) {
+		return nil // the waiting is spread: a loaded machine's shuffle
 	}
-	var others []float64
-	for _, r := range ranks {
-		if r != best {
-			others = append(others, median(late[r]))
-		}
-	}
-	a := &Arrival{Rank: best, Last: lastCount[best], Of: len(seqs), LagMS: median(late[best]), OthersMS: median(others)}
-	a.Line = fmt.Sprintf("%s: rank %d entered %d of the last %d collectives last, a median %.0f ms after the others (they wait for it in each)",
-		pgLabel(g), best, a.Last, a.Of, a.LagMS)
+	a := &Arrival{Rank: best, Last: lastCount[best], Of: len(seqs), WaitMS: float64(caused[best]) / 1e6,
+		Share: float64(caused[best]) / float64(total), SpanMS: float64(end-first) / 1e6}
+	a.Line = fmt.Sprintf("%s: the others waited %.0f ms for rank %d over the last %d collectives (%.0f ms; it came last in %d), %.0f%% of all their waiting",
+		pgLabel(g), a.WaitMS, best, a.Of, a.SpanMS, a.Last, 100*a.Share)
 	return a
 }
 
 func isP2PName(name string) bool {
 	o := ParseOpName(name)
 	return o != nil && o.IsP2POp()
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[len(s)/2]
 }
