@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/evidence"
@@ -155,9 +156,20 @@ func p2pGroup(src, dst int) string { return fmt.Sprintf("p2p %d>%d", src, dst) }
 // p2pAnyGroup holds the point-to-point calls that name no peer.
 const p2pAnyGroup = "p2p ?"
 
-// p2pChannel reads a channel's name back; ok is false for a group.
+// p2pChannel reads a channel's name back; ok is false for a group. It is
+// called per edge and per rank of large jobs: no fmt scanning.
 func p2pChannel(g string) (src, dst int, ok bool) {
-	if _, err := fmt.Sscanf(g, "p2p %d>%d", &src, &dst); err != nil {
+	rest, found := strings.CutPrefix(g, "p2p ")
+	if !found {
+		return 0, 0, false
+	}
+	a, b, found := strings.Cut(rest, ">")
+	if !found {
+		return 0, 0, false
+	}
+	src, err1 := strconv.Atoi(a)
+	dst, err2 := strconv.Atoi(b)
+	if err1 != nil || err2 != nil {
 		return 0, 0, false
 	}
 	return src, dst, true

@@ -269,3 +269,14 @@ func TestAsyncPipelineSkippedSend(t *testing.T) {
 		t.Fatalf("placed %v", placed)
 	}
 }
+
+func TestP2PChannelNames(t *testing.T) {
+	if s, d, ok := p2pChannel(p2pGroup(12, 3)); !ok || s != 12 || d != 3 {
+		t.Errorf("round trip: %d %d %v", s, d, ok)
+	}
+	for _, g := range []string{"0-3", "p2p ?", "p2p 1>", "p2p x>2", "p2p 1-2", ""} {
+		if _, _, ok := p2pChannel(g); ok {
+			t.Errorf("%q read as a channel", g)
+		}
+	}
+}

@@ -497,7 +497,7 @@ func collectiveCadence(rows []evidence.CommRow) map[int][]int64 {
 func hypothesisOf(s Sink, in Input, g Graph) Hypothesis {
 	h := Hypothesis{culprits: s.Ranks, collateral: g.Collateral, Collateral: rankset.Format(g.Collateral)}
 	where := "collectives"
-	if slices.ContainsFunc(g.Edges, func(e Edge) bool { _, _, ok := p2pChannel(e.Group); return ok }) {
+	if g.P2P {
 		where = "collectives or point-to-point calls"
 	}
 	waiters := fmt.Sprintf("%d rank(s) wait for it in %s (%s)", len(g.Collateral), where, shortSet(rankset.Format(g.Collateral)))

@@ -116,6 +116,8 @@ type Graph struct {
 	Collateral []int
 	// Waiting: the ranks in a collective that wait for someone.
 	Waiting int
+	// P2P: some edge is a point-to-point channel's.
+	P2P bool
 }
 
 // WaitFor builds the graph: a rank in collective #s of group g waits for
@@ -142,6 +144,9 @@ func WaitFor(m Model) Graph {
 				e := Edge{From: r.Rank, To: q, Group: r.In.Group, Seq: r.In.Seq}
 				out[r.Rank] = append(out[r.Rank], e)
 				g.Edges = append(g.Edges, e)
+				if !g.P2P {
+					_, _, g.P2P = p2pChannel(e.Group)
+				}
 			}
 		}
 		if len(out[r.Rank]) > 0 {
