@@ -41,7 +41,8 @@ func startRank(t *testing.T, py, site string, opt agent.Options, env ...string) 
 }
 
 // agentSetup is a test's own data dir and control root (a short path:
-// socket paths are bounded), and the agent extracted for its children.
+// socket paths are bounded), and the agent extracted for its children:
+// discovery sees only the processes the test starts.
 func agentSetup(t *testing.T) (string, string, agent.Options) {
 	py := os.Getenv("PROBING_TEST_PYTHON")
 	if py == "" {
@@ -55,7 +56,13 @@ func agentSetup(t *testing.T) (string, string, agent.Options) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(ctrl) })
-	opt := agent.Options{DataDir: filepath.Join(t.TempDir(), "data"), CtrlRoot: ctrl}
+	// No machine-wide /proc/net/unix: another job's original Probing
+	// agents (@probing-<pid>) would be found there.
+	noProbing := filepath.Join(t.TempDir(), "unix")
+	if err := os.WriteFile(noProbing, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opt := agent.Options{DataDir: filepath.Join(t.TempDir(), "data"), CtrlRoot: ctrl, ProcNetUnix: noProbing}
 	site := filepath.Join(t.TempDir(), "site")
 	if err := agent.ExtractTo(site, "test"); err != nil {
 		t.Fatal(err)
