@@ -35,15 +35,21 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	touch $@
 
+# Every step runs whatever an earlier one said, so a Go failure never
+# hides the agent's pytest suite (each failed step is named at the end);
+# the target fails when any step failed.
 test: $(VENV)/.installed node_modules/.installed
-	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')); \
-	  if [ -n "$$unformatted" ]; then echo "not gofmt-ed: $$unformatted"; exit 1; fi
-	@echo "go vet"
-	@scripts/with-progress "go vet" $(GO) vet ./...
-	@echo "go test -race ./... (the first run builds the race-instrumented tests: several minutes; each package prints ok as it ends)"
-	@PROBING_E2E_PYTHON=$(CURDIR)/$(VENV)/bin/python PROBING_E2E_REQUIRED=1 scripts/with-progress "go test" $(GO) test -race -count=1 ./...
-	@echo "the agent's pytest suite"
-	@scripts/with-progress pytest $(VENV)/bin/python -m pytest -q agent/python/tests
+	@failed=""; \
+	  unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')); \
+	  if [ -n "$$unformatted" ]; then echo "not gofmt-ed: $$unformatted"; failed="$$failed gofmt"; fi; \
+	  echo "go vet"; \
+	  scripts/with-progress "go vet" $(GO) vet ./... || failed="$$failed go-vet"; \
+	  echo "go test -race ./... (the first run builds the race-instrumented tests: several minutes; each package prints ok as it ends)"; \
+	  PROBING_E2E_PYTHON=$(CURDIR)/$(VENV)/bin/python PROBING_E2E_REQUIRED=1 scripts/with-progress "go test" $(GO) test -race -count=1 ./... || failed="$$failed go-test"; \
+	  echo "the agent's pytest suite"; \
+	  scripts/with-progress pytest $(VENV)/bin/python -m pytest -q agent/python/tests || failed="$$failed pytest"; \
+	  if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
+	  echo "make test: every step passed"
 
 # The scored corpus (docs/EVALS.md): real jobs that hang, die or straggle
 # with known answers, diagnosed through diagnose_hang by the official MCP

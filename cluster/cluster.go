@@ -6,10 +6,14 @@
 package cluster
 
 import (
+	"errors"
+	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // LoopbackHost is whether h is a loopback address or name.
@@ -65,12 +69,72 @@ const (
 	EnvStaleSec      = "PROBING_CLUSTER_STALE_SEC"
 )
 
+// MaxNodeName bounds a node's name in bytes (a DNS name is at most 253).
+const MaxNodeName = 255
+
+// CheckNodeName says why h cannot name a node: empty, over MaxNodeName
+// bytes, or holding a control character or one no host name has (space,
+// / \ @ ? #, as checkHostPort in membership refuses in an address).
+func CheckNodeName(h string) error {
+	switch {
+	case h == "":
+		return errors.New("empty")
+	case len(h) > MaxNodeName:
+		return fmt.Errorf("over %d bytes", MaxNodeName)
+	case strings.ContainsFunc(h, func(r rune) bool { return r < 0x20 || r == 0x7f || r == utf8.RuneError }):
+		return errors.New("control characters or invalid UTF-8")
+	case strings.ContainsAny(h, " \t/\\@?#"):
+		return errors.New("characters no host name has (space, /, \\, @, ?, #)")
+	}
+	return nil
+}
+
+// NodeNameFromEnv is PROBING_NODE_HOST, trimmed: "" when it is not set,
+// an error when it is set to something that cannot name a node (the
+// environment may be another process's, read from /proc: hostile).
+func NodeNameFromEnv(getenv func(string) string) (string, error) {
+	h := strings.TrimSpace(getenv(EnvNodeHost))
+	if h == "" {
+		return "", nil
+	}
+	if err := CheckNodeName(h); err != nil {
+		return "", fmt.Errorf("%s=%q is not a node name: %v", EnvNodeHost, clip(h), err)
+	}
+	return h, nil
+}
+
+// NodeRankFromEnv is the node's index in the job: torchrun's GROUP_RANK,
+// else SLURM_NODEID; -1 when neither is set, an error when the first set
+// is not a number in 0..2^24.
+func NodeRankFromEnv(getenv func(string) string) (int, error) {
+	for _, k := range []string{"GROUP_RANK", "SLURM_NODEID"} {
+		v := strings.TrimSpace(getenv(k))
+		if v == "" {
+			continue
+		}
+		r, err := strconv.Atoi(v)
+		if err != nil || r < 0 || r >= 1<<24 {
+			return -1, fmt.Errorf("%s=%q is not a node rank", k, clip(v))
+		}
+		return r, nil
+	}
+	return -1, nil
+}
+
 // HostName is this node's name as the job's membership knows it:
-// PROBING_NODE_HOST, else the hostname ("" when neither can be read).
+// PROBING_NODE_HOST when it names a node, else the hostname ("" when
+// neither can be read).
 func HostName(getenv func(string) string) string {
-	if h := strings.TrimSpace(getenv(EnvNodeHost)); h != "" {
+	if h, err := NodeNameFromEnv(getenv); err == nil && h != "" {
 		return h
 	}
 	h, _ := os.Hostname()
 	return h
+}
+
+func clip(s string) string {
+	if len(s) > 120 {
+		return s[:120] + "…"
+	}
+	return s
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/cluster"
@@ -17,7 +16,11 @@ import (
 // MASTER_ADDR makes every node advertise the master).
 func SelfNode(getenv func(string) string, listenAddr string) (cluster.Node, error) {
 	n := cluster.Node{NodeRank: -1, Kind: cluster.KindDaemon, Source: "self"}
-	n.Host = strings.TrimSpace(getenv(cluster.EnvNodeHost))
+	h, err := cluster.NodeNameFromEnv(getenv)
+	if err != nil {
+		return n, err
+	}
+	n.Host = h
 	if n.Host == "" {
 		h, err := os.Hostname()
 		if err != nil || h == "" {
@@ -44,17 +47,8 @@ func SelfNode(getenv func(string) string, listenAddr string) (cluster.Node, erro
 		}
 		n.Addr = listenAddr
 	}
-	for _, k := range []string{"GROUP_RANK", "SLURM_NODEID"} {
-		v := strings.TrimSpace(getenv(k))
-		if v == "" {
-			continue
-		}
-		r, err := strconv.Atoi(v)
-		if err != nil || r < 0 || r >= 1<<24 {
-			return n, fmt.Errorf("%s=%q is not a node rank", k, clip(v))
-		}
-		n.NodeRank = r
-		break
+	if n.NodeRank, err = cluster.NodeRankFromEnv(getenv); err != nil {
+		return n, err
 	}
 	return n, nil
 }

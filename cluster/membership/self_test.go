@@ -40,6 +40,16 @@ func TestSelfNode(t *testing.T) {
 		t.Errorf("bad rank: %v", err)
 	}
 	env["GROUP_RANK"] = "1"
+	for _, bad := range []string{"node a", "a/b", "x\x1b[2J", strings.Repeat("n", cluster.MaxNodeName+1)} {
+		env["PROBING_NODE_HOST"] = bad
+		if _, err := SelfNode(get, ""); err == nil || !strings.Contains(err.Error(), "PROBING_NODE_HOST") || strings.Contains(err.Error(), "\x1b") {
+			t.Errorf("node name %q: %v", bad, err)
+		}
+	}
+	env["PROBING_NODE_HOST"] = " node-a "
+	if n, err := SelfNode(get, "10.0.0.5:1"); err != nil || n.Host != "node-a" {
+		t.Errorf("trimmed name: %+v %v", n, err)
+	}
 	for _, bad := range []string{"node-a", "0.0.0.0:9781", "node-a:0"} {
 		env["PROBING_ADVERTISE_ADDR"] = bad
 		if _, err := SelfNode(get, "10.0.0.5:1"); err == nil || !strings.Contains(err.Error(), "PROBING_ADVERTISE_ADDR") {

@@ -13,6 +13,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/cluster/fedsql"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
@@ -113,6 +114,23 @@ func (l *Local) selected(ranks string) ([]*agent.Agent, error) {
 	return agent.Select(all, sel)
 }
 
+// hostOf is the node's name as the job of process pid knows it (the name
+// the Registrar registers for that job, JobStores): the daemon may serve
+// a later job than the one that started it, whose ranks set another
+// PROBING_NODE_HOST. The daemon's own name when pid's environment cannot
+// be read (gone, or not an agent of ours).
+func (l *Local) hostOf(pid int) string {
+	env, err := procfacts.Env(pid)
+	if err != nil {
+		return l.Self.Host
+	}
+	h, _, _ := jobNode(func(k string) string { return env[k] }, "", nil)
+	if h == "" {
+		return l.Self.Host
+	}
+	return h
+}
+
 // Stacks captures every selected process's threads.
 func (l *Local) Stacks(ctx context.Context, req StacksRequest) (*StacksReply, error) {
 	as, err := l.selected(req.Ranks)
@@ -121,7 +139,7 @@ func (l *Local) Stacks(ctx context.Context, req StacksRequest) (*StacksReply, er
 	}
 	procs := agent.CollectStacks(ctx, as, agent.StackOptions{})
 	for i := range procs {
-		procs[i].Host = l.Self.Host // the node's name (PROBING_NODE_HOST), as the job's membership knows it
+		procs[i].Host = l.hostOf(procs[i].PID)
 	}
 	return &StacksReply{Processes: procs}, nil
 }
@@ -161,7 +179,7 @@ func (l *Local) FlightRecorder(ctx context.Context, req FRRequest) (*FRReply, er
 			if r < 0 {
 				r = a.Rank()
 			}
-			rep.Dumps = append(rep.Dumps, evidence.FRDump{Rank: r, From: fmt.Sprintf("%s pid %d", l.Self.Host, a.PID), Data: s.Data})
+			rep.Dumps = append(rep.Dumps, evidence.FRDump{Rank: r, From: fmt.Sprintf("%s pid %d", l.hostOf(a.PID), a.PID), Data: s.Data})
 		}
 	}
 	if n := len(as) - len(torch); n > 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -14,27 +15,47 @@ import (
 	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
-// JobStore is one job's TCPStore and run id, as its ranks see them.
+// JobStore is one job's TCPStore and run id, as its ranks see them, and
+// the name and node rank its ranks give this node.
 type JobStore struct {
 	Store string // MASTER_ADDR:MASTER_PORT
 	Run   string
+	// Host is this node's name for the job: its ranks' PROBING_NODE_HOST,
+	// else the hostname (cluster.HostName's rule, read from their
+	// environment); "" registers the daemon's own name (Registrar.Self).
+	Host string
+	// NodeRank is the job's index of this node: its ranks' GROUP_RANK,
+	// else SLURM_NODEID (membership.SelfNode's rule), -1 when unset. Used
+	// only with Host.
+	NodeRank int
 }
+
+// key is the job: one registration each, whatever name it gives the node.
+func (js JobStore) key() [2]string { return [2]string{js.Store, js.Run} }
 
 // JobStores lists the stores of the jobs whose live ranks run on this
 // node: each live agent of ours whose environment (its /proc environ,
 // read only for trusted agents) names MASTER_ADDR and MASTER_PORT, with
-// its run id (runID reads the same variables as membership.RunID). A node
-// daemon serves one data dir for as long as it lives, and a later job on
-// the node starts no second one (the data dir's lock): it must register
-// in that job's store too, or the whole-job view goes blind to the node.
+// its run id (runID reads the same variables as membership.RunID) and the
+// node name and rank the job's ranks set (the name the job's own daemon
+// would have registered: the daemon that runs may have been started by
+// an earlier job, under that job's PROBING_NODE_HOST and GROUP_RANK). A
+// node daemon serves one data dir for as long as it lives, and a later
+// job on the node starts no second one (the data dir's lock): it must
+// register in that job's store too, or the whole-job view goes blind to
+// the node. A job is listed once, named by its lowest rank here; ranks
+// that disagree, or a name or node rank that is not one, are problems.
 func (l *Local) JobStores(runID func(getenv func(string) string) string) ([]JobStore, []string) {
 	as, err := agent.Discover(l.Agents)
 	var problems []string
 	if err != nil {
 		problems = append(problems, "agents: "+err.Error())
 	}
-	seen := map[JobStore]bool{}
-	var out []JobStore
+	type found struct {
+		js   JobStore
+		rank int
+	}
+	byJob := map[[2]string]*found{}
 	for _, a := range as {
 		if !ours(a) || !a.Alive {
 			continue
@@ -47,21 +68,58 @@ func (l *Local) JobStores(runID func(getenv func(string) string) string) ([]JobS
 		if ma == "" || mp == "" {
 			continue
 		}
-		js := JobStore{Store: net.JoinHostPort(ma, mp), Run: runID(func(k string) string { return env[k] })}
-		if !seen[js] {
-			seen[js] = true
-			out = append(out, js)
+		getenv := func(k string) string { return env[k] }
+		js := JobStore{Store: net.JoinHostPort(ma, mp), Run: runID(getenv)}
+		js.Host, js.NodeRank, problems = jobNode(getenv, fmt.Sprintf("rank %d (pid %d)", a.Rank(), a.PID), problems)
+		f := byJob[js.key()]
+		switch {
+		case f == nil:
+			byJob[js.key()] = &found{js, a.Rank()}
+		case f.js != js:
+			problems = append(problems, fmt.Sprintf("the ranks of job %s on this node name it differently (rank %d: %s node rank %d; rank %d: %s node rank %d): the lowest rank's is used",
+				js, f.rank, f.js.Host, f.js.NodeRank, a.Rank(), js.Host, js.NodeRank))
+			if a.Rank() < f.rank {
+				*f = found{js, a.Rank()}
+			}
+		case a.Rank() < f.rank:
+			f.rank = a.Rank()
 		}
+	}
+	out := make([]JobStore, 0, len(byJob))
+	for _, f := range byJob {
+		out = append(out, f.js)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Store+out[i].Run < out[j].Store+out[j].Run })
 	return out, problems
+}
+
+// jobNode is this node's name and node rank as a process's environment
+// gives them (cluster.NodeNameFromEnv, else the hostname;
+// cluster.NodeRankFromEnv); what cannot be read is said in problems, of
+// the process who.
+func jobNode(getenv func(string) string, who string, problems []string) (string, int, []string) {
+	host, err := cluster.NodeNameFromEnv(getenv)
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("%s: %v; the hostname is used", who, err))
+	}
+	if host == "" {
+		host, _ = os.Hostname()
+	}
+	nr, err := cluster.NodeRankFromEnv(getenv)
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("%s: %v; its node rank is unknown", who, err))
+	}
+	return host, nr, problems
 }
 
 // Registrar keeps this node registered in the store of every job that
 // runs on it: at start the daemon's own job, then each job whose ranks
 // appear later (every Every), each once it succeeds, retried with a back
 // off while its store does not answer (it comes up with the job's
-// init_process_group, often after the daemon).
+// init_process_group, often after the daemon). Each job gets Self under
+// the name and node rank the job gives the node (JobStore.Host and
+// NodeRank; Self's own when Host is ""). A job (store and run) is
+// registered once: the first name Jobs gives it counts.
 type Registrar struct {
 	Self     cluster.Node
 	Jobs     func() []JobStore
@@ -83,15 +141,15 @@ func (r *Registrar) Run(ctx context.Context) {
 	if every <= 0 {
 		every = 5 * time.Second
 	}
-	state := map[JobStore]*regState{}
+	state := map[[2]string]*regState{}
 	selfHost, _, _ := net.SplitHostPort(r.Self.Addr)
 	for {
 		now := time.Now()
 		for _, js := range r.Jobs() {
-			st := state[js]
+			st := state[js.key()]
 			if st == nil {
 				st = &regState{wait: time.Second}
-				state[js] = st
+				state[js.key()] = st
 				if h, _, err := net.SplitHostPort(js.Store); err == nil && cluster.LoopbackHost(selfHost) && !cluster.LoopbackHost(h) {
 					// Every node's daemon would register the same
 					// 127.0.0.1 address.
@@ -102,10 +160,14 @@ func (r *Registrar) Run(ctx context.Context) {
 			if st.done || now.Before(st.next) {
 				continue
 			}
-			err := r.Register(ctx, js.Store, js.Run, r.Self)
+			n := r.Self
+			if js.Host != "" {
+				n.Host, n.NodeRank = js.Host, js.NodeRank
+			}
+			err := r.Register(ctx, js.Store, js.Run, n)
 			if err == nil {
 				st.done = true
-				r.Logger.Info("registered in the job's TCPStore", "store", js.Store, "run", js.Run)
+				r.Logger.Info("registered in the job's TCPStore", "store", js.Store, "run", js.Run, "host", n.Host, "node_rank", n.NodeRank)
 				continue
 			}
 			if st.warned == 0 || st.wait >= 30*time.Second {
@@ -124,7 +186,7 @@ func (r *Registrar) Run(ctx context.Context) {
 }
 
 // nextDue is how long until the first retry that is due, at least 100 ms.
-func nextDue(state map[JobStore]*regState, now time.Time) time.Duration {
+func nextDue(state map[[2]string]*regState, now time.Time) time.Duration {
 	d := time.Hour
 	for _, st := range state {
 		if !st.done {
