@@ -47,7 +47,8 @@ type IOWait struct {
 	Path      string
 	Truncated bool `json:",omitempty"`
 	// Kind is fifo, pipe, socket, file, or "" when not known. A path read
-	// in a pipe wait, or opened in wait_for_partner, is a FIFO.
+	// in a pipe wait, or opened in wait_for_partner, is a FIFO. For wait4
+	// and waitid Kind is child and Path the pid argument (-1: any child).
 	Kind string
 }
 
@@ -59,37 +60,45 @@ const (
 	MaxScan = 1 << 16
 )
 
-// Descendants lists the children of pid (depth 1) and, to depth, their
-// children, from one scan of <root>/*/stat (the kernel's children files
-// need CONFIG_PROC_CHILDREN and name only one thread's children). At
-// most max are returned, children first, each level by pid; more is how
-// many were left out. The scan stops at the context's end (what it saw
-// is returned).
-func Descendants(ctx context.Context, root string, pid, depth, max int) (kids []int, more int, err error) {
+// Tree is the node's processes by parent pid, from one scan of
+// <root>/*/stat (the kernel's children files need CONFIG_PROC_CHILDREN
+// and name only one thread's children).
+type Tree map[int][]int
+
+// ReadTree scans at most MaxScan processes; it stops at the context's
+// end and returns what it saw.
+func ReadTree(ctx context.Context, root string) (Tree, error) {
 	ents, err := os.ReadDir(root)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	byParent := map[int][]int{}
+	t := Tree{}
 	for i, e := range ents {
 		if i >= MaxScan || (i%256 == 0 && ctx.Err() != nil) {
 			break
 		}
 		p, err := strconv.Atoi(e.Name())
-		if err != nil || p <= 0 || p == pid {
+		if err != nil || p <= 0 {
 			continue
 		}
 		st, err := StatAt(root, p)
 		if err != nil || st.PPID <= 0 {
 			continue
 		}
-		byParent[st.PPID] = append(byParent[st.PPID], p)
+		t[st.PPID] = append(t[st.PPID], p)
 	}
+	return t, nil
+}
+
+// Descendants lists the children of pid (depth 1) and, to depth, their
+// children: at most max, children first, each level by pid; more is how
+// many were left out.
+func (t Tree) Descendants(pid, depth, max int) (kids []int, more int) {
 	level := []int{pid}
 	for d := 0; d < depth && len(level) > 0; d++ {
 		var next []int
 		for _, p := range level {
-			next = append(next, byParent[p]...)
+			next = append(next, t[p]...)
 		}
 		sort.Ints(next)
 		for _, k := range next {
@@ -101,7 +110,7 @@ func Descendants(ctx context.Context, root string, pid, depth, max int) (kids []
 		}
 		level = next
 	}
-	return kids, more, nil
+	return kids, more
 }
 
 // ReadChild reads what /proc says of pid; what cannot be read is left
@@ -140,10 +149,11 @@ func Uptime(root string) float64 {
 	return v
 }
 
-// ReadIOWait says what thread tid of pid is blocked reading or opening,
-// from its syscall file (readable by the process's owner or root) and
-// the fd's link or, for an open, the path argument read from its memory
-// (bounded); nil when it is in no such call or it cannot be read. wchan
+// ReadIOWait says what thread tid of pid is blocked reading, opening or
+// waiting for a child in, from its syscall file (readable by the
+// process's owner or root) and the fd's link or, for an open, the path
+// argument read from its memory (bounded); nil when it is in no such
+// call or it cannot be read. wchan
 // is the thread's wait channel (it tells a FIFO from a file). Nothing is
 // opened or stat'ed at the path itself: it may be on a hung mount.
 func ReadIOWait(root string, pid, tid int, wchan string) *IOWait {
@@ -156,6 +166,15 @@ func ReadIOWait(root string, pid, tid int, wchan string) *IOWait {
 	w := &IOWait{Syscall: name}
 	pipeWait := strings.Contains(wchan, "pipe")
 	switch name {
+	case "wait4", "waitid":
+		w.Kind = "child" // os.waitpid, Popen.wait: the pid is its argument
+		if len(args) >= 2 {
+			pid := int32(args[0])
+			if name == "waitid" {
+				pid = int32(args[1]) // waitid(idtype, id, ...)
+			}
+			w.Path = strconv.Itoa(int(pid))
+		}
 	case "read", "pread64", "readv", "preadv", "preadv2":
 		if len(args) < 1 {
 			return w
@@ -233,10 +252,11 @@ func parseSyscall(s string) (string, []uint64) {
 	return name, args
 }
 
-// ioCalls are the read and open calls by number, per architecture.
+// ioCalls are the read, open and wait-for-a-child calls by number, per
+// architecture.
 var ioCalls = map[string]map[int]string{
-	"amd64": {0: "read", 2: "open", 17: "pread64", 19: "readv", 257: "openat", 295: "preadv", 327: "preadv2", 437: "openat2"},
-	"arm64": {56: "openat", 63: "read", 65: "readv", 67: "pread64", 69: "preadv", 286: "preadv2", 437: "openat2"},
+	"amd64": {0: "read", 2: "open", 17: "pread64", 19: "readv", 61: "wait4", 247: "waitid", 257: "openat", 295: "preadv", 327: "preadv2", 437: "openat2"},
+	"arm64": {56: "openat", 63: "read", 65: "readv", 67: "pread64", 69: "preadv", 95: "waitid", 260: "wait4", 286: "preadv2", 437: "openat2"},
 }
 
 // readCString reads a NUL-terminated string at addr of the process's

@@ -62,11 +62,15 @@ kids[2].wait()
 		t.Fatalf("children: %q %v", line, err)
 	}
 
-	kids, more, err := Descendants(context.Background(), Proc, cmd.Process.Pid, 2, 8)
-	if err != nil || more != 0 || len(kids) != 3 || kids[0] != min(pids[0], pids[1], pids[2]) {
-		t.Fatalf("Descendants = %v, %d, %v; want %v", kids, more, err, pids)
+	tree, err := ReadTree(context.Background(), Proc)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if kids, more, _ := Descendants(context.Background(), Proc, cmd.Process.Pid, 1, 2); len(kids) != 2 || more != 1 {
+	kids, more := tree.Descendants(cmd.Process.Pid, 2, 8)
+	if more != 0 || len(kids) != 3 || kids[0] != min(pids[0], pids[1], pids[2]) {
+		t.Fatalf("Descendants = %v, %d; want %v", kids, more, pids)
+	}
+	if kids, more := tree.Descendants(cmd.Process.Pid, 1, 2); len(kids) != 2 || more != 1 {
 		t.Fatalf("bounded: %v, %d more; want 2 and 1 more", kids, more)
 	}
 
@@ -94,6 +98,14 @@ kids[2].wait()
 	reading := read(pids[1])
 	if reading.IO == nil || reading.IO.Syscall != "read" || reading.IO.Path != fifoRead || reading.IO.Kind != "fifo" {
 		t.Errorf("the child reading a FIFO: %+v (io %+v)", reading, reading.IO)
+	}
+	parent := ReadIOWait(Proc, cmd.Process.Pid, cmd.Process.Pid, "")
+	for deadline := time.Now().Add(60 * time.Second); parent == nil && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond) // it prints the pids, then waits
+		parent = ReadIOWait(Proc, cmd.Process.Pid, cmd.Process.Pid, "")
+	}
+	if parent == nil || parent.Kind != "child" || parent.Path != strconv.Itoa(pids[2]) {
+		t.Errorf("the parent waits for its sleeping child: %+v", parent)
 	}
 	sleeping := read(pids[2])
 	if sleeping.IO != nil || sleeping.Cmdline != "sleep 600" || sleeping.Comm != "sleep" {
