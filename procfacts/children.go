@@ -153,8 +153,8 @@ func Uptime(root string) float64 {
 // waiting for a child in, from its syscall file (readable by the
 // process's owner or root) and the fd's link or, for an open, the path
 // argument read from its memory (bounded); nil when it is in no such
-// call or it cannot be read. wchan
-// is the thread's wait channel (it tells a FIFO from a file). Nothing is
+// call or it cannot be read. wchan is the thread's wait channel (it
+// tells a FIFO from a file; "": read here). Nothing is
 // opened or stat'ed at the path itself: it may be on a hung mount.
 func ReadIOWait(root string, pid, tid int, wchan string) *IOWait {
 	dir := filepath.Join(root, strconv.Itoa(pid))
@@ -162,6 +162,9 @@ func ReadIOWait(root string, pid, tid int, wchan string) *IOWait {
 	name, args := parseSyscall(sc)
 	if name == "" {
 		return nil
+	}
+	if wchan == "" {
+		wchan = readSmall(filepath.Join(dir, "task", strconv.Itoa(tid), "wchan"), 128)
 	}
 	w := &IOWait{Syscall: name}
 	pipeWait := strings.Contains(wchan, "pipe")
