@@ -1,0 +1,214 @@
+package diagnosis
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/procfacts"
+)
+
+// subCauses names what a CPU-side culprit waits for outside any
+// collective, from the kernel's facts the evidence read (RankFacts.Waits):
+// its DataLoader workers (a worker blocked opening a FIFO nobody writes),
+// a child process (an upload command that never returns), or its own
+// read or open of a file or a FIFO. The category stays cpu_stall: these
+// are where the stall is, said in its evidence and in how to confirm it.
+// The command lines and paths are the job's data: quoted, clipped.
+func subCauses(hs []Hypothesis, in Input) []Hypothesis {
+	for i, h := range hs {
+		if h.Category != CatCPUStall || len(h.culprits) == 0 {
+			continue
+		}
+		var confirm []string
+		for n, r := range h.culprits {
+			if n == 3 {
+				break // the first culprits say it; the rest are alike
+			}
+			f := in.Ranks[r]
+			if f == nil || !f.Alive || f.Waits == nil {
+				continue
+			}
+			line, how := waitWords(f)
+			if line == "" {
+				continue
+			}
+			hs[i].Evidence = append(hs[i].Evidence, Evidence{"proc", line})
+			if how != "" {
+				confirm = append(confirm, how)
+			}
+		}
+		if len(confirm) > 0 {
+			hs[i].Confirm = strings.Join(confirm, "; ") + "; " + h.Confirm
+		}
+	}
+	return hs
+}
+
+// waitKind is what the main thread's frames wait for: "DataLoader
+// worker", "child process", or "" (not a wait for children by its frames).
+func waitKind(t *stacks.Thread, io *procfacts.IOWait) string {
+	// The outer frames decide: a DataLoader waits in multiprocessing's
+	// queue, subprocess in its own wait.
+	kinds := []struct {
+		kind string
+		is   func(stacks.Frame) bool
+	}{
+		{"DataLoader worker", func(f stacks.Frame) bool {
+			return strings.HasSuffix(f.File, "/torch/utils/data/dataloader.py") && (f.Function == "_try_get_data" || f.Function == "_get_data")
+		}},
+		{"child process", func(f stacks.Frame) bool { return strings.HasSuffix(f.File, "/subprocess.py") }},
+		{"worker process", func(f stacks.Frame) bool { return strings.Contains(f.File, "/multiprocessing/") }},
+	}
+	for _, k := range kinds {
+		if t != nil && slices.ContainsFunc(t.Frames, k.is) {
+			return k.kind
+		}
+	}
+	if io != nil && io.Kind == "child" {
+		return "child process"
+	}
+	return ""
+}
+
+// waitWords is the evidence line for one rank's wait, and how to confirm
+// it; "" when the facts say nothing specific.
+func waitWords(f *RankFacts) (line, confirm string) {
+	w := f.Waits
+	kind := waitKind(f.Main, w.IO)
+	if kind == "" || len(w.Children) == 0 {
+		if w.IO == nil || w.IO.Kind == "child" || w.IO.Kind == "pipe" {
+			if kind != "" {
+				return fmt.Sprintf("rank %d's main thread waits for its %s, but none could be read in /proc%s", f.Rank, kind, skipped(w)), ""
+			}
+			return "", ""
+		}
+		return fmt.Sprintf("rank %d's main thread is blocked %s", f.Rank, ioWords(w.IO)),
+			fmt.Sprintf("/proc/%d/syscall and ls -l /proc/%d/fd on its node: the same call", f.PID, f.PID)
+	}
+	kids := rankChildren(w)
+	var parts []string
+	for n, c := range kids {
+		if n == 3 {
+			break
+		}
+		parts = append(parts, childWords(c, kind))
+	}
+	if left := len(kids) - len(parts) + w.More; left > 0 {
+		parts = append(parts, fmt.Sprintf("%d more not shown", left))
+	}
+	noun := kind
+	if len(kids)+w.More > 1 {
+		noun = strings.Replace(kind+"s", "processs", "processes", 1)
+	}
+	line = fmt.Sprintf("rank %d's main thread waits for its %s: %s%s", f.Rank, noun, strings.Join(parts, "; "), skipped(w))
+	c := kids[0]
+	if c.Main != nil {
+		confirm = fmt.Sprintf("get_stacks {\"pids\":[%d]}: its worker still there", c.PID)
+	} else {
+		confirm = fmt.Sprintf("/proc/%d/wchan, /proc/%d/syscall and ls -l /proc/%d/fd on its node: still blocked there", c.PID, c.PID, c.PID)
+	}
+	return line, confirm
+}
+
+// rankChildren orders the children by what they say of the wait: the one
+// the main thread's wait4 names, then those blocked on a file or a FIFO,
+// then those with frames, then the rest (a multiprocessing resource
+// tracker reads its pipe for the whole run: last).
+func rankChildren(w *evidence.Waits) []evidence.SubProcess {
+	kids := append([]evidence.SubProcess(nil), w.Children...)
+	waited := -2
+	if w.IO != nil && w.IO.Kind == "child" {
+		waited, _ = strconv.Atoi(w.IO.Path)
+	}
+	score := func(c evidence.SubProcess) int {
+		switch {
+		case c.PID == waited:
+			return 0
+		case c.IO != nil && (c.IO.Kind == "fifo" || c.IO.Kind == "file" || strings.HasPrefix(c.IO.Syscall, "open")):
+			return 1
+		case c.State == "D":
+			return 2
+		case c.Main != nil:
+			return 3
+		case strings.Contains(c.Cmdline, "resource_tracker") || strings.Contains(c.Cmdline, "forkserver"):
+			return 5
+		}
+		return 4
+	}
+	sort.SliceStable(kids, func(i, j int) bool { return score(kids[i]) < score(kids[j]) })
+	return kids
+}
+
+// childWords describes one child: pid, command (for a child process:
+// the job's data, quoted), state, wait channel, age and CPU, what it is
+// blocked in, and where its frames are when its agent answered.
+func childWords(c evidence.SubProcess, kind string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pid %d", c.PID)
+	if c.Depth > 1 {
+		fmt.Fprintf(&b, " (a grandchild, under pid %d)", c.PPID)
+	}
+	if kind == "child process" && c.Cmdline != "" {
+		cut := ""
+		if c.CmdTruncated {
+			cut = "…"
+		}
+		fmt.Fprintf(&b, ", command %q%s (job data)", c.Cmdline, cut)
+	}
+	fmt.Fprintf(&b, " (state %s%s", c.State, wchanWords(c.WChan))
+	if c.AgeS >= 0 {
+		fmt.Fprintf(&b, ", running %s with %.1f s of CPU", secs(c.AgeS), c.CPUS)
+	}
+	b.WriteString(")")
+	if c.IO != nil && c.IO.Kind != "child" && c.IO.Kind != "" {
+		b.WriteString(" " + ioWords(c.IO))
+	}
+	if c.Main != nil {
+		fmt.Fprintf(&b, ", its main thread at %s (its agent)", frameWords(c.Main))
+	}
+	return b.String()
+}
+
+// ioWords is "in read of "/x", a FIFO (...)" for a blocked read or open.
+func ioWords(io *procfacts.IOWait) string {
+	verb := "reading"
+	if strings.HasPrefix(io.Syscall, "open") {
+		verb = "opening"
+	}
+	if io.Path == "" {
+		return fmt.Sprintf("%s a file (%s) whose name could not be read", verb, io.Syscall)
+	}
+	cut := ""
+	if io.Truncated {
+		cut = "…"
+	}
+	what := ""
+	switch {
+	case io.Kind == "fifo" && verb == "opening":
+		what = ", a FIFO: opening it waits until a writer opens it, and none has"
+	case io.Kind == "fifo":
+		what = ", a FIFO: nothing is written to it"
+	case io.Kind == "file":
+		what = ", a file: the read does not return (a slow or hung file system?)"
+	}
+	return fmt.Sprintf("%s %q%s (%s)%s", verb, io.Path, cut, io.Syscall, what)
+}
+
+func secs(s float64) string {
+	if s < 10 {
+		return fmt.Sprintf("%.1f s", s)
+	}
+	return fmt.Sprintf("%.0f s", s)
+}
+
+func skipped(w *evidence.Waits) string {
+	if len(w.Skipped) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d not read: another user's, or gone)", len(w.Skipped))
+}

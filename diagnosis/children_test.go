@@ -1,0 +1,96 @@
+package diagnosis
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/procfacts"
+)
+
+var (
+	dataLoaderFrames = []stacks.Frame{
+		{File: "/usr/lib/python3.11/multiprocessing/connection.py", Line: 440, Function: "_poll"},
+		{File: "/usr/lib/python3.11/multiprocessing/queues.py", Line: 113, Function: "get"},
+		{File: "/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", Line: 1250, Function: "_try_get_data"},
+		{File: "/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", Line: 1420, Function: "_get_data"},
+		{File: "/job/train.py", Line: 180, Function: "train_epoch"},
+	}
+	uploadFrames = []stacks.Frame{
+		{File: "/usr/lib/python3.11/subprocess.py", Line: 2011, Function: "_wait"},
+		{File: "/usr/lib/python3.11/subprocess.py", Line: 1264, Function: "wait"},
+		{File: "/usr/lib/python3.11/subprocess.py", Line: 550, Function: "run"},
+		{File: "/job/train.py", Line: 140, Function: "upload_checkpoint"},
+	}
+)
+
+// A rank waiting for its DataLoader worker: the worker blocked opening a
+// FIFO is named first (pid, state, wchan, the path quoted), ahead of the
+// resource tracker, and the confirm hint points at it.
+func TestSubCauseDataLoaderWorker(t *testing.T) {
+	in := noClockJob(map[int][]stacks.Frame{0: barrierFrames, 1: barrierFrames, 2: dataLoaderFrames, 3: barrierFrames}, nil)
+	in.Ranks[2].Waits = &evidence.Waits{Children: []evidence.SubProcess{
+		{Child: procfacts.Child{PID: 4240, PPID: 2002, Cmdline: "python -c from multiprocessing.resource_tracker import main;main(5)", State: "S", WChan: "pipe_read_wait", AgeS: 90, Depth: 1,
+			IO: &procfacts.IOWait{Syscall: "read", Path: "pipe:[77]", Kind: "pipe"}}},
+		{Child: procfacts.Child{PID: 4242, PPID: 2002, Cmdline: "python train.py", State: "S", WChan: "wait_for_partner", AgeS: 95, CPUS: 0.4, Depth: 1,
+			IO: &procfacts.IOWait{Syscall: "openat", Path: "/data/shard \"3\".bin", Kind: "fifo"}}},
+	}}
+	rep := Diagnose(in)
+	h := rep.Hypotheses[0]
+	if h.Category != CatCPUStall || h.Culprits != "2" {
+		t.Fatalf("%+v", h)
+	}
+	text := evidenceText(h)
+	for _, w := range []string{"rank 2's main thread waits for its DataLoader workers: pid 4242", "wait_for_partner", `opening "/data/shard \"3\".bin"`, "a FIFO", "running 95 s"} {
+		if !strings.Contains(text, w) {
+			t.Errorf("evidence does not say %q:\n%s", w, text)
+		}
+	}
+	if strings.Index(text, "pid 4242") > strings.Index(text, "pid 4240") {
+		t.Errorf("the resource tracker before the blocked worker:\n%s", text)
+	}
+	if !strings.HasPrefix(h.Confirm, "/proc/4242/wchan") {
+		t.Errorf("confirm %q", h.Confirm)
+	}
+	if strings.Contains(text, "python train.py") {
+		t.Errorf("a worker's command line (the rank's own) is noise:\n%s", text)
+	}
+}
+
+// A rank waiting for its upload command: the child the main thread's wait4
+// names, with its command line quoted as job data and how long it has run.
+func TestSubCauseChildProcess(t *testing.T) {
+	in := noClockJob(map[int][]stacks.Frame{0: uploadFrames, 1: barrierFrames, 2: barrierFrames, 3: barrierFrames}, nil)
+	in.Ranks[0].Waits = &evidence.Waits{IO: &procfacts.IOWait{Syscall: "wait4", Path: "5151", Kind: "child"}, More: 2,
+		Children: []evidence.SubProcess{
+			{Child: procfacts.Child{PID: 5150, Cmdline: "other", State: "S", AgeS: -1, Depth: 1}},
+			{Child: procfacts.Child{PID: 5151, Cmdline: "/tmp/upload.sh /ckpt/step-10.pt\n; rm -rf", CmdTruncated: true, State: "S", WChan: "hrtimer_nanosleep", AgeS: 41, Depth: 1}},
+		}}
+	h := Diagnose(in).Hypotheses[0]
+	text := evidenceText(h)
+	for _, w := range []string{"rank 0's main thread waits for its child processes: pid 5151", `command "/tmp/upload.sh /ckpt/step-10.pt\n; rm -rf"… (job data)`, "running 41 s", "; 2 more not shown"} {
+		if !strings.Contains(text, w) {
+			t.Errorf("evidence does not say %q:\n%s", w, text)
+		}
+	}
+	if h.Culprits != "0" || h.Category != CatCPUStall {
+		t.Errorf("%+v", h)
+	}
+}
+
+// A rank reading a FIFO itself; and a rank that waits in a collective
+// gets no such line (only culprits are explained).
+func TestSubCauseOwnRead(t *testing.T) {
+	in := noClockJob(map[int][]stacks.Frame{0: barrierFrames, 1: loaderFrames, 2: barrierFrames, 3: barrierFrames}, nil)
+	in.Ranks[1].Waits = &evidence.Waits{IO: &procfacts.IOWait{Syscall: "read", Path: "/data/shard-1.bin", Kind: "fifo"}}
+	in.Ranks[0].Waits = &evidence.Waits{IO: &procfacts.IOWait{Syscall: "read", Path: "/data/x", Kind: "file"}}
+	rep := Diagnose(in)
+	text := evidenceText(rep.Hypotheses[0])
+	if !strings.Contains(text, `rank 1's main thread is blocked reading "/data/shard-1.bin" (read), a FIFO`) {
+		t.Errorf("%s", text)
+	}
+	if strings.Contains(text, "/data/x") {
+		t.Errorf("a victim's read explained:\n%s", text)
+	}
+}
