@@ -91,15 +91,25 @@ func waitWords(f *RankFacts) (line, confirm string) {
 			fmt.Sprintf("/proc/%d/syscall and ls -l /proc/%d/fd on its node: the same call", f.PID, f.PID)
 	}
 	kids := rankChildren(w)
-	var parts []string
+	var parts, others []string
 	for n, c := range kids {
-		if n == 3 {
-			break
+		// The first always; then up to three that show a wait of their
+		// own; the rest (a resource tracker, idle workers) by pid only.
+		if n == 0 || (len(parts) < 3 && relevance(c, w) <= 3) {
+			parts = append(parts, childWords(c, kind))
+		} else {
+			others = append(others, strconv.Itoa(c.PID))
 		}
-		parts = append(parts, childWords(c, kind))
 	}
-	if left := len(kids) - len(parts) + w.More; left > 0 {
-		parts = append(parts, fmt.Sprintf("%d more not shown", left))
+	if len(others) > 0 {
+		pids := "pid "
+		if len(others) > 1 {
+			pids = "pids "
+		}
+		parts = append(parts, "also "+pids+strings.Join(others, ", ")+" (no wait of their own seen)")
+	}
+	if w.More > 0 {
+		parts = append(parts, fmt.Sprintf("%d more not read", w.More))
 	}
 	noun := kind
 	if len(kids)+w.More > 1 {
@@ -121,27 +131,30 @@ func waitWords(f *RankFacts) (line, confirm string) {
 // tracker reads its pipe for the whole run: last).
 func rankChildren(w *evidence.Waits) []evidence.SubProcess {
 	kids := append([]evidence.SubProcess(nil), w.Children...)
+	sort.SliceStable(kids, func(i, j int) bool { return relevance(kids[i], w) < relevance(kids[j], w) })
+	return kids
+}
+
+// relevance: 0 the child the wait4 names, 1 blocked on a file or a FIFO,
+// 2 in disk sleep, 3 frames from its agent, 4 the rest, 5 a helper.
+func relevance(c evidence.SubProcess, w *evidence.Waits) int {
 	waited := -2
 	if w.IO != nil && w.IO.Kind == "child" {
 		waited, _ = strconv.Atoi(w.IO.Path)
 	}
-	score := func(c evidence.SubProcess) int {
-		switch {
-		case c.PID == waited:
-			return 0
-		case c.IO != nil && (c.IO.Kind == "fifo" || c.IO.Kind == "file" || strings.HasPrefix(c.IO.Syscall, "open")):
-			return 1
-		case c.State == "D":
-			return 2
-		case c.Main != nil:
-			return 3
-		case strings.Contains(c.Cmdline, "resource_tracker") || strings.Contains(c.Cmdline, "forkserver"):
-			return 5
-		}
-		return 4
+	switch {
+	case c.PID == waited:
+		return 0
+	case c.IO != nil && (c.IO.Kind == "fifo" || c.IO.Kind == "file" || strings.HasPrefix(c.IO.Syscall, "open")):
+		return 1
+	case c.State == "D":
+		return 2
+	case c.Main != nil:
+		return 3
+	case strings.Contains(c.Cmdline, "resource_tracker") || strings.Contains(c.Cmdline, "forkserver"):
+		return 5
 	}
-	sort.SliceStable(kids, func(i, j int) bool { return score(kids[i]) < score(kids[j]) })
-	return kids
+	return 4
 }
 
 // childWords describes one child: pid, command (for a child process:
