@@ -2,6 +2,7 @@ package diagnosis
 
 import (
 	"fmt"
+	"path"
 	"slices"
 	"sort"
 	"strconv"
@@ -33,11 +34,14 @@ func subCauses(hs []Hypothesis, in Input) []Hypothesis {
 			if f == nil || !f.Alive || f.Waits == nil {
 				continue
 			}
-			line, how := waitWords(f)
+			line, how, short := waitWords(f)
 			if line == "" {
 				continue
 			}
 			hs[i].Evidence = append(hs[i].Evidence, Evidence{"proc", line})
+			if n == 0 {
+				hs[i].waits = short
+			}
 			if how != "" {
 				confirm = append(confirm, how)
 			}
@@ -75,20 +79,25 @@ func waitKind(t *stacks.Thread, io *procfacts.IOWait) string {
 	return ""
 }
 
-// waitWords is the evidence line for one rank's wait, and how to confirm
-// it; "" when the facts say nothing specific.
-func waitWords(f *RankFacts) (line, confirm string) {
+// waitWords is the evidence line for one rank's wait, how to confirm it
+// and a few words for the summary; "" when the facts say nothing specific.
+func waitWords(f *RankFacts) (line, confirm, short string) {
 	w := f.Waits
 	kind := waitKind(f.Main, w.IO)
 	if kind == "" || len(w.Children) == 0 {
 		if w.IO == nil || w.IO.Kind == "child" || w.IO.Kind == "pipe" {
 			if kind != "" {
-				return fmt.Sprintf("rank %d's main thread waits for its %s, but none could be read in /proc%s", f.Rank, kind, skipped(w)), ""
+				return fmt.Sprintf("rank %d's main thread waits for its %s, but none could be read in /proc%s", f.Rank, kind, skipped(w)), "", "waiting for its " + kind
 			}
-			return "", ""
+			return "", "", ""
 		}
-		return fmt.Sprintf("rank %d's main thread is blocked %s", f.Rank, ioWords(w.IO)),
-			fmt.Sprintf("/proc/%d/syscall and ls -l /proc/%d/fd on its node: the same call", f.PID, f.PID)
+		state := ""
+		if st := mainState(f); st != "" {
+			state = fmt.Sprintf(" (state %s%s)", st, wchanWords(mainWChan(f)))
+		}
+		return fmt.Sprintf("rank %d's main thread is blocked%s %s", f.Rank, state, ioWords(w.IO)),
+			fmt.Sprintf("/proc/%d/syscall and ls -l /proc/%d/fd on its node: the same call", f.PID, f.PID),
+			"blocked " + ioShort(w.IO)
 	}
 	kids := rankChildren(w)
 	var parts, others []string
@@ -117,12 +126,20 @@ func waitWords(f *RankFacts) (line, confirm string) {
 	}
 	line = fmt.Sprintf("rank %d's main thread waits for its %s: %s%s", f.Rank, noun, strings.Join(parts, "; "), skipped(w))
 	c := kids[0]
+	short = fmt.Sprintf("waiting for its %s pid %d", kind, c.PID)
+	if kind == "child process" && c.Cmdline != "" {
+		cmd, cut := procfacts.Clip(c.Cmdline, 40)
+		short += fmt.Sprintf(" (%q%s)", cmd, ellipsis(cut || c.CmdTruncated))
+	}
+	if c.IO != nil && c.IO.Kind != "child" && c.IO.Kind != "" {
+		short += ", blocked " + ioShort(c.IO)
+	}
 	if c.Main != nil {
 		confirm = fmt.Sprintf("get_stacks {\"pids\":[%d]}: its worker still there", c.PID)
 	} else {
 		confirm = fmt.Sprintf("/proc/%d/wchan, /proc/%d/syscall and ls -l /proc/%d/fd on its node: still blocked there", c.PID, c.PID, c.PID)
 	}
-	return line, confirm
+	return line, confirm, short
 }
 
 // rankChildren orders the children by what they say of the wait: the one
@@ -167,11 +184,7 @@ func childWords(c evidence.SubProcess, kind string) string {
 		fmt.Fprintf(&b, " (a grandchild, under pid %d)", c.PPID)
 	}
 	if kind == "child process" && c.Cmdline != "" {
-		cut := ""
-		if c.CmdTruncated {
-			cut = "…"
-		}
-		fmt.Fprintf(&b, ", command %q%s (job data)", c.Cmdline, cut)
+		fmt.Fprintf(&b, ", command %q%s (job data)", c.Cmdline, ellipsis(c.CmdTruncated))
 	}
 	fmt.Fprintf(&b, " (state %s%s", c.State, wchanWords(c.WChan))
 	if c.AgeS >= 0 {
@@ -196,10 +209,7 @@ func ioWords(io *procfacts.IOWait) string {
 	if io.Path == "" {
 		return fmt.Sprintf("%s a file (%s) whose name could not be read", verb, io.Syscall)
 	}
-	cut := ""
-	if io.Truncated {
-		cut = "…"
-	}
+	cut := ellipsis(io.Truncated)
 	what := ""
 	switch {
 	case io.Kind == "fifo" && verb == "opening":
@@ -210,6 +220,31 @@ func ioWords(io *procfacts.IOWait) string {
 		what = ", a file: the read does not return (a slow or hung file system?)"
 	}
 	return fmt.Sprintf("%s %q%s (%s)%s", verb, io.Path, cut, io.Syscall, what)
+}
+
+// ioShort is "opening FIFO "name"" for the summary: the base name only,
+// clipped.
+func ioShort(io *procfacts.IOWait) string {
+	verb := "reading"
+	if strings.HasPrefix(io.Syscall, "open") {
+		verb = "opening"
+	}
+	kind := io.Kind
+	if kind == "fifo" {
+		kind = "FIFO"
+	}
+	if io.Path == "" {
+		return verb + " a " + kind
+	}
+	name, cut := procfacts.Clip(path.Base(io.Path), 40)
+	return fmt.Sprintf("%s %s %q%s", verb, kind, name, ellipsis(cut || io.Truncated))
+}
+
+func ellipsis(cut bool) string {
+	if cut {
+		return "…"
+	}
+	return ""
 }
 
 func secs(s float64) string {

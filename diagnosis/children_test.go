@@ -41,6 +41,9 @@ func TestSubCauseDataLoaderWorker(t *testing.T) {
 	if h.Category != CatCPUStall || h.Culprits != "2" {
 		t.Fatalf("%+v", h)
 	}
+	if !strings.Contains(rep.Summary, `(train_epoch), waiting for its DataLoader worker pid 4242, blocked opening FIFO "shard \"3\".bin";`) {
+		t.Errorf("summary: %s", rep.Summary)
+	}
 	text := evidenceText(h)
 	for _, w := range []string{"rank 2's main thread waits for its DataLoader workers: pid 4242", "wait_for_partner", `opening "/data/shard \"3\".bin"`, "a FIFO", "running 95 s"} {
 		if !strings.Contains(text, w) {
@@ -67,8 +70,12 @@ func TestSubCauseChildProcess(t *testing.T) {
 			{Child: procfacts.Child{PID: 5150, Cmdline: "other", State: "S", AgeS: -1, Depth: 1}},
 			{Child: procfacts.Child{PID: 5151, Cmdline: "/tmp/upload.sh /ckpt/step-10.pt\n; rm -rf", CmdTruncated: true, State: "S", WChan: "hrtimer_nanosleep", AgeS: 41, Depth: 1}},
 		}}
-	h := Diagnose(in).Hypotheses[0]
+	rep := Diagnose(in)
+	h := rep.Hypotheses[0]
 	text := evidenceText(h)
+	if !strings.Contains(rep.Summary, `(upload_checkpoint), waiting for its child process pid 5151 ("/tmp/upload.sh /ckpt/step-10.pt\n; rm -rf"…);`) {
+		t.Errorf("summary: %s", rep.Summary)
+	}
 	for _, w := range []string{"rank 0's main thread waits for its child processes: pid 5151", `command "/tmp/upload.sh /ckpt/step-10.pt\n; rm -rf"… (job data)`, "running 41 s", "also pid 5150 (no wait of their own seen); 2 more not read"} {
 		if !strings.Contains(text, w) {
 			t.Errorf("evidence does not say %q:\n%s", w, text)
@@ -87,10 +94,13 @@ func TestSubCauseOwnRead(t *testing.T) {
 	in.Ranks[0].Waits = &evidence.Waits{IO: &procfacts.IOWait{Syscall: "read", Path: "/data/x", Kind: "file"}}
 	rep := Diagnose(in)
 	text := evidenceText(rep.Hypotheses[0])
-	if !strings.Contains(text, `rank 1's main thread is blocked reading "/data/shard-1.bin" (read), a FIFO`) {
+	if !strings.Contains(text, `rank 1's main thread is blocked (state S) reading "/data/shard-1.bin" (read), a FIFO`) {
 		t.Errorf("%s", text)
 	}
 	if strings.Contains(text, "/data/x") {
 		t.Errorf("a victim's read explained:\n%s", text)
+	}
+	if !strings.Contains(rep.Summary, `(read_shard), blocked reading FIFO "shard-1.bin";`) {
+		t.Errorf("summary: %s", rep.Summary)
 	}
 }

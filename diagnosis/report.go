@@ -139,6 +139,9 @@ type Hypothesis struct {
 	// whereThread, when set, is the thread whose innermost user frame is
 	// the where (else the culprit's main thread).
 	whereThread *stacks.Thread
+	// waits is what the culprit waits for outside collectives, for the
+	// summary (children.go).
+	waits string
 }
 
 // Report is the verdict.
@@ -601,6 +604,9 @@ func summary(h Hypothesis, js JobState) string {
 	where := ""
 	if h.Where != nil {
 		where = " at " + h.Where.String()
+	}
+	if h.waits != "" {
+		where += ", " + h.waits
 	}
 	who := "rank " + h.Culprits
 	if len(h.culprits) > 1 {
