@@ -115,13 +115,13 @@ func waitWords(f *RankFacts) (line, confirm, short string) {
 		if len(others) > 1 {
 			pids = "pids "
 		}
-		parts = append(parts, "also "+pids+strings.Join(others, ", ")+" (no wait of their own seen)")
+		parts = append(parts, "also "+pids+strings.Join(others, ", ")+" (its other children, no wait of their own seen)")
 	}
 	if w.More > 0 {
 		parts = append(parts, fmt.Sprintf("%d more not read", w.More))
 	}
 	noun := kind
-	if len(kids)+w.More > 1 {
+	if len(kids)+w.More > 1 && relevance(kids[0], w) > 0 { // not one the wait4 names
 		noun = strings.Replace(kind+"s", "processs", "processes", 1)
 	}
 	line = fmt.Sprintf("rank %d's main thread waits for its %s: %s%s", f.Rank, noun, strings.Join(parts, "; "), skipped(w))

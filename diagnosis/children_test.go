@@ -50,7 +50,7 @@ func TestSubCauseDataLoaderWorker(t *testing.T) {
 			t.Errorf("evidence does not say %q:\n%s", w, text)
 		}
 	}
-	if !strings.Contains(text, "also pid 4240 (no wait") || strings.Contains(text, "pipe:[77]") {
+	if !strings.Contains(text, "also pid 4240 (its other") || strings.Contains(text, "pipe:[77]") {
 		t.Errorf("the resource tracker is not named last, by pid only:\n%s", text)
 	}
 	if !strings.HasPrefix(h.Confirm, "/proc/4242/wchan") {
@@ -76,7 +76,7 @@ func TestSubCauseChildProcess(t *testing.T) {
 	if !strings.Contains(rep.Summary, `(upload_checkpoint), waiting for its child process pid 5151 ("/tmp/upload.sh /ckpt/step-10.pt\n; rm -rf"…);`) {
 		t.Errorf("summary: %s", rep.Summary)
 	}
-	for _, w := range []string{"rank 0's main thread waits for its child processes: pid 5151", `command "/tmp/upload.sh /ckpt/step-10.pt\n; rm -rf"… (job data)`, "running 41 s", "also pid 5150 (no wait of their own seen); 2 more not read"} {
+	for _, w := range []string{"rank 0's main thread waits for its child process: pid 5151", `command "/tmp/upload.sh /ckpt/step-10.pt\n; rm -rf"… (job data)`, "running 41 s", "also pid 5150 (its other children, no wait of their own seen); 2 more not read"} {
 		if !strings.Contains(text, w) {
 			t.Errorf("evidence does not say %q:\n%s", w, text)
 		}
