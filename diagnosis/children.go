@@ -3,7 +3,6 @@ package diagnosis
 import (
 	"fmt"
 	"path"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -53,25 +52,11 @@ func subCauses(hs []Hypothesis, in Input) []Hypothesis {
 	return hs
 }
 
-// waitKind is what the main thread's frames wait for: "DataLoader
-// worker", "child process", or "" (not a wait for children by its frames).
+// waitKind is what the main thread waits for among its children
+// (evidence.ChildWait), or a child its wait4 names; "" neither.
 func waitKind(t *stacks.Thread, io *procfacts.IOWait) string {
-	// The outer frames decide: a DataLoader waits in multiprocessing's
-	// queue, subprocess in its own wait.
-	kinds := []struct {
-		kind string
-		is   func(stacks.Frame) bool
-	}{
-		{"DataLoader worker", func(f stacks.Frame) bool {
-			return strings.HasSuffix(f.File, "/torch/utils/data/dataloader.py") && (f.Function == "_try_get_data" || f.Function == "_get_data")
-		}},
-		{"child process", func(f stacks.Frame) bool { return strings.HasSuffix(f.File, "/subprocess.py") }},
-		{"worker process", func(f stacks.Frame) bool { return strings.Contains(f.File, "/multiprocessing/") }},
-	}
-	for _, k := range kinds {
-		if t != nil && slices.ContainsFunc(t.Frames, k.is) {
-			return k.kind
-		}
+	if k := evidence.ChildWait(t); k != "" {
+		return k
 	}
 	if io != nil && io.Kind == "child" {
 		return "child process"

@@ -3,6 +3,7 @@ package evidence
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -40,21 +41,32 @@ const (
 	childDepth  = 2
 )
 
-// waitsForChildren: frames that wait for a child process's result (the
-// multiprocessing DataLoader's queue, subprocess, multiprocessing).
-func waitsForChildren(t *stacks.Thread) bool {
+// ChildWait is what a main thread's frames wait for among its child
+// processes: "DataLoader worker" (torch's multiprocessing iterator waits
+// on its workers' queue), "child process" (subprocess), "worker process"
+// (multiprocessing), "" none. The outer frames decide: a DataLoader
+// waits inside multiprocessing's queue.
+func ChildWait(t *stacks.Thread) string {
 	if t == nil {
-		return false
+		return ""
 	}
-	for _, f := range t.Frames {
-		switch {
-		case strings.HasSuffix(f.File, "/torch/utils/data/dataloader.py") && (f.Function == "_try_get_data" || f.Function == "_get_data"),
-			strings.HasSuffix(f.File, "/subprocess.py") && (f.Function == "wait" || f.Function == "_wait" || f.Function == "communicate" || f.Function == "_communicate" || f.Function == "run" || f.Function == "call" || f.Function == "check_call" || f.Function == "check_output"),
-			strings.Contains(f.File, "/multiprocessing/") && (f.Function == "wait" || f.Function == "join" || f.Function == "get"):
-			return true
+	for _, k := range childWaits {
+		if slices.ContainsFunc(t.Frames, k.is) {
+			return k.kind
 		}
 	}
-	return false
+	return ""
+}
+
+var childWaits = []struct {
+	kind string
+	is   func(stacks.Frame) bool
+}{
+	{"DataLoader worker", func(f stacks.Frame) bool {
+		return strings.HasSuffix(f.File, "/torch/utils/data/dataloader.py") && (f.Function == "_try_get_data" || f.Function == "_get_data")
+	}},
+	{"child process", func(f stacks.Frame) bool { return strings.HasSuffix(f.File, "/subprocess.py") }},
+	{"worker process", func(f stacks.Frame) bool { return strings.Contains(f.File, "/multiprocessing/") }},
 }
 
 // splitSubAgents takes out of found the live agents that are descendants
@@ -114,7 +126,7 @@ func gatherWaits(ctx context.Context, b *Bundle, subs map[int]*agent.Agent) {
 		if w.IO != nil && (w.IO.Kind == "socket" || w.IO.Kind == "") && !strings.HasPrefix(w.IO.Syscall, "open") {
 			w.IO = nil // a socket (the collectives' own), or not known
 		}
-		if !waitsForChildren(e.Main) && (w.IO == nil || w.IO.Kind != "child") {
+		if ChildWait(e.Main) == "" && (w.IO == nil || w.IO.Kind != "child") {
 			if w.IO != nil {
 				e.Waits = w
 			}
@@ -127,7 +139,7 @@ func gatherWaits(ctx context.Context, b *Bundle, subs map[int]*agent.Agent) {
 		w.More = more
 		for _, k := range kids {
 			depth := 1
-			if !contains(tree[e.PID], k) {
+			if !slices.Contains(tree[e.PID], k) {
 				depth = 2
 			}
 			// Another user's process (a setuid helper) is not read: the
@@ -176,13 +188,4 @@ func sortedRanks(b *Bundle) []int {
 	}
 	sort.Ints(rs)
 	return rs
-}
-
-func contains(xs []int, x int) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
