@@ -89,7 +89,8 @@ func waitWords(f *RankFacts) (line, confirm, short string) {
 	for n, c := range kids {
 		// The first always; then up to three that show a wait of their
 		// own; the rest (a resource tracker, idle workers) by pid only.
-		if n == 0 || (len(parts) < 3 && relevance(c, w) <= 3) {
+		// A shell's command (subprocess with shell=True) is shown too.
+		if n == 0 || (len(parts) < 3 && (relevance(c, w) <= 3 || c.PPID == kids[0].PID)) {
 			parts = append(parts, childWords(c, kind))
 		} else {
 			others = append(others, strconv.Itoa(c.PID))
@@ -176,7 +177,10 @@ func childWords(c evidence.SubProcess, kind string) string {
 		fmt.Fprintf(&b, ", running %s with %.1f s of CPU", secs(c.AgeS), c.CPUS)
 	}
 	b.WriteString(")")
-	if c.IO != nil && c.IO.Kind != "child" && c.IO.Kind != "" {
+	switch {
+	case c.IO != nil && c.IO.Kind == "child":
+		b.WriteString(" waiting for its own child")
+	case c.IO != nil && c.IO.Kind != "":
 		b.WriteString(" " + ioWords(c.IO))
 	}
 	if c.Main != nil {

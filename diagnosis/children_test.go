@@ -86,6 +86,25 @@ func TestSubCauseChildProcess(t *testing.T) {
 	}
 }
 
+// subprocess.run(shell=True): the shell the wait4 names waits for its
+// command, which is shown as well.
+func TestSubCauseShellCommand(t *testing.T) {
+	in := noClockJob(map[int][]stacks.Frame{0: uploadFrames, 1: barrierFrames, 2: barrierFrames, 3: barrierFrames}, nil)
+	in.Ranks[0].Waits = &evidence.Waits{IO: &procfacts.IOWait{Syscall: "wait4", Path: "600", Kind: "child"},
+		Children: []evidence.SubProcess{
+			{Child: procfacts.Child{PID: 600, PPID: 2000, Cmdline: "/bin/sh -c aws s3 cp x s3://y", State: "S", WChan: "do_wait", AgeS: 30, Depth: 1,
+				IO: &procfacts.IOWait{Syscall: "wait4", Path: "-1", Kind: "child"}}},
+			{Child: procfacts.Child{PID: 601, PPID: 600, Cmdline: "aws s3 cp x s3://y", State: "S", WChan: "do_epoll_wait", AgeS: 30, Depth: 2}},
+		}}
+	text := evidenceText(Diagnose(in).Hypotheses[0])
+	for _, w := range []string{`pid 600, command "/bin/sh -c aws s3 cp x s3://y" (job data) (state S, in do_wait, running 30 s with 0.0 s of CPU) waiting for its own child`,
+		`pid 601 (a grandchild, under pid 600), command "aws s3 cp x s3://y" (job data)`} {
+		if !strings.Contains(text, w) {
+			t.Errorf("evidence does not say %q:\n%s", w, text)
+		}
+	}
+}
+
 // A rank reading a FIFO itself; and a rank that waits in a collective
 // gets no such line (only culprits are explained).
 func TestSubCauseOwnRead(t *testing.T) {
