@@ -173,8 +173,11 @@ func childWords(c evidence.SubProcess, kind string) string {
 		fmt.Fprintf(&b, ", command %q%s (job data)", c.Cmdline, ellipsis(c.CmdTruncated))
 	}
 	fmt.Fprintf(&b, " (state %s%s", c.State, wchanWords(c.WChan))
+	if c.IdleS >= 1 {
+		fmt.Fprintf(&b, ", asleep for the last %s", secs(c.IdleS))
+	}
 	if c.AgeS >= 0 {
-		fmt.Fprintf(&b, ", running %s with %.1f s of CPU", secs(c.AgeS), c.CPUS)
+		fmt.Fprintf(&b, "; up %s, %.1f s of CPU", secs(c.AgeS), c.CPUS)
 	}
 	b.WriteString(")")
 	switch {

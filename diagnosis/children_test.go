@@ -33,7 +33,7 @@ func TestSubCauseDataLoaderWorker(t *testing.T) {
 	in.Ranks[2].Waits = &evidence.Waits{Children: []evidence.SubProcess{
 		{Child: procfacts.Child{PID: 4240, PPID: 2002, Cmdline: "python -c from multiprocessing.resource_tracker import main;main(5)", State: "S", WChan: "pipe_read_wait", AgeS: 90, Depth: 1,
 			IO: &procfacts.IOWait{Syscall: "read", Path: "pipe:[77]", Kind: "pipe"}}},
-		{Child: procfacts.Child{PID: 4242, PPID: 2002, Cmdline: "python train.py", State: "S", WChan: "wait_for_partner", AgeS: 95, CPUS: 0.4, Depth: 1,
+		{Child: procfacts.Child{PID: 4242, PPID: 2002, Cmdline: "python train.py", State: "S", WChan: "wait_for_partner", AgeS: 95, CPUS: 0.4, IdleS: 94.6, Depth: 1,
 			IO: &procfacts.IOWait{Syscall: "openat", Path: "/data/shard \"3\".bin", Kind: "fifo"}}},
 	}}
 	rep := Diagnose(in)
@@ -45,7 +45,7 @@ func TestSubCauseDataLoaderWorker(t *testing.T) {
 		t.Errorf("summary: %s", rep.Summary)
 	}
 	text := evidenceText(h)
-	for _, w := range []string{"rank 2's main thread waits for its DataLoader workers: pid 4242", "wait_for_partner", `opening "/data/shard \"3\".bin"`, "a FIFO", "running 95 s"} {
+	for _, w := range []string{"rank 2's main thread waits for its DataLoader workers: pid 4242", "wait_for_partner", `opening "/data/shard \"3\".bin"`, "a FIFO", "in wait_for_partner, asleep for the last 95 s; up 95 s, 0.4 s of CPU"} {
 		if !strings.Contains(text, w) {
 			t.Errorf("evidence does not say %q:\n%s", w, text)
 		}
@@ -76,7 +76,7 @@ func TestSubCauseChildProcess(t *testing.T) {
 	if !strings.Contains(rep.Summary, `(upload_checkpoint), waiting for its child process pid 5151 ("/tmp/upload.sh /ckpt/step-10.pt\n; rm -rf"…);`) {
 		t.Errorf("summary: %s", rep.Summary)
 	}
-	for _, w := range []string{"rank 0's main thread waits for its child process: pid 5151", `command "/tmp/upload.sh /ckpt/step-10.pt\n; rm -rf"… (job data)`, "running 41 s", "also pid 5150 (its other children, no wait of their own seen); 2 more not read"} {
+	for _, w := range []string{"rank 0's main thread waits for its child process: pid 5151", `command "/tmp/upload.sh /ckpt/step-10.pt\n; rm -rf"… (job data)`, "; up 41 s", "also pid 5150 (its other children, no wait of their own seen); 2 more not read"} {
 		if !strings.Contains(text, w) {
 			t.Errorf("evidence does not say %q:\n%s", w, text)
 		}
@@ -97,7 +97,7 @@ func TestSubCauseShellCommand(t *testing.T) {
 			{Child: procfacts.Child{PID: 601, PPID: 600, Cmdline: "aws s3 cp x s3://y", State: "S", WChan: "do_epoll_wait", AgeS: 30, Depth: 2}},
 		}}
 	text := evidenceText(Diagnose(in).Hypotheses[0])
-	for _, w := range []string{`pid 600, command "/bin/sh -c aws s3 cp x s3://y" (job data) (state S, in do_wait, running 30 s with 0.0 s of CPU) waiting for its own child`,
+	for _, w := range []string{`pid 600, command "/bin/sh -c aws s3 cp x s3://y" (job data) (state S, in do_wait; up 30 s, 0.0 s of CPU) waiting for its own child`,
 		`pid 601 (a grandchild, under pid 600), command "aws s3 cp x s3://y" (job data)`} {
 		if !strings.Contains(text, w) {
 			t.Errorf("evidence does not say %q:\n%s", w, text)

@@ -29,8 +29,10 @@ type Child struct {
 	WChan        string
 	// AgeS is how long it has run (seconds, -1 unknown) and CPUS the CPU
 	// time it used in that time: a child that used almost none of its age
-	// has been waiting most of it.
-	AgeS, CPUS float64
+	// has been waiting most of it. IdleS is how long its main thread has
+	// not run, when it sleeps (S, D), from the scheduler's clock (SchedIdle);
+	// -1 unknown.
+	AgeS, CPUS, IdleS float64
 	// IO is the read or open its main thread is blocked in, nil when none.
 	IO *IOWait `json:",omitempty"`
 	// Depth is 1 for a child, 2 for a grandchild (a shell's command, a
@@ -121,12 +123,15 @@ func ReadChild(root string, pid, depth int, uptime float64) (Child, error) {
 	if err != nil {
 		return Child{}, err
 	}
-	c := Child{PID: pid, PPID: st.PPID, Comm: st.Comm, State: st.State, Depth: depth, AgeS: -1,
+	c := Child{PID: pid, PPID: st.PPID, Comm: st.Comm, State: st.State, Depth: depth, AgeS: -1, IdleS: -1,
 		CPUS: float64(st.UTime+st.STime) / clockTicks}
 	if uptime > 0 {
 		c.AgeS = max(0, uptime-float64(st.Start)/clockTicks)
 	}
 	c.WChan = readSmall(filepath.Join(root, strconv.Itoa(pid), "wchan"), 128)
+	if st.State == "S" || st.State == "D" {
+		c.IdleS = SchedIdle(root, pid)
+	}
 	if b, ok := readBounded(filepath.Join(root, strconv.Itoa(pid), "cmdline"), MaxCmdline); ok || len(b) > 0 {
 		s := strings.TrimRight(string(bytes.ReplaceAll(bytes.TrimRight(b, "\x00"), []byte{0}, []byte{' '})), " ")
 		c.Cmdline, c.CmdTruncated = Clip(s, MaxCmdline)
@@ -134,6 +139,33 @@ func ReadChild(root string, pid, depth int, uptime float64) (Child, error) {
 	}
 	c.IO = ReadIOWait(root, pid, pid, c.WChan)
 	return c, nil
+}
+
+// SchedIdle is how long pid's main thread has not run, in seconds: the
+// scheduler's se.exec_start (when it last ran, ms on the scheduler's
+// clock) against the reading thread's own, which runs now and so reads
+// that clock's now. -1 when either is unreadable.
+func SchedIdle(root string, pid int) float64 {
+	last := schedExecStart(filepath.Join(root, strconv.Itoa(pid), "sched"))
+	now := schedExecStart(filepath.Join(root, "thread-self", "sched"))
+	if last <= 0 || now <= 0 {
+		return -1
+	}
+	return max(0, (now-last)/1000)
+}
+
+func schedExecStart(path string) float64 {
+	b, _ := readBounded(path, 4096)
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && strings.TrimSpace(k) == "se.exec_start" {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }
 
 // clockTicks is USER_HZ, 100 on every Linux architecture Go supports.

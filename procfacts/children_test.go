@@ -92,6 +92,9 @@ kids[2].wait()
 	if opening.IO == nil || !strings.HasPrefix(opening.IO.Syscall, "open") || opening.IO.Path != fifoOpen || opening.IO.Kind != "fifo" {
 		t.Errorf("the child opening a FIFO: %+v (io %+v)", opening, opening.IO)
 	}
+	if opening.IdleS < 0 || opening.IdleS > opening.AgeS+1 {
+		t.Errorf("the child opening a FIFO: idle %v s of %v s", opening.IdleS, opening.AgeS)
+	}
 	if opening.State != "S" || opening.AgeS < 0 || opening.PPID != cmd.Process.Pid {
 		t.Errorf("the child opening a FIFO: state %q, age %v, ppid %d", opening.State, opening.AgeS, opening.PPID)
 	}
