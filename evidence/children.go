@@ -133,7 +133,9 @@ func gatherWaits(ctx context.Context, b *Bundle, subs map[int]*agent.Agent) {
 			continue
 		}
 		if tree == nil && treeErr == nil {
-			tree, treeErr = procfacts.ReadTree(ctx, procfacts.Proc)
+			if tree, treeErr = procfacts.ReadTree(ctx, procfacts.Proc); treeErr != nil {
+				b.Problems = append(b.Problems, fmt.Sprintf("the process tree (children of ranks that wait for them): %v", treeErr))
+			}
 		}
 		kids, more := tree.Descendants(e.PID, childDepth, MaxChildren)
 		w.More = more
@@ -142,8 +144,8 @@ func gatherWaits(ctx context.Context, b *Bundle, subs map[int]*agent.Agent) {
 			if !slices.Contains(tree[e.PID], k) {
 				depth = 2
 			}
-			// Another user's process (a setuid helper) is not read: the
-			// rank's owner could not read it either.
+			// Another user's process (a setuid helper) is not read: its
+			// facts are not the job's to show.
 			if o, err := procfacts.ProcessOwner(k); err != nil || o.UID != e.UID {
 				w.Skipped = append(w.Skipped, fmt.Sprintf("pid %d: another user's process, or gone", k))
 				continue
