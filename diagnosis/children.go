@@ -112,6 +112,11 @@ func waitWords(f *RankFacts) (line, confirm, short string) {
 	}
 	line = fmt.Sprintf("rank %d's main thread waits for its %s: %s%s", f.Rank, noun, strings.Join(parts, "; "), skipped(w))
 	c := kids[0]
+	if c.State == "R" {
+		// Busy, not blocked: a slow or looping child holds the rank the
+		// same way, and is worth telling apart.
+		line += fmt.Sprintf("; pid %d is running, not blocked: slow or looping rather than stuck", c.PID)
+	}
 	short = fmt.Sprintf("waiting for its %s pid %d", kind, c.PID)
 	if kind == "child process" && c.Cmdline != "" {
 		cmd, cut := procfacts.Clip(c.Cmdline, 40)

@@ -105,6 +105,16 @@ func TestSubCauseShellCommand(t *testing.T) {
 	}
 }
 
+// A worker that computes (R) is said to be running, not blocked.
+func TestSubCauseBusyWorker(t *testing.T) {
+	in := noClockJob(map[int][]stacks.Frame{0: barrierFrames, 1: dataLoaderFrames, 2: barrierFrames, 3: barrierFrames}, nil)
+	in.Ranks[1].Waits = &evidence.Waits{Children: []evidence.SubProcess{{Child: procfacts.Child{PID: 77, State: "R", AgeS: 50, CPUS: 49, Depth: 1}}}}
+	text := evidenceText(Diagnose(in).Hypotheses[0])
+	if !strings.Contains(text, "pid 77 (state R; up 50 s, 49.0 s of CPU); pid 77 is running, not blocked") {
+		t.Errorf("%s", text)
+	}
+}
+
 // A rank reading a FIFO itself; and a rank that waits in a collective
 // gets no such line (only culprits are explained).
 func TestSubCauseOwnRead(t *testing.T) {
