@@ -73,6 +73,9 @@ type RankFacts struct {
 	// LockWait: it is blocked taking a file lock that LockWait.Holder
 	// (a pid, on its node) holds.
 	LockWait *procfacts.LockWait
+	// Waits: its main thread waits for a child process or in a read or
+	// an open, and on what (children.go).
+	Waits *evidence.Waits
 	// Samples are more samples of its main thread, taken after Main, a
 	// moment apart (Run takes them for a moving job whose collectives no
 	// ring records: the one way to see its straggler).
@@ -137,6 +140,9 @@ type Hypothesis struct {
 	// whereThread, when set, is the thread whose innermost user frame is
 	// the where (else the culprit's main thread).
 	whereThread *stacks.Thread
+	// waits is what the culprit waits for outside collectives, for the
+	// summary (children.go).
+	waits string
 }
 
 // Report is the verdict.
@@ -369,6 +375,7 @@ func diagnose(in Input) Report {
 	rep.Hypotheses = mismatchDeaths(rep.Hypotheses, in, mismatches)
 	rep.Hypotheses = mergeSameWait(rep.Hypotheses, in)
 	rep.Hypotheses = fileLocks(rep.Hypotheses, in, m)
+	rep.Hypotheses = subCauses(rep.Hypotheses, in)
 	rep.Hypotheses = append(rep.Hypotheses, threadHypotheses(rep.Hypotheses, in, m)...)
 	rep.Hypotheses = mergeUnreachable(rep.Hypotheses, in)
 	for i := range rep.Hypotheses {
@@ -629,6 +636,9 @@ func summary(h Hypothesis, js JobState) string {
 	if h.Where != nil {
 		where = " at " + h.Where.String()
 	}
+	if h.waits != "" {
+		where += ", " + h.waits
+	}
 	who := "rank " + h.Culprits
 	if len(h.culprits) > 1 {
 		who = "ranks " + h.Culprits
@@ -683,7 +693,7 @@ func FromBundle(b *evidence.Bundle, st StateOptions) Input {
 	for r, e := range b.Ranks {
 		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS,
 			Threads: evidence.WithLocks(e.Threads, e.Locks), StackSource: e.StackSource, StackErr: e.StackErr, AgentErr: e.AgentErr, OSThreads: e.OSThreads,
-			Record: e.Record, EndedNS: e.EndedNS, Crash: e.Crash, Node: e.Node, LocalRank: -1, LockWait: e.LockWait}
+			Record: e.Record, EndedNS: e.EndedNS, Crash: e.Crash, Node: e.Node, LocalRank: -1, LockWait: e.LockWait, Waits: e.Waits}
 		if e.LocalRank != nil {
 			in.Ranks[r].LocalRank = *e.LocalRank
 		}

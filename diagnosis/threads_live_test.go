@@ -35,6 +35,12 @@ func startThreadsJob(t *testing.T, scenario string, world int) *liveJob {
 	if err != nil {
 		t.Skip("no python3: the job needs it")
 	}
+	return startThreadsJobWith(t, python, scenario, world)
+}
+
+// startThreadsJobWith runs it with python and more environment.
+func startThreadsJobWith(t *testing.T, python, scenario string, world int, env ...string) *liveJob {
+	t.Helper()
 	j := &liveJob{dir: t.TempDir()}
 	j.data, j.ctrl = filepath.Join(j.dir, "data"), filepath.Join(j.dir, "ctrl")
 	site := filepath.Join(j.dir, "site")
@@ -65,6 +71,7 @@ func startThreadsJob(t *testing.T, scenario string, world int) *liveJob {
 			"PROBING_DATA_DIR="+j.data, "PROBING_CTRL_ROOT="+j.ctrl,
 			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(world), "LOCAL_RANK="+strconv.Itoa(r),
 			"LOCAL_WORLD_SIZE="+strconv.Itoa(world), "GROUP_RANK=0", "MASTER_PORT="+strconv.Itoa(port), "SCENARIO="+scenario)
+		cmd.Env = append(cmd.Env, env...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			f.Close()

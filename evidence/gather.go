@@ -88,6 +88,9 @@ type RankEvidence struct {
 	// LockWait: the process is blocked taking a file lock (flock, POSIX),
 	// and /proc/locks says which process holds it.
 	LockWait *procfacts.LockWait `json:",omitempty"`
+	// Waits: its main thread waits for a child process, or in a read or
+	// an open, and on what (children.go).
+	Waits *Waits `json:",omitempty"`
 }
 
 // Bundle is the evidence for one scope (this node).
@@ -164,6 +167,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 	if err != nil {
 		problem("agents: %v", err)
 	}
+	found, subs := splitSubAgents(found) // children's agents are no ranks (children.go)
 	var known []int
 	for _, a := range found {
 		if a.Untrusted == "" && a.OtherDataDir == "" && a.Rank() >= 0 {
@@ -329,6 +333,8 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 			}
 		}
 	}
+	// What the ranks outside collectives wait for: children, files, FIFOs.
+	gatherWaits(ctx, b, subs)
 	if !opt.RawFR {
 		AnalyzeFR(ctx, b)
 	}

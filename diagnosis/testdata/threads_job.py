@@ -16,6 +16,14 @@ HANG_STEP the culprit (the last rank) does what SCENARIO says:
                    (broadcast_params), and waits in it
   dead_rank        it raises (train_step) and dies; the reducer then closes
                    every connection and the others die of that, later
+  loader_worker    it waits for a batch from its worker process (fork), which
+                   blocks opening its shard, a FIFO nobody writes (read_sample)
+  spawn_worker     the same with a spawned worker (under PROBING=2 it runs
+                   the agent too)
+  torch_loader     the same through torch's DataLoader, two workers (fork)
+  upload_stuck     it waits for its upload command, which never returns
+                   (upload_checkpoint: subprocess.run of a sleep)
+  fifo_read        its main thread opens the FIFO itself (read_sample)
 
 The peers wait in their all-reduce (or die, for dead_rank). Environment:
 RANK, WORLD_SIZE, MASTER_PORT, SCENARIO, and the agent's (PROBING=1,
@@ -25,6 +33,7 @@ import ctypes
 import os
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -38,6 +47,7 @@ PORT = int(os.environ["MASTER_PORT"])
 SCENARIO = os.environ["SCENARIO"]
 HANG_STEP = 3
 CULPRIT = WORLD - 1
+SHARD = os.path.abspath("shard-%d.fifo" % RANK)  # the job runs in its own dir
 
 
 def serve_allreduce(listener):
@@ -135,8 +145,56 @@ def train_step(step):
     raise RuntimeError("simulated device failure at step %d" % step)
 
 
+def read_sample(path):
+    with open(path, "rb") as f:  # a FIFO nobody writes: open waits for a writer
+        return f.read()
+
+
+def loader_worker(q, path):
+    q.put(read_sample(path))
+
+
+def next_batch(method):
+    import multiprocessing
+
+    ctx = multiprocessing.get_context(method)
+    q = ctx.Queue()
+    ctx.Process(target=loader_worker, args=(q, SHARD), name="loader-worker", daemon=True).start()
+    return q.get()
+
+
+def torch_batch():
+    from torch.utils.data import DataLoader, Dataset
+
+    class Shard(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return len(read_sample(SHARD))
+
+    for batch in DataLoader(Shard(), batch_size=1, num_workers=2):
+        return batch
+
+
+def upload_checkpoint():
+    subprocess.run(["sleep", "3600"], check=True)
+
+
 def culprit_acts(sock, step):
-    if SCENARIO == "deadlock":
+    if SCENARIO in ("loader_worker", "spawn_worker", "torch_loader", "fifo_read"):
+        os.mkfifo(SHARD)
+    if SCENARIO == "loader_worker":
+        next_batch("fork")
+    elif SCENARIO == "spawn_worker":
+        next_batch("spawn")
+    elif SCENARIO == "torch_loader":
+        torch_batch()
+    elif SCENARIO == "fifo_read":
+        read_sample(SHARD)
+    elif SCENARIO == "upload_stuck":
+        upload_checkpoint()
+    elif SCENARIO == "deadlock":
         update_stats(threading.Lock)
     elif SCENARIO == "deadlock_rlock":
         update_stats(threading.RLock)
