@@ -51,9 +51,7 @@ Scenarios (the culprit is rank 2 at world 4, unless said):
                     steps at its pace (DDP syncs each step); still moving
 """
 import argparse
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -62,6 +60,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import torchrun_job  # noqa: E402  (the launcher half shared with pipeline_job.py)
 
 BATCH = 4
 SEQ = 16
@@ -250,45 +250,6 @@ def make_data(work, world, scenario):
     return upload
 
 
-def read_progress(work, world):
-    out = {}
-    for r in range(world):
-        try:
-            with open(os.path.join(work, "progress", "rank%d" % r)) as f:
-                s, t = f.read().split()
-            out[r] = (int(s), float(t))
-        except (OSError, ValueError):
-            pass
-    return out
-
-
-def pids_of(work, world):
-    out = []
-    for r in range(world):
-        try:
-            with open(os.path.join(work, "pids", "rank%d" % r)) as f:
-                out.append(int(f.read()))
-        except (OSError, ValueError):
-            pass
-    return out
-
-
-def job_pids(work):
-    """Every process whose environment names this job's work dir."""
-    mark = ("JOB_WORK=%s" % work).encode()
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/environ" % d, "rb") as f:
-                if mark in f.read().split(b"\0"):
-                    out.append(int(d))
-        except OSError:
-            pass
-    return out
-
-
 def truth(scenario, world, post_mortem):
     state, category, culprit, file, function = SCENARIOS[scenario]
     t = {"state": "dead" if post_mortem else state, "category": category,
@@ -301,107 +262,27 @@ def truth(scenario, world, post_mortem):
 def launch(a):
     work = tempfile.mkdtemp(prefix="ddp-job-")
     upload = make_data(work, a.world, a.scenario)
-    env = dict(os.environ)
-    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
-    env.update({"PROBING": "1", "PROBING_DATA_DIR": a.data_dir, "PROBING_CTRL_ROOT": a.ctrl_root,
-                "PROBING_MCP_NODE": "0", "PROBING_TABLE_DEFAULT_MB": "1", "OMP_NUM_THREADS": "1",
-                "GLOO_SOCKET_IFNAME": "lo", "PYTHONUNBUFFERED": "1", "JOB_WORK": work,
-                "JOB_SCENARIO": a.scenario, "UPLOAD_CMD": upload,
-                "TORCHELASTIC_ERROR_FILE": os.path.join(work, "error.json")})
-    log = open(os.path.join(work, "torchrun.log"), "w")
-    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                          str(a.world), "--max-restarts", "0", os.path.abspath(__file__), "--train"],
-                         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
+    job = torchrun_job.Torchrun("ddp_job", __file__, a.world, work, a.data_dir, a.ctrl_root,
+                                {"JOB_SCENARIO": a.scenario, "UPLOAD_CMD": upload,
+                                 "TORCHELASTIC_ERROR_FILE": os.path.join(work, "error.json")})
 
-    def kill_all():
-        # The ranks, torchrun, and every process of this job's (DataLoader
-        # workers outlive a SIGKILLed rank while they block on a FIFO).
-        for pid in pids_of(work, a.world) + [p.pid] + job_pids(work):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        p.wait()
-
-    def end():
-        try:
-            os.killpg(p.pid, signal.SIGTERM)
-        except OSError:
-            pass
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            pass
-        kill_all()
-        log.close()
-        shutil.rmtree(work, ignore_errors=True)
-
-    def fail(why):
-        sys.stderr.write("ddp_job: %s\n" % why)
-        try:
-            with open(os.path.join(work, "torchrun.log"), errors="replace") as f:
-                sys.stderr.write("".join(f.readlines()[-40:]))
-        except OSError:
-            pass
-        end()
-        sys.exit(1)
-
-    deadline = time.time() + 180
-    settled, step_s = None, 0.0
-    first = None
-    while not stopping:
-        if time.time() > deadline:
-            fail("the scenario's state was not reached in 180 s")
-        time.sleep(0.2)
-        prog = read_progress(work, a.world)
-        if len(prog) < a.world:
-            if p.poll() is not None:
-                fail("torchrun exited %s before every rank stepped" % p.returncode)
-            continue
-        steps = min(s for s, _ in prog.values())
-        if first is None and steps >= 3:
-            first = (steps, time.time())
-        if first and steps > first[0]:
-            step_s = (time.time() - first[1]) / (steps - first[0])
-        last = max(t for _, t in prog.values())
-        if a.scenario in ("healthy", "straggler_loader") and steps >= HEALTHY_STEPS:
-            break
+    def settled(steps, last, exited):
+        if a.scenario in ("healthy", "straggler_loader"):
+            return steps >= HEALTHY_STEPS, None
         if a.scenario == "validation_pause":
             marks = [os.path.join(work, "progress", "validating%d" % r) for r in range(a.world)]
-            if all(os.path.exists(m) for m in marks) and time.time() - last > 10:
-                settled = last
-                break
-        if a.scenario in ("loader_stuck", "upload_stuck", "manifest_lock") and \
-                steps >= FAULT_STEP - 3 and time.time() - last > 5:
-            settled = last
-            break
-        if a.scenario == "metrics_skipped" and p.poll() is not None:
-            settled = last
-            break
-        if a.scenario in ("rank_raises", "worker_killed") and p.poll() is not None:
-            settled = last
-            break
-    if stopping:
-        end()
+            return all(os.path.exists(m) for m in marks) and time.time() - last > 10, last
+        if a.scenario in ("loader_stuck", "upload_stuck", "manifest_lock"):
+            return steps >= FAULT_STEP - 3 and time.time() - last > 5, last
+        return exited, last  # metrics_skipped, rank_raises, worker_killed: torchrun stops the job
+
+    got = job.watch(settled)
+    if got is None:
+        job.end()
         return 0
     if a.post_mortem:
-        kill_all()  # a scheduler's time limit: every process SIGKILLed, nothing flushed
-    ready = {"pids": pids_of(work, a.world), "truth": truth(a.scenario, a.world, a.post_mortem),
-             "settled_at": settled, "step_s": step_s, "work": work}
-    with open(a.ready_file + ".tmp", "w") as f:
-        json.dump(ready, f)
-    os.rename(a.ready_file + ".tmp", a.ready_file)
-    while not stopping:
-        time.sleep(0.2)
-    end()
+        job.kill_all()  # a scheduler's time limit: every process SIGKILLed, nothing flushed
+    job.ready(a.ready_file, truth(a.scenario, a.world, a.post_mortem), got[0], got[1])
     return 0
 
 

@@ -7,7 +7,7 @@ each stage sending the gradient of its input back. Stage 0 reads the
 inputs and the last stage the labels, each through a DataLoader. For the
 scored evals corpus: nothing in it is shaped around the diagnosis.
 
-Launcher protocol (as ddp_job.py's, whose helpers it shares):
+Launcher protocol (as ddp_job.py's; the launcher is torchrun_job.py):
   python pipeline_job.py --scenario NAME --world 4 --data-dir D --ctrl-root C
                          --ready-file F
   python pipeline_job.py --list
@@ -28,17 +28,14 @@ Scenarios:
                  waits for the batch, every other stage waits in recv
 """
 import argparse
-import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import ddp_job  # noqa: E402  (its launcher helpers: progress, pids, killing the job)
+import torchrun_job  # noqa: E402  (the launcher half shared with ddp_job.py)
 
 STAGES = 4
 MICRO = 4          # micro-batches per step
@@ -223,90 +220,19 @@ def truth(scenario):
 def launch(a):
     work = tempfile.mkdtemp(prefix="pipeline-job-")
     make_data(work, a.scenario)
-    env = dict(os.environ)
-    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
-    env.update({"PROBING": "1", "PROBING_DATA_DIR": a.data_dir, "PROBING_CTRL_ROOT": a.ctrl_root,
-                "PROBING_MCP_NODE": "0", "PROBING_TABLE_DEFAULT_MB": "1", "OMP_NUM_THREADS": "1",
-                "GLOO_SOCKET_IFNAME": "lo", "PYTHONUNBUFFERED": "1", "JOB_WORK": work,
-                "JOB_SCENARIO": a.scenario})
-    log = open(os.path.join(work, "torchrun.log"), "w")
-    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                          str(STAGES), "--max-restarts", "0", os.path.abspath(__file__), "--train"],
-                         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
+    job = torchrun_job.Torchrun("pipeline_job", __file__, STAGES, work, a.data_dir, a.ctrl_root,
+                                {"JOB_SCENARIO": a.scenario})
 
-    def end():
-        try:
-            os.killpg(p.pid, signal.SIGTERM)
-        except OSError:
-            pass
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            pass
-        for pid in ddp_job.pids_of(work, STAGES) + [p.pid] + ddp_job.job_pids(work):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        p.wait()
-        log.close()
-        import shutil
+    def settled(steps, last, exited):
+        if a.scenario == "healthy":
+            return steps >= HEALTHY_STEPS, None
+        return steps >= FAULT_STEP - 2 and time.time() - last > 5, last
 
-        shutil.rmtree(work, ignore_errors=True)
-
-    def fail(why):
-        sys.stderr.write("pipeline_job: %s\n" % why)
-        try:
-            with open(os.path.join(work, "torchrun.log"), errors="replace") as f:
-                sys.stderr.write("".join(f.readlines()[-40:]))
-        except OSError:
-            pass
-        end()
-        sys.exit(1)
-
-    deadline = time.time() + 180
-    settled, step_s, first = None, 0.0, None
-    while not stopping:
-        if time.time() > deadline:
-            fail("the scenario's state was not reached in 180 s")
-        time.sleep(0.2)
-        prog = ddp_job.read_progress(work, STAGES)
-        if len(prog) < STAGES:
-            if p.poll() is not None:
-                fail("torchrun exited %s before every stage stepped" % p.returncode)
-            continue
-        steps = min(s for s, _ in prog.values())
-        if first is None and steps >= 2:
-            first = (steps, time.time())
-        if first and steps > first[0]:
-            step_s = (time.time() - first[1]) / (steps - first[0])
-        last = max(t for _, t in prog.values())
-        if a.scenario == "healthy" and steps >= HEALTHY_STEPS:
-            break
-        if a.scenario != "healthy" and steps >= FAULT_STEP - 2 and time.time() - last > 5:
-            settled = last
-            break
-        if p.poll() is not None:
-            fail("torchrun exited %s" % p.returncode)
-    if stopping:
-        end()
+    got = job.watch(settled, first_step=2)
+    if got is None:
+        job.end()
         return 0
-    ready = {"pids": ddp_job.pids_of(work, STAGES), "truth": truth(a.scenario),
-             "settled_at": settled, "step_s": step_s, "work": work}
-    with open(a.ready_file + ".tmp", "w") as f:
-        json.dump(ready, f)
-    os.rename(a.ready_file + ".tmp", a.ready_file)
-    while not stopping:
-        time.sleep(0.2)
-    end()
+    job.ready(a.ready_file, truth(a.scenario), got[0], got[1])
     return 0
 
 

@@ -1,0 +1,155 @@
+"""The launcher half the torchrun jobs of the corpus share (ddp_job.py,
+pipeline_job.py): start `torchrun --standalone` with the agent on, watch
+the ranks' progress files until the scenario's state is reached, write the
+ready file, stay until SIGTERM/SIGINT, and end torchrun and every process
+of the job (DataLoader workers and children outlive a killed rank).
+
+The training half of a job writes, per rank, <work>/pids/rank<r> (its pid)
+and <work>/progress/rank<r> ("<step> <unix time>") after every step.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+
+def read_progress(work, world):
+    """{rank: (step, time)} of the ranks that stepped."""
+    out = {}
+    for r in range(world):
+        try:
+            with open(os.path.join(work, "progress", "rank%d" % r)) as f:
+                s, t = f.read().split()
+            out[r] = (int(s), float(t))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def pids_of(work, world):
+    out = []
+    for r in range(world):
+        try:
+            with open(os.path.join(work, "pids", "rank%d" % r)) as f:
+                out.append(int(f.read()))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def job_pids(work):
+    """Every process whose environment names this job's work dir."""
+    mark = ("JOB_WORK=%s" % work).encode()
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/environ" % d, "rb") as f:
+                if mark in f.read().split(b"\0"):
+                    out.append(int(d))
+        except OSError:
+            pass
+    return out
+
+
+class Torchrun(object):
+    """One job: torchrun running ``script --train`` on ``world`` ranks."""
+
+    def __init__(self, name, script, world, work, data_dir, ctrl_root, env_extra):
+        self.name, self.world, self.work = name, world, work
+        env = dict(os.environ)
+        for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+            env.pop(k, None)
+        env.update({"PROBING": "1", "PROBING_DATA_DIR": data_dir, "PROBING_CTRL_ROOT": ctrl_root,
+                    "PROBING_MCP_NODE": "0", "PROBING_TABLE_DEFAULT_MB": "1", "OMP_NUM_THREADS": "1",
+                    "GLOO_SOCKET_IFNAME": "lo", "PYTHONUNBUFFERED": "1", "JOB_WORK": work})
+        env.update(env_extra)
+        self.log = open(os.path.join(work, "torchrun.log"), "w")
+        self.p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                                   str(world), "--max-restarts", "0", os.path.abspath(script), "--train"],
+                                  env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.stopping = []
+        signal.signal(signal.SIGTERM, lambda *_: self.stopping.append(1))
+        signal.signal(signal.SIGINT, lambda *_: self.stopping.append(1))
+
+    def kill_all(self):
+        """SIGKILL the ranks, torchrun and every process of this job's."""
+        for pid in pids_of(self.work, self.world) + [self.p.pid] + job_pids(self.work):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            os.killpg(self.p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.p.wait()
+
+    def end(self):
+        try:
+            os.killpg(self.p.pid, signal.SIGTERM)
+        except OSError:
+            pass
+        try:
+            self.p.wait(20)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill_all()
+        self.log.close()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def fail(self, why):
+        sys.stderr.write("%s: %s\n" % (self.name, why))
+        try:
+            with open(os.path.join(self.work, "torchrun.log"), errors="replace") as f:
+                sys.stderr.write("".join(f.readlines()[-40:]))
+        except OSError:
+            pass
+        self.end()
+        sys.exit(1)
+
+    def watch(self, settled, first_step=3, timeout=180):
+        """Polls the progress until settled(steps, last, exited) says the
+        scenario's state is reached: it returns (done, settled_at) with
+        steps the fewest any rank made, last the latest progress time and
+        exited whether torchrun is gone. Returns (settled_at, step_s), or
+        None when stopped first."""
+        deadline = time.time() + timeout
+        step_s, first = 0.0, None
+        while not self.stopping:
+            if time.time() > deadline:
+                self.fail("the scenario's state was not reached in %d s" % timeout)
+            time.sleep(0.2)
+            prog = read_progress(self.work, self.world)
+            exited = self.p.poll() is not None
+            if len(prog) < self.world:
+                if exited:
+                    self.fail("torchrun exited %s before every rank stepped" % self.p.returncode)
+                continue
+            steps = min(s for s, _ in prog.values())
+            if first is None and steps >= first_step:
+                first = (steps, time.time())
+            if first and steps > first[0]:
+                step_s = (time.time() - first[1]) / (steps - first[0])
+            last = max(t for _, t in prog.values())
+            done, at = settled(steps, last, exited)
+            if done:
+                return at, step_s
+            if exited:
+                self.fail("torchrun exited %s" % self.p.returncode)
+        return None
+
+    def ready(self, ready_file, truth, settled_at, step_s):
+        """Writes the ready file, then stays until stopped and ends the job."""
+        ready = {"pids": pids_of(self.work, self.world), "truth": truth,
+                 "settled_at": settled_at, "step_s": step_s, "work": self.work}
+        with open(ready_file + ".tmp", "w") as f:
+            json.dump(ready, f)
+        os.rename(ready_file + ".tmp", ready_file)
+        while not self.stopping:
+            time.sleep(0.2)
+        self.end()
