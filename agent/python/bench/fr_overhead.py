@@ -13,8 +13,10 @@ trained --steps steps per run, in runs that alternate the recorder off
 flipped every round. torch reads the variable when the process group is
 created, so each run is its own set of processes. Per run the median step
 time of rank 0 after a warm-up; the result is the median over rounds of
-the relative difference of each (on, off) pair, and the recorder's
-entries per step (from a snapshot of the last run with it on).
+the relative difference of each (on, off) pair, the recorder's entries
+per step (from a snapshot of the last run with it on), and, where the call
+is all there is, the median time of a 1-element all_reduce in a tight loop
+of 2000, on and off.
 
 Needs torch (a CPU build is fine). Prints a JSON summary on the last line.
 """
@@ -51,6 +53,14 @@ for s in range(steps):
     loss.backward()
     opt.step()
     times.append(time.perf_counter() - t0)
+# The recorder's cost per collective, where the call is all there is: a
+# tight loop of 1-element all_reduces.
+tiny = torch.zeros(1)
+dist.barrier()
+t0 = time.perf_counter()
+for _ in range(2000):
+    dist.all_reduce(tiny)
+per_call_us = (time.perf_counter() - t0) / 2000 * 1e6
 entries = -1
 if os.environ.get("TORCH_FR_BUFFER_SIZE") != "0" and dist.get_rank() == 0:
     import pickle
@@ -62,8 +72,11 @@ if os.environ.get("TORCH_FR_BUFFER_SIZE") != "0" and dist.get_rank() == 0:
 dist.barrier()
 if dist.get_rank() == 0:
     with open(out, "w") as f:
-        json.dump({"times": times, "entries": entries}, f)
-dist.destroy_process_group()
+        json.dump({"times": times, "entries": entries, "per_call_us": per_call_us}, f)
+dist.barrier()
+# Not destroy_process_group: gloo's teardown sometimes aborts ("terminate
+# called without an active exception"), which says nothing of the steps.
+os._exit(0)
 '''
 
 
@@ -91,7 +104,7 @@ def run(a, fr_on, work, i):
     with open(out) as f:
         res = json.load(f)
     warm = len(res["times"]) // 5
-    return statistics.median(res["times"][warm:]), res["entries"]
+    return statistics.median(res["times"][warm:]), res["entries"], res["per_call_us"]
 
 
 def main():
@@ -107,13 +120,16 @@ def main():
     with open(os.path.join(work, "worker.py"), "w") as f:
         f.write(WORKER)
     diffs, ons, offs, entries = [], [], [], -1
+    calls = {True: [], False: []}
     for i in range(a.rounds):
         order = (False, True) if i % 2 == 0 else (True, False)
         got = {}
         for j, on in enumerate(order):
             got[on] = run(a, on, work, 2 * i + j)
-        on_s, entries = got[True]
+        on_s, entries, _ = got[True]
         off_s = got[False][0]
+        for on in (True, False):
+            calls[on].append(got[on][2])
         ons.append(on_s)
         offs.append(off_s)
         diffs.append((on_s - off_s) / off_s)
@@ -124,7 +140,9 @@ def main():
                "step_on_ms": round(statistics.median(ons) * 1e3, 3),
                "overhead_pct_median": round(100 * statistics.median(diffs), 2),
                "overhead_pct_min_max": [round(100 * min(diffs), 2), round(100 * max(diffs), 2)],
-               "fr_entries_in_last_snapshot": entries}
+               "fr_entries_in_last_snapshot": entries,
+               "tiny_all_reduce_us_off": round(statistics.median(calls[False]), 2),
+               "tiny_all_reduce_us_on": round(statistics.median(calls[True]), 2)}
     print(json.dumps(summary))
 
 
