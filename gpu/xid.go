@@ -75,8 +75,10 @@ const (
 
 // ParseXidLine reads one kernel log line: a /dev/kmsg record
 // ("4,1234,5678901,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=…, name=…, msg"),
-// a dmesg line ("[ 5.678901] NVRM: Xid …") or the bare message. It
-// reports false for any other line, and never fails otherwise.
+// a dmesg line ("[ 5.678901] NVRM: Xid …") or the bare message. Only the
+// driver's own record counts: the message starts with its tag, and a kmsg
+// record is of the kernel's facility. It reports false for any other line,
+// and never fails otherwise.
 func ParseXidLine(line string) (XidEvent, bool) {
 	if len(line) > MaxLogLine {
 		return XidEvent{}, false
@@ -85,6 +87,10 @@ func ParseXidLine(line string) (XidEvent, bool) {
 	rest := line
 	if semi := strings.IndexByte(rest, ';'); semi > 0 && isKmsgPrefix(rest[:semi]) {
 		f := strings.Split(rest[:semi], ",")
+		if prio, err := strconv.ParseUint(f[0], 10, 16); err != nil || prio>>3 != 0 {
+			// Not the kernel's facility: a process wrote it to /dev/kmsg.
+			return XidEvent{}, false
+		}
 		if us, err := strconv.ParseUint(f[2], 10, 63); err == nil && us < uint64(1<<62)/1000 {
 			boot = time.Duration(us) * time.Microsecond
 		}
@@ -98,11 +104,14 @@ func ParseXidLine(line string) (XidEvent, bool) {
 			rest = t[end+1:]
 		}
 	}
-	i := strings.Index(rest, "NVRM: Xid (")
-	if i < 0 {
+	// The driver's own record starts with its tag. Anywhere else in a line
+	// it is text a process chose: a library named "x NVRM: Xid (...): 79"
+	// that segfaults puts it in the kernel's segfault line.
+	rest = strings.TrimLeft(rest, " ")
+	rest, ok := strings.CutPrefix(rest, "NVRM: Xid (")
+	if !ok {
 		return XidEvent{}, false
 	}
-	rest = rest[i+len("NVRM: Xid ("):]
 	end := strings.IndexByte(rest, ')')
 	if end < 0 || end > 40 {
 		return XidEvent{}, false
@@ -112,7 +121,7 @@ func ParseXidLine(line string) (XidEvent, bool) {
 		return XidEvent{}, false
 	}
 	rest = strings.TrimLeft(rest[end+1:], " ")
-	rest, ok := strings.CutPrefix(rest, ":")
+	rest, ok = strings.CutPrefix(rest, ":")
 	if !ok {
 		return XidEvent{}, false
 	}

@@ -149,3 +149,24 @@ func FuzzParseXidLine(f *testing.F) {
 		}
 	})
 }
+
+// TestXidSpoofsAreNotXids: issue 23. The driver's tag anywhere but at the
+// start of the kernel's message is text a process chose (a library named
+// like an Xid record in the kernel's segfault line), and a record a process
+// wrote to /dev/kmsg (a facility other than the kernel's) is not the
+// driver's.
+func TestXidSpoofsAreNotXids(t *testing.T) {
+	for _, line := range []string{
+		"6,2001,1234567890,-;x[4242]: segfault at 0 ip 00007f sp 00007ffd error 4 in x NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.so[7f+1000]",
+		"[ 99.1] python[77]: segfault at 8 ip 1 sp 2 error 6 in libNVRM: Xid (PCI:0000:3b:00): 48, x.so",
+		"14,2002,1234567890,-;NVRM: Xid (PCI:0000:3b:00): 79, written by a process to /dev/kmsg",
+		"kernel: user text NVRM: Xid (PCI:0000:3b:00): 79, x",
+	} {
+		if ev, ok := ParseXidLine(line); ok {
+			t.Errorf("accepted %q as %+v", line, ev)
+		}
+	}
+	if _, ok := ParseXidLine("4,2003,1234567890,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."); !ok {
+		t.Error("the kernel's own record refused")
+	}
+}
