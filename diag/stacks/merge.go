@@ -366,10 +366,10 @@ func roleOf(t *Thread) string {
 		return RoleMain
 	}
 	if e, ok := entryFrame(t); ok {
-		return "thread " + e.Function + " (" + path.Base(e.File) + ")"
+		return "thread " + jobText(e.Function, maxFunctionText, false) + " (" + jobText(path.Base(e.File), maxNameText, true) + ")"
 	}
 	if n := NormalizeName(t.Name); n != "" {
-		return "thread " + n
+		return "thread " + jobText(n, maxNameText, false)
 	}
 	if len(t.Frames) == 0 {
 		return "thread without Python frames"
@@ -377,7 +377,7 @@ func roleOf(t *Thread) string {
 	// A cut stack, or a thread not started by threading: its outermost
 	// known frame.
 	o := t.Frames[len(t.Frames)-1]
-	return "thread in " + o.Function + " (" + path.Base(o.File) + ")"
+	return "thread in " + jobText(o.Function, maxFunctionText, false) + " (" + jobText(path.Base(o.File), maxNameText, true) + ")"
 }
 
 // entryFrame is the function a threading.Thread was started with: the
@@ -430,7 +430,7 @@ func (g *group) render(opt MergeOptions, multiHost bool) Group {
 		FramesTruncated: g.truncated}
 	out.Ranks, out.PIDs, out.Where = where(g.members, multiHost)
 	for n := range g.names {
-		out.Names = append(out.Names, n)
+		out.Names = append(out.Names, jobText(n, maxNameText, false))
 	}
 	slices.Sort(out.Names)
 	if len(g.states) > 0 {
@@ -443,10 +443,16 @@ func (g *group) render(opt MergeOptions, multiHost bool) Group {
 		}
 	}
 	out.Frames, out.FramesOmitted = elide(frames, opt.MaxFrames)
+	out.Frames = boundFrames(out.Frames)
 	out.Members = g.members
 	if len(out.Members) > opt.MaxMembers {
 		out.MembersOmitted = len(out.Members) - opt.MaxMembers
 		out.Members = out.Members[:opt.MaxMembers:opt.MaxMembers]
+	}
+	out.Members = slices.Clone(out.Members)
+	for i := range out.Members {
+		out.Members[i].Thread = jobText(out.Members[i].Thread, maxNameText, false)
+		out.Members[i].Host = jobText(out.Members[i].Host, maxNameText, false)
 	}
 	return out
 }
@@ -512,7 +518,7 @@ func where(members []Member, multiHost bool) (ranks, pids, text string) {
 // of a thread without frames.
 func place(g *group) string {
 	if f, ok := headFrame(g.frames); ok {
-		return fmt.Sprintf("in %s (%s:%d)", f.Function, path.Base(f.File), f.Line)
+		return fmt.Sprintf("in %s (%s:%d)", jobText(f.Function, maxFunctionText, false), jobText(path.Base(f.File), maxNameText, true), f.Line)
 	}
 	var st []string
 	for s, n := range g.states {
@@ -521,7 +527,7 @@ func place(g *group) string {
 	slices.Sort(st)
 	w := ""
 	if len(g.members) > 0 && g.members[0].WChan != "" {
-		w = ", wchan " + g.members[0].WChan
+		w = ", wchan " + jobText(g.members[0].WChan, maxNameText, false)
 	}
 	if len(st) > 0 {
 		return "with no Python frame (state " + strings.Join(st, " ") + w + ")"
