@@ -1,6 +1,9 @@
 package sysmem
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
 // Available is the memory this process may use, in bytes: the machine's
 // RAM, or its cgroup's limit when that is lower (a container, a Slurm job
@@ -11,10 +14,9 @@ func Available() int64 {
 		return 0
 	}
 	total := int64(si.Totalram) * int64(si.Unit)
-	for _, f := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
-		if n := cgroupLimit(f); n > 0 && (total == 0 || n < total) {
-			total = n
-		}
+	self, _ := os.ReadFile("/proc/self/cgroup")
+	if n := ownCgroupLimit(string(self), "/sys/fs/cgroup"); n > 0 && (total == 0 || n < total) {
+		total = n
 	}
 	return total
 }
