@@ -69,7 +69,13 @@ type Registry struct {
 	byRank  map[int]string // rank → member key: a rank lives at one endpoint
 	tombs   []tombstone
 	floor   uint64 // deltas from before this version are not answerable
+	// refused are the recent claims of a rank another live member holds
+	// (at most maxRefused, newest last), said by Nodes.
+	refused []string
 }
+
+// maxRefused bounds the refused claims remembered.
+const maxRefused = 16
 
 // NewRegistry makes a registry; now nil means time.Now.
 func NewRegistry(stale time.Duration, now func() time.Time) *Registry {
@@ -122,6 +128,8 @@ type putReply struct {
 	Version uint64            `json:"version"`
 	Nodes   []json.RawMessage `json:"nodes"`
 	Removed []string          `json:"removed"`
+	// Refused: this report's members whose rank another live member holds.
+	Refused []string `json:"refused,omitempty"`
 }
 
 // Handler serves PUT /apis/nodes (a report, answered with what changed
@@ -184,7 +192,26 @@ func (r *Registry) Handler() http.Handler {
 			http.Error(w, fmt.Sprintf("more than %d members: refused", maxMembers), http.StatusServiceUnavailable)
 			return
 		}
+		var refused []string
 		for _, nm := range members {
+			// A rank is claimed, not grabbed: while the member that holds it
+			// reports, another endpoint's claim is refused and said (a
+			// heartbeat anyone on the network can send would otherwise drop
+			// the real node's ranks). A holder gone stale yields it: a
+			// restarted process on a new port.
+			if nm.m.Rank != nil {
+				if prev, ok := r.byRank[*nm.m.Rank]; ok && prev != nm.memberID {
+					if h := r.members[prev]; h != nil && now.Sub(h.seen) < r.stale {
+						why := fmt.Sprintf("rank %d claimed by %q, which rank %q holds and reported %s ago: refused", *nm.m.Rank, clip(nm.memberID), clip(prev), now.Sub(h.seen).Round(time.Second))
+						refused = append(refused, nm.memberID)
+						r.refused = append(r.refused, why)
+						if len(r.refused) > maxRefused {
+							r.refused = append([]string(nil), r.refused[len(r.refused)-maxRefused:]...)
+						}
+						continue
+					}
+				}
+			}
 			old, ok := r.members[nm.memberID]
 			if !ok || string(old.raw) != string(nm.raw) {
 				r.version++
@@ -203,7 +230,7 @@ func (r *Registry) Handler() http.Handler {
 				r.byRank[*m.m.Rank] = m.memberID
 			}
 		}
-		rep := putReply{OK: true, Version: r.version, Nodes: []json.RawMessage{}, Removed: []string{}}
+		rep := putReply{OK: true, Version: r.version, Nodes: []json.RawMessage{}, Removed: []string{}, Refused: refused}
 		since := in.SeenVersion
 		if since < r.floor || since > r.version {
 			since = 0 // too old (or from another registry's life): all of it
@@ -305,6 +332,9 @@ func (r *Registry) Nodes() ([]cluster.Node, []string) {
 		if d := now.Sub(out[i].LastSeen); d >= r.stale {
 			problems = append(problems, fmt.Sprintf("%s silent for %s (stale after %s, removed after %s)", label(out[i]), d.Round(time.Second), r.stale, 2*r.stale))
 		}
+	}
+	for _, why := range r.refused {
+		problems = append(problems, "heartbeat: "+why)
 	}
 	return out, problems
 }

@@ -90,10 +90,23 @@ func TestRegistryHeartbeats(t *testing.T) {
 	if list.Total != 2 || list.Offset != 1 || len(list.Nodes) != 1 || list.Version != 4 {
 		t.Errorf("GET: %+v", list)
 	}
-	// Rank 2 moves to another endpoint: the old one is removed at once.
+	// Another endpoint claims rank 2 while its holder reports: refused and
+	// said (issue 23: a heartbeat anyone can send dropped the real node's
+	// ranks); the holder keeps it.
 	n2moved := strings.Replace(n2, "10.0.0.2:9922", "10.0.0.2:9930", 1)
 	_, rep, body = put(t, srv.URL, `{"nodes":[`+n2moved+`],"seen_version":4}`)
-	if len(rep.Nodes) != 1 || len(rep.Removed) != 1 || rep.Removed[0] != "node-b:10.0.0.2:9922" {
+	if len(rep.Nodes) != 0 || len(rep.Removed) != 0 || len(rep.Refused) != 1 || rep.Refused[0] != "node-b:10.0.0.2:9930" {
+		t.Errorf("claim of a held rank: %s", body)
+	}
+	if ns, probs := reg.Nodes(); len(ns) != 2 || ns[1].Addr != "10.0.0.2:9922" ||
+		len(probs) != 1 || !strings.Contains(probs[0], `rank 2 claimed by "node-b:10.0.0.2:9930", which rank "node-b:10.0.0.2:9922" holds`) {
+		t.Errorf("after the refused claim: %+v %q", ns, probs)
+	}
+	// Once the holder is stale (a restarted process on a new port), the
+	// rank moves: the old endpoint is removed at once.
+	clk.add(26 * time.Second)
+	_, rep, body = put(t, srv.URL, `{"nodes":[`+n2moved+`],"seen_version":4}`)
+	if len(rep.Refused) != 0 || len(rep.Removed) != 1 || rep.Removed[0] != "node-b:10.0.0.2:9922" {
 		t.Errorf("moved rank: %s", body)
 	}
 	if ns, _ := reg.Nodes(); len(ns) != 2 || ns[1].Addr != "10.0.0.2:9930" {
