@@ -256,8 +256,18 @@ func ReadStore(ctx context.Context, storeAddr, runID string, timeout time.Durati
 			problems = append(problems, fmt.Sprintf("%s is missing (a node took the slot and did not write it, or died doing so)", key))
 			continue
 		}
+		if errors.Is(err, tcpstore.ErrTooLarge) {
+			problems = append(problems, fmt.Sprintf("%s holds over %d bytes, more than a node's entry takes; skipped", key, tcpstore.MaxValue))
+			continue
+		}
 		if err != nil {
 			return nil, nil, storeErr(ctx, storeAddr, "reading "+key, err)
+		}
+		if len(raw) > maxSlotBytes {
+			// Anyone who reaches the store can write a slot: 300 slots of
+			// 1 MB names took list_cluster_nodes 36 s and 5 GB (issue 23).
+			problems = append(problems, fmt.Sprintf("%s holds %d bytes, over the %d a node's entry takes; skipped", key, len(raw), maxSlotBytes))
+			continue
 		}
 		var n cluster.Node
 		if err := json.Unmarshal(raw, &n); err != nil {
@@ -266,6 +276,10 @@ func ReadStore(ctx context.Context, storeAddr, runID string, timeout time.Durati
 		}
 		if _, err := checkHostPort(n.Addr); err != nil {
 			problems = append(problems, fmt.Sprintf("%s: address %q: %v; skipped", key, clip(n.Addr), err))
+			continue
+		}
+		if err := cluster.CheckNodeName(n.Host); n.Host != "" && err != nil {
+			problems = append(problems, fmt.Sprintf("%s: node name %q: %v; skipped", key, clip(n.Host), err))
 			continue
 		}
 		if n.Kind != cluster.KindProbing {
@@ -281,6 +295,10 @@ func ReadStore(ctx context.Context, storeAddr, runID string, timeout time.Durati
 		raw, err := c.Get(key)
 		if errors.Is(err, tcpstore.ErrNoKey) {
 			break
+		}
+		if errors.Is(err, tcpstore.ErrTooLarge) {
+			problems = append(problems, fmt.Sprintf("%s (Probing's) holds over %d bytes; skipped", key, tcpstore.MaxValue))
+			continue
 		}
 		if err != nil {
 			return nil, nil, storeErr(ctx, storeAddr, "reading "+key, err)
@@ -319,7 +337,14 @@ func ReadStore(ctx context.Context, storeAddr, runID string, timeout time.Durati
 }
 
 // probingNode reads Probing's {addr, http_base, bound[, node_rank]}.
+// maxSlotBytes bounds one node's entry in the store (an address, a node
+// name, a rank set as ranges).
+const maxSlotBytes = 16 << 10
+
 func probingNode(raw []byte) (cluster.Node, error) {
+	if len(raw) > maxSlotBytes {
+		return cluster.Node{}, fmt.Errorf("%d bytes, over the %d a node's entry takes", len(raw), maxSlotBytes)
+	}
 	var p probingInfo
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return cluster.Node{}, fmt.Errorf("not Probing's {addr, http_base, bound} JSON: %v", err)

@@ -147,6 +147,12 @@ func (c *Client) Check(keys ...string) (bool, error) {
 // a missing key would wait for it).
 var ErrNoKey = errors.New("no such key")
 
+// ErrTooLarge: Get of a value over MaxValue, read past and dropped; the
+// client can go on. A value over maxDiscard ends the connection instead.
+var ErrTooLarge = errors.New("value too large")
+
+const maxDiscard = 64 << 20
+
 // Get reads key's value if the key exists; ErrNoKey if it does not.
 func (c *Client) Get(key string) ([]byte, error) {
 	ok, err := c.Check(key)
@@ -167,6 +173,15 @@ func (c *Client) Get(key string) ([]byte, error) {
 		return nil, err
 	}
 	if n > MaxValue {
+		if n <= maxDiscard {
+			// Read past it (within the deadline) so that the connection
+			// stays in step: one oversized key, which anyone who reaches
+			// the store can write, must not end the whole read.
+			if _, err := io.CopyN(io.Discard, c.r, int64(n)); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("TCPStore get %q: the value is %d bytes, over the %d this client reads: %w", key, n, MaxValue, ErrTooLarge)
+		}
 		return nil, fmt.Errorf("TCPStore get %q: the store says the value is %d bytes, over the %d this client reads", key, n, MaxValue)
 	}
 	b := make([]byte, n)
