@@ -156,7 +156,12 @@ func (c *Client) Do(ctx context.Context, n cluster.Node, method, path string, re
 		if json.Unmarshal(b, &ae) == nil && ae.Error != "" {
 			msg = bound(ae.Error, 300)
 		}
-		if res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden {
+		if res.StatusCode == http.StatusForbidden {
+			// A daemon without a token refuses another user's coordinator;
+			// its message names the rule and the fix.
+			return pe(KindAuth, "refused (HTTP 403): %s", msg)
+		}
+		if res.StatusCode == http.StatusUnauthorized {
 			return pe(KindAuth, "the token was refused (HTTP %d): the coordinator's PROBING_AUTH_TOKEN must be the daemons'", res.StatusCode)
 		}
 		if res.StatusCode == http.StatusGatewayTimeout {

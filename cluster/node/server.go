@@ -33,7 +33,8 @@ type Source interface {
 type Config struct {
 	Source Source
 	// Token is PROBING_AUTH_TOKEN; "" allows loopback binds only (the
-	// command refuses another), and every caller then passes.
+	// command refuses another), and only clients of the daemon's own uid
+	// and root are then served (peer.go).
 	Token   string
 	Version string
 	// MaxTime bounds one request (default 60 s); a caller's TimeoutHeader
@@ -85,6 +86,13 @@ func Handler(cfg Config) http.Handler {
 			if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], sum[:]) != 1 {
 				cfg.Logger.Warn("node API request refused: wrong or missing token", "remote", r.RemoteAddr, "path", r.URL.Path)
 				writeError(w, http.StatusUnauthorized, "a bearer token is required: the coordinator must run with the same PROBING_AUTH_TOKEN as this node daemon")
+				return
+			}
+		}
+		if cfg.Token == "" {
+			if ok, why := peerAllowed(r); !ok {
+				cfg.Logger.Warn("node API request refused: another user's client on loopback", "remote", r.RemoteAddr, "path", r.URL.Path, "why", why)
+				writeError(w, http.StatusForbidden, why)
 				return
 			}
 		}

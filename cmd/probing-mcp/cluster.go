@@ -56,7 +56,7 @@ var nodeDoc = cmdDoc{Name: "node", Synopsis: "[flags]",
 	About: `The node daemon: serves this node's ranks (stacks, evidence, Flight Recorder, rings) to the job's
 coordinator (probing-mcp serve --job/--peers). Local rank 0's agent starts it; start it by hand
 with srun or a DaemonSet. One daemon per data dir (PROBING_DATA_DIR); off loopback it needs
-PROBING_AUTH_TOKEN.`,
+PROBING_AUTH_TOKEN; on loopback without it, it serves only its own user and root.`,
 	Note: "Exit status: 0 on Ctrl-C, when idle past --idle-exit, or when a daemon already runs; 1 when serving failed; 2 on bad usage or setup.",
 	Examples: []string{
 		"probing-mcp node                                   # 127.0.0.1:9781, this node only",
