@@ -240,12 +240,20 @@ func Query(ctx context.Context, nodes []Node, sqlText string, limit int, opt Opt
 	if _, err := c.Exec("COMMIT", nil); err != nil {
 		return nil, err
 	}
+	// The statement gets the engine's bounds (a printf width built a 1 GB
+	// string here, issue 23); the copy above was loaded without them.
+	if err := sqlengine.BoundConn(c, sqlengine.Options{}); err != nil {
+		return nil, err
+	}
 	g := &sqlengine.Guard{}
 	g.Install(c)
 	rows, err := c.QueryContext(ctx, sqlText, nil)
 	if err != nil {
 		if gerr := g.Err(); gerr != nil {
 			return nil, gerr
+		}
+		if le := sqlengine.LimitError(err, sqlengine.Options{}); le != nil {
+			return nil, le
 		}
 		return nil, &sqlengine.Error{Kind: "sql", Msg: err.Error()}
 	}
@@ -258,6 +266,9 @@ func Query(ctx context.Context, nodes []Node, sqlText string, limit int, opt Opt
 			break
 		}
 		if err != nil {
+			if le := sqlengine.LimitError(err, sqlengine.Options{}); le != nil {
+				return nil, le
+			}
 			return nil, &sqlengine.Error{Kind: "sql", Msg: err.Error()}
 		}
 		res.TotalRows++
