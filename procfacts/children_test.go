@@ -82,7 +82,11 @@ kids[2].wait()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if (c.IO != nil && c.IO.Path != "") || strings.HasPrefix(c.Cmdline, "sleep") && c.State == "S" || time.Now().After(deadline) {
+			// Asleep where it blocks: a child read while it is still on its
+			// way into the call shows the call without the wait channel that
+			// names the FIFO.
+			asleep := c.State == "S" && c.WChan != "" && c.WChan != "0"
+			if (c.IO != nil && c.IO.Path != "" && asleep) || strings.HasPrefix(c.Cmdline, "sleep") && asleep || time.Now().After(deadline) {
 				return c
 			}
 			time.Sleep(20 * time.Millisecond)
