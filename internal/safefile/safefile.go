@@ -66,6 +66,9 @@ func OpenRegular(path string, flag int, perm os.FileMode) (*os.File, os.FileInfo
 		if errors.Is(err, syscall.ELOOP) {
 			return nil, nil, fmt.Errorf("%s is a symbolic link; refusing to follow it (a file in a shared directory is never followed elsewhere): remove it", path)
 		}
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, nil, fmt.Errorf("%w: it or its directory is another user's; run as that user, or use a directory of your own (PROBING_DATA_DIR)", err)
+		}
 		return nil, nil, err
 	}
 	fi, err := f.Stat()
