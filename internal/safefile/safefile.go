@@ -132,12 +132,17 @@ func Refused(path string, why error) error {
 // rename it away: not writable by others, or sticky (like /tmp and the
 // data dir, 1777). Files in it are then safe from other users, sidecar
 // files SQLite opens by name included.
-func PrivateDir(dir string) error {
+func PrivateDir(dir string) error { return OwnDir(dir, 0o700) }
+
+// OwnDir is PrivateDir for a directory others may read: created with
+// perm (a node sampler's pid directory, 0755, which servers read), and
+// refused, never reused, when someone else made it first.
+func OwnDir(dir string, perm os.FileMode) error {
 	dir = filepath.Clean(dir)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return fmt.Errorf("directory %s: %w", filepath.Dir(dir), err)
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := os.Mkdir(dir, perm); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("directory %s: %w", dir, err)
 	}
 	return CheckDir(dir)
