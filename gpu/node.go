@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/internal/envswitch"
-	"github.com/probing-mcp/probing-mcp/internal/filelock"
+	"github.com/probing-mcp/probing-mcp/internal/safefile"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
@@ -137,9 +137,9 @@ type failedSink struct{ err error }
 func (f failedSink) Write(Tick) error { return f.err }
 
 func lockFile(path string) (*os.File, error) {
-	f, err := filelock.Take(path)
-	if errors.Is(err, filelock.ErrHeld) {
-		return nil, ErrSampledElsewhere
+	f, err := safefile.Lock(path)
+	if errors.Is(err, safefile.ErrHeld) {
+		return nil, fmt.Errorf("%w (%v)", ErrSampledElsewhere, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("GPU sampler %w", err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/probing-mcp/probing-mcp/internal/safefile"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage/memt"
 )
@@ -94,7 +95,9 @@ const samplerEvery = time.Minute
 func OpenRings(dataDir, host string) (*RingSink, error) {
 	pid := os.Getpid()
 	dir := filepath.Join(dataDir, strconv.Itoa(pid))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// The data dir is shared: a directory planted under this pid (or a
+	// link in it) would have the sampler write where another user chose.
+	if err := safefile.OwnDir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("GPU rings: %w", err)
 	}
 	s := &RingSink{Dir: dir, w: map[string]*memt.Writer{}}
@@ -125,7 +128,16 @@ func writeIdentity(dir string, pid int, host string) error {
 		return err
 	}
 	tmp := filepath.Join(dir, ".identity.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	os.Remove(tmp) // a leftover of a crash: a new file, never one reused
+	f, err := safefile.Open(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(dir, procfacts.IdentityFile))

@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -212,7 +213,7 @@ func TestStartNodeOnePerDataDir(t *testing.T) {
 	if _, err := StartNode(ctx, withGPU, dir, "h", nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := StartNode(ctx, withGPU, dir, "h", nil); err != ErrSampledElsewhere {
+	if _, err := StartNode(ctx, withGPU, dir, "h", nil); !errors.Is(err, ErrSampledElsewhere) {
 		t.Fatalf("second sampler on one data dir: %v", err)
 	}
 	// No GPU: the lock is not kept (every process reads NVML's state
@@ -339,4 +340,24 @@ func TestRunNodeWritesRingsAndHandsOver(t *testing.T) {
 	})
 	stop1()
 	waitFor(t, "the second service to take over", func() bool { return b.Report().Source == SourceLive })
+}
+
+// TestStartNodeLockOfAnotherUser: a gpu.lock another user made is an
+// error naming its owner, not "sampled elsewhere" (which would leave the
+// node unsampled, waiting on a sampler that does not exist).
+func TestStartNodeLockOfAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make another user's lock file (chown)")
+	}
+	dir := t.TempDir()
+	p := filepath.Join(dir, "probing-mcp", "gpu.lock")
+	os.Mkdir(filepath.Dir(p), 0o700)
+	os.WriteFile(p, nil, 0o600)
+	os.Chown(p, 65534, 65534)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	withGPU := NodeConfig{On: true, Interval: time.Second, open: func() *NVML { return OpenLib(a100(spinningA100)) }}
+	if _, err := StartNode(ctx, withGPU, dir, "h", nil); err == nil || errors.Is(err, ErrSampledElsewhere) || !strings.Contains(err.Error(), "belongs to uid 65534") {
+		t.Fatalf("another user's gpu.lock: %v, want an error naming its owner", err)
+	}
 }

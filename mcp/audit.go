@@ -18,6 +18,7 @@ import (
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/probing-mcp/probing-mcp/internal/safefile"
 	"github.com/probing-mcp/probing-mcp/storage/history"
 	"github.com/probing-mcp/probing-mcp/tools"
 )
@@ -57,14 +58,16 @@ type AuditRecord struct {
 }
 
 // OpenAuditLog opens (creating if needed, mode 0600) the JSONL audit log. It
-// must be a regular file, and a torn last record is repaired at once.
+// must be a regular file of this user's, not a symlink, in a directory
+// only this user (or root) can write (created 0700 when absent), and a
+// torn last record is repaired at once.
 func OpenAuditLog(path string) (*AuditLog, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, err
+	if err := safefile.PrivateDir(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("audit log %s: %w; or set PROBING_MCP_AUDIT_LOG to a file in a directory of your own", path, err)
 	}
 	f, err := OpenRegular(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("audit log: %w; set PROBING_MCP_AUDIT_LOG to a regular file (default <data dir>/mcp-audit.jsonl)", err)
+		return nil, fmt.Errorf("audit log: %w; set PROBING_MCP_AUDIT_LOG to a regular file (default <data dir>/probing-mcp/mcp-audit.jsonl)", err)
 	}
 	a := &AuditLog{f: f, writeAll: (*os.File).Write}
 	a.next.Store(time.Now().UnixNano())

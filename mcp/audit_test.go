@@ -44,8 +44,8 @@ func openAuditLogBounded(t *testing.T, path string) (*AuditLog, error) {
 }
 
 // TestAuditLogRefusesNonRegularFiles: a FIFO (which would block the open
-// until a reader came), a device, a directory, a socket, or a symlink to
-// one of them is refused at once with an error naming the path, what it
+// until a reader came), a device, a directory, a socket, or a symlink is
+// refused at once with an error naming the path, what it
 // is, and the variable to change.
 func TestAuditLogRefusesNonRegularFiles(t *testing.T) {
 	dir := t.TempDir()
@@ -65,7 +65,7 @@ func TestAuditLogRefusesNonRegularFiles(t *testing.T) {
 	}
 	cases := []struct{ path, kind string }{
 		{fifo, "named pipe"},
-		{link, "named pipe"},
+		{link, "symbolic link"},
 		{"/dev/null", "device"},
 		{dir, "directory"},
 		{sock, "socket"},
@@ -82,19 +82,75 @@ func TestAuditLogRefusesNonRegularFiles(t *testing.T) {
 			t.Errorf("%s: error %q should name the path, %q and PROBING_MCP_AUDIT_LOG", tc.path, msg, tc.kind)
 		}
 	}
-	// A symlink to a regular file is fine.
-	real := filepath.Join(dir, "real.jsonl")
-	if err := os.WriteFile(real, nil, 0o600); err != nil {
+}
+
+// TestAuditLogRefusesPlantedFiles: in a shared data dir anyone can leave a
+// file under the audit log's name. A symlink to another file (which a
+// root server would append to) or a dangling one (which it would create
+// at the target) is refused, and nothing at the target is touched; so is
+// a file another user owns, or one anyone can write.
+func TestAuditLogRefusesPlantedFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	elsewhere := t.TempDir()
+	target := filepath.Join(elsewhere, "secret")
+	if err := os.WriteFile(target, []byte("keep\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(real, filepath.Join(dir, "real-link")); err != nil {
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	a, err := openAuditLogBounded(t, filepath.Join(dir, "real-link"))
-	if err != nil {
-		t.Fatalf("symlink to a regular file: %v", err)
+	link := filepath.Join(dir, "mcp-audit.jsonl")
+	os.Symlink(target, link)
+	if a, err := openAuditLogBounded(t, link); err == nil {
+		a.Close()
+		t.Fatal("a symlink to another file was opened as the audit log")
+	} else if !strings.Contains(err.Error(), link) || !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("error %q should name the link and say it is one", err)
 	}
-	_ = a.Close()
+	if b, _ := os.ReadFile(target); string(b) != "keep\n" {
+		t.Fatalf("the link's target was written: %q", b)
+	}
+	os.Remove(link)
+	dangling := filepath.Join(elsewhere, "created-by-the-server")
+	os.Symlink(dangling, link)
+	if a, err := openAuditLogBounded(t, link); err == nil {
+		a.Close()
+		t.Fatal("a dangling symlink was opened as the audit log")
+	}
+	if _, err := os.Lstat(dangling); err == nil {
+		t.Fatal("the dangling link's target was created")
+	}
+	os.Remove(link)
+
+	os.WriteFile(link, nil, 0o666)
+	os.Chmod(link, 0o666)
+	if a, err := openAuditLogBounded(t, link); err == nil {
+		a.Close()
+		t.Fatal("an audit log anyone can write was opened")
+	} else if !strings.Contains(err.Error(), "writable by every user") {
+		t.Errorf("error %q should say anyone can write it", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Log("not root: another user's file is not tried (needs chown)")
+		return
+	}
+	os.Chmod(link, 0o600)
+	os.Chown(link, 65534, 65534)
+	if a, err := openAuditLogBounded(t, link); err == nil {
+		a.Close()
+		t.Fatal("another user's file was opened as the audit log")
+	} else if !strings.Contains(err.Error(), "belongs to uid 65534") {
+		t.Errorf("error %q should name the owner", err)
+	}
+	// The directory holding it must be this user's too.
+	os.Remove(link)
+	os.Chown(dir, 65534, 65534)
+	if a, err := openAuditLogBounded(t, link); err == nil {
+		a.Close()
+		t.Fatal("an audit log in another user's directory was opened")
+	} else if !strings.Contains(err.Error(), "belongs to uid 65534") || !strings.Contains(err.Error(), dir) {
+		t.Errorf("error %q should name the directory and its owner", err)
+	}
 }
 
 // auditLines splits an audit log into lines and checks that it ends with a

@@ -203,13 +203,13 @@ func TestE2EStdioWriteTools(t *testing.T) {
 
 	t.Run("allow= TRUE ", func(t *testing.T) {
 		t.Parallel()
-		data := t.TempDir() // no PROBING_MCP_AUDIT_LOG: <data dir>/mcp-audit.jsonl
+		data := t.TempDir() // no PROBING_MCP_AUDIT_LOG: <data dir>/probing-mcp/mcp-audit.jsonl
 		env := e2eEnv("PROBING_DATA_DIR="+data, "PROBING_MCP_ALLOW_WRITE= TRUE ")
 		out := h.stdio(t, env, "stdio-list", e2eArgs("set_config", debug)...)
 		out.mustOK(t)
 		checkSetConfigListed(t, out)
 		checkSetConfigOK(t, out.call(t, 0), "info", "debug")
-		checkAuditPair(t, readAudit(t, filepath.Join(data, "mcp-audit.jsonl")), debug, "stdio:", "ok")
+		checkAuditPair(t, readAudit(t, filepath.Join(data, "probing-mcp", "mcp-audit.jsonl")), debug, "stdio:", "ok")
 	})
 
 	for _, v := range []string{"2", "enable"} {

@@ -4,33 +4,24 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"syscall"
+
+	"github.com/probing-mcp/probing-mcp/internal/safefile"
 )
 
 // OpenRegular opens path (creating it with perm when flag says so), but
-// only as a regular file or a symlink to one. A FIFO would block the open
-// until some reader came, a device or socket would swallow or refuse what
-// is written, and none can be checked or repaired like a file. The open
-// never blocks: the kind is checked first, and O_NONBLOCK covers a FIFO
-// swapped in after that check, which the final fstat then refuses.
+// only as a regular file of this user's that nobody else can write
+// (safefile.Open), never through a symlink: one planted in a shared
+// directory would have a root server append to any file. A FIFO would
+// block the open until some reader came, a device or socket would swallow
+// or refuse what is written, and none can be checked or repaired like a
+// file. The open never blocks: the kind is checked first (to name it),
+// and O_NONBLOCK covers a FIFO swapped in after that check, which the
+// final fstat then refuses.
 func OpenRegular(path string, flag int, perm os.FileMode) (*os.File, error) {
-	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&fs.ModeSymlink == 0 && !fi.Mode().IsRegular() {
 		return nil, notRegular(path, fi.Mode())
 	}
-	f, err := os.OpenFile(path, flag|syscall.O_NONBLOCK, perm)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		_ = f.Close()
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		_ = f.Close()
-		return nil, notRegular(path, fi.Mode())
-	}
-	return f, nil
+	return safefile.Open(path, flag, perm)
 }
 
 func notRegular(path string, mode fs.FileMode) error {

@@ -32,7 +32,7 @@ import (
 type Config struct {
 	Version      string
 	AllowWrite   bool   // PROBING_MCP_ALLOW_WRITE
-	AuditLogPath string // PROBING_MCP_AUDIT_LOG, default <data dir>/mcp-audit.jsonl
+	AuditLogPath string // PROBING_MCP_AUDIT_LOG, default <data dir>/probing-mcp/mcp-audit.jsonl
 	DataDir      string
 	// HistoryPath is the persisted history (PROBING_MCP_HISTORY, default
 	// <data dir>/probing-mcp/history.db; "off" disables it).
@@ -63,7 +63,7 @@ func ConfigFromEnv(getenv func(string) string, version string, level *slog.Level
 	}
 	cfg.AuditLogPath = getenv("PROBING_MCP_AUDIT_LOG")
 	if cfg.AuditLogPath == "" {
-		cfg.AuditLogPath = filepath.Join(cfg.DataDir, "mcp-audit.jsonl")
+		cfg.AuditLogPath = filepath.Join(cfg.DataDir, "probing-mcp", "mcp-audit.jsonl")
 	}
 	maxFile := int64(fr.DefaultMaxFileBytes)
 	if v := strings.TrimSpace(getenv("PROBING_MAX_FILE_SIZE")); v != "" {

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"syscall"
+
+	"github.com/probing-mcp/probing-mcp/internal/safefile"
 )
 
 // IdentityFile is the file, in a pid directory of the data dir, where our
@@ -90,24 +91,8 @@ func ReadIdentity(path string) (*Identity, os.FileInfo, error) {
 
 // OpenRegular opens path for reading without following a final symlink
 // and without blocking on a FIFO, and refuses anything but a regular
-// file. The FileInfo is of the open file, so it cannot be swapped between
-// the check and the read.
+// file (safefile.OpenRegular). The FileInfo is of the open file, so it
+// cannot be swapped between the check and the read.
 func OpenRegular(path string) (*os.File, os.FileInfo, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		if pe, ok := err.(*os.PathError); ok && pe.Err == syscall.ELOOP {
-			return nil, nil, fmt.Errorf("%s is a symbolic link; refusing to follow it", path)
-		}
-		return nil, nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, nil, fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type())
-	}
-	return f, fi, nil
+	return safefile.OpenRegular(path, os.O_RDONLY, 0)
 }

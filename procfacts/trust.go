@@ -1,6 +1,7 @@
 package procfacts
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/probing-mcp/probing-mcp/internal/safefile"
 )
 
 // On a shared node the data dir and the control root are world-writable
@@ -40,53 +43,25 @@ func ProcessOwner(pid int) (Owner, error) {
 }
 
 // FileIDs is the owner and group of a file.
-func FileIDs(fi fs.FileInfo) (uid, gid int) {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return int(st.Uid), int(st.Gid)
-	}
-	return -1, -1
-}
+func FileIDs(fi fs.FileInfo) (uid, gid int) { return safefile.IDs(fi) }
 
 // CheckFile says why the file described by fi may not speak for a
-// process owned by o, or returns nil. The file must belong to o's user
-// (or to root, which could do anything anyway) and must not be writable
-// by others: not by every user, and by a group only when that group is
-// the owner's own (the user private groups of umask 002 systems).
+// process owned by o, or returns nil: safefile.Check, the one rule for
+// files in shared directories, said in terms of the process.
 func CheckFile(fi fs.FileInfo, o Owner) error {
-	uid, gid := FileIDs(fi)
-	if uid < 0 {
-		return fmt.Errorf("its owner cannot be read")
-	}
-	if uid != o.UID && uid != 0 {
+	err := safefile.Check(fi, o.UID, o.GID)
+	var oe *safefile.OwnerError
+	if errors.As(err, &oe) {
 		if o.Live {
-			return fmt.Errorf("it belongs to %s, but the process runs as %s", UserName(uid), UserName(o.UID))
+			return fmt.Errorf("it belongs to %s, but the process runs as %s", UserName(oe.Have), UserName(o.UID))
 		}
-		return fmt.Errorf("it belongs to %s, but its pid directory to %s", UserName(uid), UserName(o.UID))
+		return fmt.Errorf("it belongs to %s, but its pid directory to %s", UserName(oe.Have), UserName(o.UID))
 	}
-	perm := fi.Mode().Perm()
-	if perm&0o002 != 0 {
-		return fmt.Errorf("it is writable by every user (mode %04o)", perm)
-	}
-	if perm&0o020 != 0 && gid != o.GID {
-		return fmt.Errorf("it is writable by group %d, not the owner's own (mode %04o)", gid, perm)
-	}
-	return nil
+	return err
 }
-
-var userNames sync.Map // uid → name
 
 // UserName is "uid 1000 (alice)", or "uid 1000" when the name is unknown.
-func UserName(uid int) string {
-	if v, ok := userNames.Load(uid); ok {
-		return v.(string)
-	}
-	s := "uid " + strconv.Itoa(uid)
-	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil && u.Username != "" {
-		s += " (" + u.Username + ")"
-	}
-	userNames.Store(uid, s)
-	return s
-}
+func UserName(uid int) string { return safefile.UserName(uid) }
 
 // Scope is whose processes a server serves. A server that is not root
 // serves its own user: it could not reach another user's agents anyway

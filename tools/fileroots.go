@@ -59,9 +59,10 @@ func NewFilePolicy(getenv func(string) string, workDir, dataDir string) (FilePol
 	if v := getenv("PROBING_ALLOWED_FILE_DIRS"); strings.TrimSpace(v) != "" {
 		return explicitPolicy(v, home)
 	}
-	p := FilePolicy{}
+	p := FilePolicy{Owners: sharedOwners(getenv)}
 	add := func(path string, prefix bool, why string) {
 		r := newFileRoot(path, prefix, why)
+		r.Shared = prefix && isSharedTemp(filepath.Dir(path))
 		if reason := protected(r.Path, home); reason != "" {
 			r.Why = fmt.Sprintf("%s, but it %s", why, reason)
 			p.Skipped = append(p.Skipped, r)

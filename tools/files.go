@@ -21,6 +21,9 @@ type FilePolicy struct {
 	Skipped []FileRoot
 	// FromEnv says the roots came from PROBING_ALLOWED_FILE_DIRS.
 	FromEnv bool
+	// Owners are the users whose files in a Shared root count
+	// (sharedfiles.go).
+	Owners []dumpOwner
 }
 
 // FileRoot is one allowed place.
@@ -35,6 +38,9 @@ type FileRoot struct {
 	Prefix bool
 	// Why it is (or is not) a root, for the start-up log.
 	Why string
+	// Shared: it lies in a directory every user can write (/tmp), so its
+	// files count only when their user is one of the policy's Owners.
+	Shared bool
 }
 
 // String is the root as logged and as named in errors; a prefix ends in *.
@@ -112,6 +118,9 @@ func (p FilePolicy) Check(path string) (string, error) {
 		return "", userErrorf("path %s does not exist; pass an existing dump file or directory", path)
 	case err != nil:
 		return "", userErrorf("path %s: %v", path, err)
+	}
+	if err := p.checkShared(abs, real); err != nil {
+		return "", userErrorf("path %s not read: %v", path, err)
 	}
 	return real, nil
 }
@@ -220,11 +229,12 @@ func (p FilePolicy) checkResolved(path string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := p.resolve(abs); err != nil {
+	real, err := p.resolve(abs)
+	if err != nil {
 		if errors.Is(err, errOutside) {
 			return errors.New("leads outside the allowed directories")
 		}
 		return err
 	}
-	return nil
+	return p.checkShared(abs, real)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/cluster"
+	"github.com/probing-mcp/probing-mcp/internal/safefile"
 )
 
 // MaxFile bounds a membership file read back: 16k nodes of JSON fit
@@ -58,8 +59,10 @@ func Save(path string, ns []cluster.Node) error {
 	if len(body) > MaxFile {
 		return fmt.Errorf("membership file %s: %d bytes, over the %d Load reads", path, len(body), MaxFile)
 	}
+	// The file gives the coordinator the addresses it sends the job's
+	// token to: it lives in a directory only this user can write.
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := safefile.PrivateDir(dir); err != nil {
 		return fmt.Errorf("membership file %s: %w", path, err)
 	}
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
@@ -75,7 +78,7 @@ func Save(path string, ns []cluster.Node) error {
 	if _, err := f.Write(append(body, '\n')); err != nil {
 		return fail(err)
 	}
-	if err := f.Chmod(0o644); err != nil {
+	if err := f.Chmod(0o600); err != nil {
 		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
@@ -97,11 +100,17 @@ func Save(path string, ns []cluster.Node) error {
 	return nil
 }
 
-// Load reads a file Save wrote; every node's Source becomes "disk".
+// Load reads a file Save wrote; every node's Source becomes "disk". A
+// file that is not this user's (or root's), that others can write, or
+// that sits in a directory others can write is refused with the reason:
+// in a shared data dir anyone could plant one naming their own address.
 func Load(path string) ([]cluster.Node, error) {
-	f, err := os.Open(path)
+	if err := safefile.CheckDir(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("membership file %s ignored: %w", path, err)
+	}
+	f, err := safefile.Open(path, os.O_RDONLY, 0)
 	if err != nil {
-		return nil, fmt.Errorf("membership file: %w", err)
+		return nil, fmt.Errorf("membership file ignored: %w", err)
 	}
 	defer f.Close()
 	body, err := io.ReadAll(io.LimitReader(f, MaxFile+1))

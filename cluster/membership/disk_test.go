@@ -38,10 +38,10 @@ func TestSaveLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, err := os.Stat(path)
-	if err != nil || st.Mode().Perm() != 0o644 {
+	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("%v %v", st, err)
 	}
-	if st, _ := os.Stat(filepath.Dir(path)); st.Mode().Perm() != 0o755 {
+	if st, _ := os.Stat(filepath.Dir(path)); st.Mode().Perm() != 0o700 {
 		t.Errorf("dir mode %v", st.Mode())
 	}
 	got, err := Load(path)

@@ -10,7 +10,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/probing-mcp/probing-mcp/internal/filelock"
+	"github.com/probing-mcp/probing-mcp/internal/safefile"
 )
 
 // ErrRunning: another daemon holds this node's lock.
@@ -33,12 +33,14 @@ type DaemonOptions struct {
 	Logger *slog.Logger
 }
 
-// Lock takes the per-node lock; the file stays locked while the process
-// lives (a kill -9 releases it with the process).
+// Lock takes the per-node lock (safefile.Lock: a private directory, a
+// file of this user's); the file stays locked while the process lives (a
+// kill -9 releases it with the process). ErrRunning only when a process
+// of this user or root holds it; another user's hold is an error.
 func Lock(path string) (*os.File, error) {
-	f, err := filelock.Take(path)
-	if errors.Is(err, filelock.ErrHeld) {
-		return nil, ErrRunning
+	f, err := safefile.Lock(path)
+	if errors.Is(err, safefile.ErrHeld) {
+		return nil, fmt.Errorf("%w (%v)", ErrRunning, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("node %w", err)

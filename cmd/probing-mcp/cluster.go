@@ -106,7 +106,7 @@ func nodeCmd(args []string, stdout, stderr io.Writer) int {
 	dataDir := storage.DataDir(os.Getenv)
 	lock, err := node.Lock(filepath.Join(dataDir, "probing-mcp", "node.lock"))
 	if errors.Is(err, node.ErrRunning) {
-		fmt.Fprintf(stderr, "probing-mcp node: a node daemon already runs for data dir %s; nothing to do\n", dataDir)
+		fmt.Fprintf(stderr, "probing-mcp node: a node daemon already runs for data dir %s; nothing to do (%v)\n", dataDir, err)
 		return 0
 	}
 	if err != nil {

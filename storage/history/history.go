@@ -22,11 +22,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
 
+	"github.com/probing-mcp/probing-mcp/internal/safefile"
 	"github.com/probing-mcp/probing-mcp/storage/fsinfo"
 )
 
@@ -178,36 +181,40 @@ func open(path string, opt Options, migs []string) (*Store, error) {
 // here so that it gets mode 0600; SQLite gives its -wal and -shm files the
 // database's mode.
 func prepareFile(path string, readOnly bool) error {
-	fi, err := os.Stat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist) && readOnly:
+	// SQLite opens the file and its -wal, -shm and -journal by name, so
+	// they are safe only in a directory nobody else can write: there a
+	// name cannot be swapped for a link after the checks below.
+	dir := filepath.Dir(path)
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) && readOnly {
 		return fmt.Errorf("history: %s does not exist (a read-only open creates nothing)", path)
-	case errors.Is(err, fs.ErrNotExist):
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return fmt.Errorf("history: creating the directory of %s: %w", path, err)
-		}
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-		if errors.Is(err, fs.ErrExist) {
-			return prepareFile(path, readOnly) // another process won the race
-		}
-		if err != nil {
-			return fmt.Errorf("history: creating %s: %w", path, err)
-		}
-		return f.Close()
-	case err != nil:
-		return fmt.Errorf("history: %s: %w", path, err)
-	case fi.IsDir():
-		return fmt.Errorf("history: %s is a directory: %w", path, ErrNotHistory)
-	case !fi.Mode().IsRegular():
-		return fmt.Errorf("history: %s is not a regular file (%s): %w", path, fi.Mode().Type(), ErrNotHistory)
-	case fi.Size() == 0:
-		return nil // SQLite takes an empty file as an empty database
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("history: %s: %w", path, err)
+	if err := safefile.PrivateDir(dir); err != nil {
+		return fmt.Errorf("history: %w; or set PROBING_MCP_HISTORY to a file in a directory of your own", err)
+	}
+	// Opened once, never through a link (a dangling one named history.db
+	// is refused, not created at its target) and never blocking on a FIFO.
+	flag := os.O_RDONLY
+	if !readOnly {
+		flag = os.O_RDWR | os.O_CREATE
+	}
+	f, fi, err := safefile.OpenRegular(path, flag, 0o600)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("history: %s does not exist (a read-only open creates nothing)", path)
+	case errors.Is(err, syscall.EISDIR):
+		return fmt.Errorf("history: %s is a directory: %w", path, ErrNotHistory)
+	case err != nil && strings.Contains(err.Error(), "not a regular file"):
+		return fmt.Errorf("history: %w: %w", err, ErrNotHistory)
+	case err != nil:
+		return fmt.Errorf("history: %w", err)
 	}
 	defer f.Close()
+	if err := safefile.Check(fi, os.Geteuid(), os.Getegid()); err != nil {
+		return fmt.Errorf("history: %w", safefile.Refused(path, err))
+	}
+	if fi.Size() == 0 {
+		return nil // SQLite takes an empty file as an empty database
+	}
 	var hdr [sqliteHeaderSize]byte
 	if _, err := io.ReadFull(f, hdr[:]); err != nil || !bytes.Equal(hdr[:16], []byte("SQLite format 3\x00")) {
 		return fmt.Errorf("history: %s is not a SQLite file: %w", path, ErrNotHistory)

@@ -25,12 +25,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
 
+	"github.com/probing-mcp/probing-mcp/internal/safefile"
 	"github.com/probing-mcp/probing-mcp/storage"
 	"github.com/probing-mcp/probing-mcp/storage/jsonrow"
 )
@@ -233,10 +235,16 @@ func (s *session) setup(e *Engine, withDocs bool) error {
 		}
 	}
 	if e.opt.HistoryPath != "" {
-		if _, err := os.Stat(e.opt.HistoryPath); err == nil {
-			uri := "file:" + escapeURIPath(e.opt.HistoryPath) + "?mode=ro"
-			if err := s.exec(`ATTACH DATABASE ? AS history`, uri); err != nil {
+		if _, err := os.Lstat(e.opt.HistoryPath); err == nil {
+			// SQLite follows links: a planted history.db could make the
+			// server's queries read any database its user can.
+			if err := trustedHistory(e.opt.HistoryPath); err != nil {
 				s.skipped = append(s.skipped, storage.Problem{Path: e.opt.HistoryPath, Problem: "history not attached: " + err.Error()})
+			} else {
+				uri := "file:" + escapeURIPath(e.opt.HistoryPath) + "?mode=ro"
+				if err := s.exec(`ATTACH DATABASE ? AS history`, uri); err != nil {
+					s.skipped = append(s.skipped, storage.Problem{Path: e.opt.HistoryPath, Problem: "history not attached: " + err.Error()})
+				}
 			}
 		}
 	}
@@ -253,6 +261,20 @@ func (s *session) setup(e *Engine, withDocs bool) error {
 	// From here on, only reads.
 	s.conn.RegisterAuthorizer(s.authorize)
 	return nil
+}
+
+// trustedHistory says why the history file may not be attached: it must
+// be this user's (or root's) regular file, not a link, in a directory
+// nobody else can write (safefile's rule, as history.Open checks).
+func trustedHistory(path string) error {
+	if err := safefile.CheckDir(filepath.Dir(path)); err != nil {
+		return err
+	}
+	f, err := safefile.Open(path, os.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // escapeURIPath escapes what a SQLite URI path may not contain raw.
