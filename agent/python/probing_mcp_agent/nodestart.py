@@ -267,6 +267,21 @@ def _run(environ):
             pass
 
 
+# A process that ends while the start thread is inside subprocess's fork
+# and exec would finalize the interpreter under it (a daemon thread in C
+# code then: one process in several hundred short ones died of a corrupted
+# heap at exit in the start-up stress test). The spawn takes milliseconds;
+# exit waits for it, a bounded while.
+JOIN_AT_EXIT_S = 2.0
+
+
+def _join_at_exit(t):
+    try:
+        t.join(JOIN_AT_EXIT_S)
+    except Exception:
+        pass
+
+
 def start(environ=None):
     """Called once at activation. Decides cheaply here (most ranks are not
     local rank 0) and spawns from a daemon thread. Never raises."""
@@ -275,7 +290,11 @@ def start(environ=None):
         if switched_off(env) or not leader(env)[0]:
             _run(env)  # logs why, at debug; spawns nothing
             return
-        threading.Thread(target=_run, args=(env,), name="probing-mcp-node-start", daemon=True).start()
+        t = threading.Thread(target=_run, args=(env,), name="probing-mcp-node-start", daemon=True)
+        t.start()
+        import atexit  # built in: no import lock held long, nothing of the job's
+
+        atexit.register(_join_at_exit, t)
     except Exception as e:
         try:
             runtime.logger.warning("could not start the node daemon: %r", e)

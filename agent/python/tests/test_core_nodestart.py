@@ -374,3 +374,28 @@ def test_core_nodestart_log_is_ours_and_bounded(tmp_path, monkeypatch):
     os.symlink(str(tmp_path / "elsewhere"), path)
     assert nodestart._open_log() == (None, "")  # a symlink in its place is refused
     assert not os.path.exists(str(tmp_path / "elsewhere"))
+
+
+def test_core_nodestart_exit_waits_for_the_spawn(monkeypatch):
+    """The process's exit waits (a bounded while) for a start thread still
+    spawning: the interpreter is not finalized under a thread inside
+    subprocess's fork and exec."""
+    import atexit
+    import threading
+
+    done = threading.Event()
+    registered = []
+
+    def slow_run(env):
+        time.sleep(0.3)
+        done.set()
+
+    monkeypatch.setattr(nodestart, "_run", slow_run)
+    monkeypatch.setattr(nodestart, "switched_off", lambda env: False)
+    monkeypatch.setattr(nodestart, "leader", lambda env: (True, "test"))
+    monkeypatch.setattr(atexit, "register", lambda f, *a: registered.append((f, a)))
+    nodestart.start({})
+    assert len(registered) == 1 and not done.is_set()
+    f, a = registered[0]
+    f(*a)  # what the interpreter runs at exit
+    assert done.is_set()
