@@ -50,7 +50,6 @@ Scenarios (the culprit is rank 2 at world 4, unless said):
                     take several times the others' compute, and every rank
                     steps at its pace (DDP syncs each step); still moving
 """
-import argparse
 import os
 import signal
 import subprocess
@@ -287,29 +286,7 @@ def launch(a):
 
 
 def main():
-    if "--train" in sys.argv:
-        train_main()
-        return 0
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--list", action="store_true")
-    ap.add_argument("--scenario")
-    ap.add_argument("--world", type=int, default=4)
-    ap.add_argument("--data-dir")
-    ap.add_argument("--ctrl-root")
-    ap.add_argument("--ready-file")
-    ap.add_argument("--post-mortem", action="store_true")
-    a = ap.parse_args()
-    if a.list:
-        for name in SCENARIOS:
-            print(name, 4, "post-mortem" if name in POST_MORTEM else "")
-        return 0
-    if a.post_mortem and a.scenario not in POST_MORTEM:
-        ap.error("--post-mortem: only %s" % ", ".join(POST_MORTEM))
-    if a.scenario not in SCENARIOS:
-        ap.error("--scenario: one of %s" % ", ".join(SCENARIOS))
-    if a.world != 4:
-        ap.error("--world: 4 (the culprits are placed for 4 ranks)")
-    return launch(a)
+    return torchrun_job.main(train_main, launch, SCENARIOS, 4, POST_MORTEM, "the culprits are placed for 4 ranks")
 
 
 if __name__ == "__main__":

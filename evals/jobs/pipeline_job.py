@@ -27,7 +27,6 @@ Scenarios:
                  on a stuck mount): its DataLoader worker blocks, stage 0
                  waits for the batch, every other stage waits in recv
 """
-import argparse
 import os
 import sys
 import tempfile
@@ -237,29 +236,7 @@ def launch(a):
 
 
 def main():
-    if "--train" in sys.argv:
-        train_main()
-        return 0
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--list", action="store_true")
-    ap.add_argument("--scenario")
-    ap.add_argument("--world", type=int, default=STAGES)
-    ap.add_argument("--data-dir")
-    ap.add_argument("--ctrl-root")
-    ap.add_argument("--ready-file")
-    ap.add_argument("--post-mortem", action="store_true")
-    a = ap.parse_args()
-    if a.list:
-        for name in SCENARIOS:
-            print(name, STAGES)
-        return 0
-    if a.post_mortem:
-        ap.error("--post-mortem: no scenario of this job has a dead-job form")
-    if a.scenario not in SCENARIOS:
-        ap.error("--scenario: one of %s" % ", ".join(SCENARIOS))
-    if a.world != STAGES:
-        ap.error("--world: %d (one stage per rank)" % STAGES)
-    return launch(a)
+    return torchrun_job.main(train_main, launch, SCENARIOS, STAGES, why_world="one stage per rank")
 
 
 if __name__ == "__main__":

@@ -153,3 +153,36 @@ class Torchrun(object):
         while not self.stopping:
             time.sleep(0.2)
         self.end()
+
+
+def main(train_main, launch, scenarios, world, post_mortem=(), why_world=""):
+    """The launcher protocol's command line, shared: --train runs the
+    training half (torchrun's ranks), --list prints the scenarios, and
+    otherwise launch(args) runs one, after the arguments are checked."""
+    import argparse
+
+    if "--train" in sys.argv:
+        train_main()
+        return 0
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--scenario")
+    ap.add_argument("--world", type=int, default=world)
+    ap.add_argument("--data-dir")
+    ap.add_argument("--ctrl-root")
+    ap.add_argument("--ready-file")
+    ap.add_argument("--post-mortem", action="store_true")
+    a = ap.parse_args()
+    if a.list:
+        for name in scenarios:
+            print(name, world, "post-mortem" if name in post_mortem else "")
+        return 0
+    if a.post_mortem and a.scenario not in post_mortem:
+        if not post_mortem:
+            ap.error("--post-mortem: no scenario of this job has a dead-job form")
+        ap.error("--post-mortem: only %s" % ", ".join(post_mortem))
+    if a.scenario not in scenarios:
+        ap.error("--scenario: one of %s" % ", ".join(scenarios))
+    if a.world != world:
+        ap.error("--world: %d (%s)" % (world, why_world))
+    return launch(a)
