@@ -18,6 +18,10 @@ const (
 	MaxHeartbeatBody = 1 << 20
 	maxMembers       = 1 << 17 // processes (ranks), not nodes
 	maxTombstones    = 4096
+	// maxBeatMembers bounds one report: a node's processes, or a relay's
+	// subtree (issue 23: 20,000 members in one heartbeat made 16,384 fake
+	// nodes).
+	maxBeatMembers = 4096
 )
 
 // StaleAfter is PROBING_CLUSTER_STALE_SEC (default 25 s, Probing's): a
@@ -165,6 +169,10 @@ func (r *Registry) Handler() http.Handler {
 			http.Error(w, "heartbeat body: not {nodes: [...], seen_version} JSON within 1 MiB: "+err.Error(), http.StatusBadRequest)
 			return
 		}
+		if len(in.Nodes) > maxBeatMembers {
+			http.Error(w, fmt.Sprintf("heartbeat: %d members in one report, over the %d one report may carry: refused", len(in.Nodes), maxBeatMembers), http.StatusRequestEntityTooLarge)
+			return
+		}
 		members := make([]member, 0, len(in.Nodes))
 		for i, raw := range in.Nodes {
 			var m probingMember
@@ -174,6 +182,10 @@ func (r *Registry) Handler() http.Handler {
 			}
 			if _, err := checkHostPort(m.Addr); err != nil {
 				http.Error(w, fmt.Sprintf("heartbeat node %d: address %q: %v", i, clip(m.Addr), err), http.StatusBadRequest)
+				return
+			}
+			if err := cluster.CheckNodeName(m.Host); m.Host != "" && err != nil {
+				http.Error(w, fmt.Sprintf("heartbeat node %d: host %q: %v", i, clip(m.Host), err), http.StatusBadRequest)
 				return
 			}
 			members = append(members, member{raw: raw, m: m, memberID: memberKey(m)})

@@ -3,6 +3,7 @@ package membership
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -127,6 +128,18 @@ func TestRegistryUntrusted(t *testing.T) {
 		if code, _, b := put(t, srv.URL, body); code != http.StatusBadRequest {
 			t.Errorf("%s: %d %s", name, code, b)
 		}
+	}
+	// issue 23: one report of 5,000 members (under 1 MiB), and a host name
+	// with a newline, register nothing.
+	var many []string
+	for i := 0; i < 5000; i++ {
+		many = append(many, fmt.Sprintf(`{"rank":%d,"addr":"10.0.%d.%d:9922"}`, i, i/250, i%250))
+	}
+	if code, _, b := put(t, srv.URL, `{"nodes":[`+strings.Join(many, ",")+`]}`); code != http.StatusRequestEntityTooLarge || !strings.Contains(b, "over the 4096 one report may carry") {
+		t.Errorf("5,000 members: %d %.200s", code, b)
+	}
+	if code, _, b := put(t, srv.URL, `{"nodes":[{"rank":0,"addr":"10.0.0.1:1","host":"evil\nSYSTEM"}]}`); code != http.StatusBadRequest || !strings.Contains(b, "host") {
+		t.Errorf("bad host: %d %s", code, b)
 	}
 	if resp, err := http.Post(srv.URL+"/apis/nodes", "application/json", bytes.NewReader(nil)); err != nil || resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("empty POST: %v %v", resp, err)
