@@ -105,12 +105,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ports  # noqa: E402  (the TCPStore port, below the ephemeral range)
 
 COMPUTE_S = 0.1
 FAULT_STEP = 8          # steps before the fault: a step history
@@ -376,33 +378,6 @@ def rank_main():
 
 # ------------------------------------------------------------ the launcher
 
-def free_port():
-    """A port for the job's TCPStore, below the kernel's ephemeral range:
-    a port the kernel handed out and this process released can go to any
-    connecting socket (gloo's own, another job's) before rank 0 binds it
-    (EADDRINUSE on a busy machine). Below the range only a listener can
-    take it, and one chosen at random rarely is."""
-    import random
-
-    lo = 32768
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            lo = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        pass
-    for _ in range(200):
-        port = random.randrange(10000, max(lo, 10001))
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def started(logdir, rank):
     """The last step rank ``rank`` announced it started, -1 if none."""
     last = -1
@@ -452,7 +427,7 @@ class Ranks(object):
         self.traced = []  # tids this process ptrace-froze
 
     def start(self, env_extra):
-        port = free_port()
+        port = ports.store_port()
         for r in range(self.world):
             env = dict(os.environ)
             env.update({
