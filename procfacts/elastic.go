@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 )
 
 // MaxElasticErrorBytes bounds a torchelastic error file. torch writes the
@@ -197,14 +196,11 @@ func tracebackFrames(s string) []ExitFrame {
 // clip cuts s to at most n bytes on a rune boundary and makes it valid
 // UTF-8.
 func clip(s string, n int) string {
-	if len(s) > n {
-		s = s[:n]
-		for len(s) > 0 && !utf8.ValidString(s) {
-			s = s[:len(s)-1]
-		}
-		s += "…"
+	c, cut := Clip(s, n)
+	if cut {
+		c += "…"
 	}
-	return strings.ToValidUTF8(s, "\uFFFD")
+	return c
 }
 
 // Record is the error as one of the agent's exception records, for a
