@@ -91,12 +91,6 @@ type CallSide struct {
 	Ranks           []int
 }
 
-// p2pOps take part of a group only. An agent that records their peer
-// counts them per peer, apart from the group's collectives; an older one
-// counted them on the group, whose group_seq then differs across members
-// by design, so such a group cannot be compared by group_seq.
-var p2pOps = evidence.P2POps
-
 // sizeOps are the collectives whose every member passes a tensor of the
 // same size (all_to_all, gather and scatter may legitimately differ).
 var sizeOps = map[string]bool{"all_reduce": true, "broadcast": true, "reduce": true, "all_gather": true,
@@ -124,7 +118,9 @@ func FindMismatches(rows []evidence.CommRow, world int) []Mismatch {
 		if err != nil {
 			continue
 		}
-		if p2pOps[r.Op] {
+		if evidence.P2POps[r.Op] {
+			// An older agent counted point-to-point calls on the group: its
+			// group_seq differs across members by design, no comparing it.
 			skip[g] = true
 		}
 		if seen[g] == nil {
