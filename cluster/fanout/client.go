@@ -14,6 +14,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"strconv"
 	"strings"
@@ -22,13 +23,14 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
+	"github.com/probing-mcp/probing-mcp/internal/hmacauth"
 )
 
 // Kinds of peer failure.
 const (
 	KindUnreachable = "unreachable" // nothing listens, or the host is gone
 	KindTimeout     = "timeout"     // no answer within its time
-	KindAuth        = "auth"        // the token was refused, or none can be sent
+	KindAuth        = "auth"        // the signature was refused, or the answer did not prove itself
 	KindGarbage     = "garbage"     // the answer is not the node API's
 	KindRefused     = "refused"     // the node answered with an error
 	KindNotDaemon   = "not_daemon"  // an original Probing agent: listed, not queried
@@ -61,17 +63,32 @@ func replyCap(path string) int {
 	return MaxReply
 }
 
-// Client calls node daemons.
+// Client calls node daemons. With the job's token it signs every request
+// and believes only answers signed with it (internal/hmacauth): the token
+// itself is never sent, so an address planted in the job's store learns
+// nothing, and cannot answer as a node. Without a token an answer counts
+// only from loopback, from a daemon socket owned by this user or root.
 type Client struct {
-	hc    *http.Client
-	token string
+	hc  *http.Client
+	key *hmacauth.Key
+	now func() time.Time
 }
 
 // NewClient keeps connections to the daemons open between calls: a
 // fan-out over hundreds of nodes pays the handshakes once.
 func NewClient(token string, concurrency int) *Client {
+	d := &net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil || !loopback(conn.RemoteAddr().String()) {
+				return conn, err
+			}
+			// Who serves a loopback port: the owner of its listening
+			// socket (stable for the daemon's life; an accepted
+			// socket's row comes and goes with the connection).
+			return &ownedConn{Conn: conn, why: node.LoopbackServerOwner(ctx, conn)}, nil
+		},
 		MaxIdleConns:        max(concurrency*2, 64),
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     2 * time.Minute,
@@ -79,7 +96,7 @@ func NewClient(token string, concurrency int) *Client {
 		ForceAttemptHTTP2:   false,
 		Proxy:               nil, // a proxy must never see the token or the job
 	}
-	return &Client{hc: &http.Client{Transport: tr}, token: token}
+	return &Client{hc: &http.Client{Transport: tr}, key: hmacauth.NewKey(token), now: time.Now}
 }
 
 // Close drops the idle connections.
@@ -104,23 +121,28 @@ func (c *Client) Do(ctx context.Context, n cluster.Node, method, path string, re
 	if n.Kind == cluster.KindProbing {
 		return pe(KindNotDaemon, "an original Probing agent, not a node daemon: run `probing-mcp node` on %s to include its ranks", n.Host)
 	}
-	if c.token == "" && !loopback(n.Addr) {
+	if c.key == nil && !loopback(n.Addr) {
 		return pe(KindAuth, "not asked: this coordinator has no PROBING_AUTH_TOKEN, and a node daemon off loopback serves only with one; run the coordinator with the job's token")
 	}
-	var body io.Reader
+	var reqBody []byte
 	if req != nil {
 		b, err := json.Marshal(req)
 		if err != nil {
 			return pe(KindGarbage, "request does not encode: %v", err)
 		}
-		body = bytes.NewReader(b)
+		reqBody = b
 	}
-	hr, err := http.NewRequestWithContext(ctx, method, "http://"+n.Addr+path, body)
+	var conn net.Conn
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { conn = i.Conn }}
+	hr, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), method, "http://"+n.Addr+path, bytes.NewReader(reqBody))
 	if err != nil {
 		return pe(KindUnreachable, "address %q: %v", n.Addr, err)
 	}
-	if c.token != "" {
-		hr.Header.Set("Authorization", "Bearer "+c.token)
+	var nonce string
+	if c.key != nil {
+		var authz string
+		authz, nonce = c.key.Sign(method, hr.URL.RequestURI(), n.Addr, reqBody, c.now())
+		hr.Header.Set("Authorization", authz)
 	}
 	if req != nil {
 		hr.Header.Set("Content-Type", "application/json")
@@ -148,6 +170,17 @@ func (c *Client) Do(ctx context.Context, n cluster.Node, method, path string, re
 	if ctx.Err() != nil {
 		return classify(ctx, n.Addr, ctx.Err()) // read in time, but no time left to decode it
 	}
+	if why := c.proved(n.Addr, nonce, res, b, conn); why != "" {
+		if res.StatusCode == http.StatusUnauthorized || res.StatusCode == http.StatusForbidden {
+			var ae struct {
+				Error string `json:"error"`
+			}
+			if json.Unmarshal(b, &ae) == nil && ae.Error != "" {
+				return pe(KindAuth, "refused (HTTP %d), in its words: %q", res.StatusCode, bound(ae.Error, 300))
+			}
+		}
+		return pe(KindAuth, "not counted: %s", why)
+	}
 	if res.StatusCode != http.StatusOK {
 		var ae struct {
 			Error string `json:"error"`
@@ -173,6 +206,30 @@ func (c *Client) Do(ctx context.Context, n cluster.Node, method, path string, re
 		return pe(KindGarbage, "its answer is not the node API's JSON: %v", err)
 	}
 	return nil
+}
+
+// ownedConn is a loopback connection with the verdict on who serves it.
+type ownedConn struct {
+	net.Conn
+	why string // "" when its server is this user or root
+}
+
+// proved says why an answer does not count ("" when it does): signed with
+// the job's token for the request's nonce, or, unsigned, from a loopback
+// daemon whose socket this user or root owns.
+func (c *Client) proved(addr, nonce string, res *http.Response, body []byte, conn net.Conn) string {
+	if c.key != nil {
+		// With the job's token only a signed answer counts, loopback too.
+		if err := c.key.VerifyResponse(nonce, res.StatusCode, body, res.Header.Get(hmacauth.ResponseHeader)); err != nil {
+			return err.Error()
+		}
+		return ""
+	}
+	oc, ok := conn.(*ownedConn)
+	if !ok {
+		return "who serves it could not be checked"
+	}
+	return oc.why
 }
 
 func classify(ctx context.Context, addr string, err error) error {

@@ -136,6 +136,16 @@ type putReply struct {
 	Refused []string `json:"refused,omitempty"`
 }
 
+// Tokenless refuses every heartbeat: without PROBING_AUTH_TOKEN a server
+// listens on loopback only, and every local user can reach loopback, so a
+// heartbeat there proves nothing (issue 23: one dropped the real node's
+// ranks until the server restarted).
+func Tokenless() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		http.Error(w, "heartbeats need PROBING_AUTH_TOKEN, loopback included (every local user can reach a loopback port): run the server and the job's agents with the same token", http.StatusUnauthorized)
+	})
+}
+
 // Handler serves PUT /apis/nodes (a report, answered with what changed
 // since seen_version) and GET /apis/nodes (every member).
 func (r *Registry) Handler() http.Handler {

@@ -15,6 +15,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
+	"github.com/probing-mcp/probing-mcp/internal/hmacauth"
 )
 
 func newServer(t *testing.T, token string) *httptest.Server {
@@ -24,9 +25,23 @@ func newServer(t *testing.T, token string) *httptest.Server {
 	return s
 }
 
+// signed is the Authorization a coordinator holding token sends.
+const signed = "signed"
+
 func do(t *testing.T, method, url, auth, body string, hdr map[string]string) (int, string) {
+	code, b, _ := doSigned(t, method, url, auth, body, hdr)
+	return code, b
+}
+
+// doSigned sends one request; auth "signed" signs it with "tok", and then
+// the answer's signature is checked (its error returned).
+func doSigned(t *testing.T, method, url, auth, body string, hdr map[string]string) (int, string, error) {
 	t.Helper()
 	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	var nonce string
+	if auth == signed {
+		auth, nonce = hmacauth.NewKey("tok").Sign(method, req.URL.RequestURI(), req.URL.Host, []byte(body), time.Now())
+	}
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
@@ -47,24 +62,40 @@ func do(t *testing.T, method, url, auth, body string, hdr map[string]string) (in
 			break
 		}
 	}
-	return res.StatusCode, b.String()
+	var verr error
+	if nonce != "" {
+		verr = hmacauth.NewKey("tok").VerifyResponse(nonce, res.StatusCode, []byte(b.String()), res.Header.Get(hmacauth.ResponseHeader))
+	}
+	return res.StatusCode, b.String(), verr
 }
 
-// TestAuthAndBadRequests: the token guards every path but /health, and
-// bad requests are 4xx answers that name the fix.
+// TestAuthAndBadRequests: a signature made with the token guards every
+// path but /health (the token itself is refused: it is never sent), every
+// answer to a signed request is signed, and bad requests are 4xx answers
+// that name the fix.
 func TestAuthAndBadRequests(t *testing.T) {
 	s := newServer(t, "tok")
 	if code, _ := do(t, "GET", s.URL+node.PathHealth, "", "", nil); code != 200 {
 		t.Errorf("health without a token: %d", code)
 	}
-	for _, auth := range []string{"", "Bearer wrong", "Basic dG9r", "Bearer tok2"} {
+	other, _ := hmacauth.NewKey("tok2").Sign("GET", node.PathInfo, strings.TrimPrefix(s.URL, "http://"), nil, time.Now())
+	for _, auth := range []string{"", "Bearer wrong", "Basic dG9r", "Bearer tok", "X-Probing-Token tok", other} {
 		code, body := do(t, "GET", s.URL+node.PathInfo, auth, "", nil)
 		if code != 401 || !strings.Contains(body, "PROBING_AUTH_TOKEN") || strings.Contains(body, "tok\"") {
 			t.Errorf("auth %q: %d %s", auth, code, body)
 		}
 	}
-	if code, body := do(t, "GET", s.URL+node.PathInfo, "Bearer tok", "", nil); code != 200 || !strings.Contains(body, `"host":"n0"`) {
-		t.Errorf("info: %d %s", code, body)
+	code, body, err := doSigned(t, "GET", s.URL+node.PathInfo, signed, "", nil)
+	if code != 200 || !strings.Contains(body, `"host":"n0"`) || err != nil {
+		t.Errorf("info: %d %s %v", code, body, err)
+	}
+	if code, _, err := doSigned(t, "GET", s.URL+node.PathHealth, signed, "", nil); code != 200 || err != nil {
+		t.Errorf("signed health: %d %v", code, err)
+	}
+	// Sent to one address, relayed to this daemon by another: refused.
+	relay, _ := hmacauth.NewKey("tok").Sign("GET", node.PathInfo, "10.1.2.3:9781", nil, time.Now())
+	if code, body := do(t, "GET", s.URL+node.PathInfo, relay, "", nil); code != 403 || !strings.Contains(body, "relayed") {
+		t.Errorf("relay: %d %s", code, body)
 	}
 	cases := []struct{ method, path, body, hdr string }{
 		{"POST", node.PathStacks, `{"ranks":"0","extra":1}`, ""},
@@ -80,8 +111,8 @@ func TestAuthAndBadRequests(t *testing.T) {
 		if c.hdr != "" {
 			h[node.TimeoutHeader] = c.hdr
 		}
-		code, body := do(t, c.method, s.URL+c.path, "Bearer tok", c.body, h)
-		if code < 400 || code >= 500 || !strings.Contains(body, `"error"`) {
+		code, body, err := doSigned(t, c.method, s.URL+c.path, signed, c.body, h)
+		if code < 400 || code >= 500 || !strings.Contains(body, `"error"`) || (err != nil && code != 413) {
 			t.Errorf("%s %s %.40q %q: %d %.200s", c.method, c.path, c.body, c.hdr, code, body)
 		}
 	}

@@ -159,3 +159,81 @@ func kernelAddr(ap netip.AddrPort, v6 bool) string {
 	fmt.Fprintf(&b, ":%04X", ap.Port())
 	return b.String()
 }
+
+// LoopbackServerOwner says why the server of conn, a loopback connection
+// this process dialled, may not be believed without a token ("" when it
+// may): the socket listening on its port must be owned by this user or
+// root, the rule the daemon applies to its clients, turned round. The
+// listening socket is what is checked: it lives as long as the daemon,
+// and Linux lets only one user's sockets listen on one address and port.
+func LoopbackServerOwner(ctx context.Context, conn net.Conn) string {
+	remote, err := netip.ParseAddrPort(conn.RemoteAddr().String())
+	if err != nil {
+		return fmt.Sprintf("the connection to %s is not TCP", conn.RemoteAddr())
+	}
+	ctx, cancel := context.WithTimeout(ctx, peerLookupTime)
+	defer cancel()
+	uid, err := listenerUID(ctx, remote)
+	self := os.Geteuid()
+	if err != nil {
+		return fmt.Sprintf("without a signed answer, a loopback daemon counts only when this user (uid %d) or root runs it, and who runs %s could not be found (%v)", self, remote, err)
+	}
+	if uid != self && uid != 0 {
+		return fmt.Sprintf("without a signed answer, a loopback daemon counts only when this user (uid %d) or root runs it, and %s runs as uid %d: run the coordinator as that user, or give both the job's PROBING_AUTH_TOKEN", self, remote, uid)
+	}
+	return ""
+}
+
+// listenerUID is the owner of the socket listening at ap (bound to ap's
+// address or to the wildcard, in either table).
+func listenerUID(ctx context.Context, ap netip.AddrPort) (int, error) {
+	port := ap.Port()
+	want := map[string]bool{
+		kernelAddr(ap, false): true, kernelAddr(ap, true): true,
+		kernelAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), port), false): true,
+		kernelAddr(netip.AddrPortFrom(netip.IPv6Unspecified(), port), true):  true,
+	}
+	delete(want, "")
+	owners := map[int]bool{}
+	for _, path := range procNetTCP {
+		f, err := os.Open(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("reading %s: %v", path, err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 0, 512), 4096)
+		for n := 0; sc.Scan(); n++ {
+			if n%256 == 0 && ctx.Err() != nil {
+				f.Close()
+				return 0, fmt.Errorf("reading %s: no answer within %s", path, peerLookupTime)
+			}
+			fs := strings.Fields(sc.Text())
+			if len(fs) < 10 || fs[3] != "0A" || !want[strings.ToUpper(fs[1])] {
+				continue
+			}
+			uid, err := strconv.Atoi(fs[7])
+			if err != nil || uid < 0 {
+				f.Close()
+				return 0, fmt.Errorf("%s: uid column %q is not a number", path, fs[7])
+			}
+			owners[uid] = true
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return 0, fmt.Errorf("reading %s: %v", path, err)
+		}
+	}
+	switch len(owners) {
+	case 0:
+		return 0, errors.New("no socket listens there")
+	case 1:
+		for u := range owners {
+			return u, nil
+		}
+	}
+	return 0, fmt.Errorf("sockets of %d users listen there", len(owners))
+}

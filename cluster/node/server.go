@@ -1,20 +1,20 @@
 package node
 
 import (
+	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/cluster/fedsql"
+	"github.com/probing-mcp/probing-mcp/internal/hmacauth"
 )
 
 // Source is what a daemon serves: one node's evidence. Local is the real
@@ -34,9 +34,15 @@ type Config struct {
 	Source Source
 	// Token is PROBING_AUTH_TOKEN; "" allows loopback binds only (the
 	// command refuses another), and only clients of the daemon's own uid
-	// and root are then served (peer.go).
-	Token   string
-	Version string
+	// and root are then served (peer.go). With a token every request but
+	// /health must be signed with it (internal/hmacauth), and every answer
+	// to a signed request is signed: the token itself never travels.
+	Token string
+	// Advertise are the addresses the daemon registered (PROBING_ADVERTISE_ADDR):
+	// a signed request names the address it was sent to, which must be
+	// one of these or the connection's own end.
+	Advertise []string
+	Version   string
 	// MaxTime bounds one request (default 60 s); a caller's TimeoutHeader
 	// shortens it.
 	MaxTime time.Duration
@@ -61,7 +67,10 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	sum := sha256.Sum256([]byte(cfg.Token))
+	var verifier *hmacauth.Verifier
+	if key := hmacauth.NewKey(cfg.Token); key != nil {
+		verifier = hmacauth.NewVerifier(key, nil)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+PathHealth, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "version": cfg.Version})
@@ -80,16 +89,17 @@ func Handler(cfg Config) http.Handler {
 		writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path+" (the node API: GET /v1/node, POST /v1/stacks, /v1/evidence, /v1/flight_recorder, /v1/tables, /v1/scan, /v1/gpu)")
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if cfg.Token != "" && r.URL.Path != PathHealth {
-			scheme, cred, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-			got := sha256.Sum256([]byte(strings.TrimSpace(cred)))
-			if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], sum[:]) != 1 {
-				cfg.Logger.Warn("node API request refused: wrong or missing token", "remote", r.RemoteAddr, "path", r.URL.Path)
-				writeError(w, http.StatusUnauthorized, "a bearer token is required: the coordinator must run with the same PROBING_AUTH_TOKEN as this node daemon")
+		if verifier != nil && (r.URL.Path != PathHealth || hmacauth.IsSigned(r.Header.Get("Authorization"))) {
+			sw, status, why := verify(verifier, cfg.Advertise, w, r)
+			if sw == nil {
+				cfg.Logger.Warn("node API request refused", "remote", r.RemoteAddr, "path", r.URL.Path, "why", why)
+				writeError(w, status, why)
 				return
 			}
+			defer sw.finish()
+			w = sw
 		}
-		if cfg.Token == "" {
+		if verifier == nil {
 			if ok, why := peerAllowed(r); !ok {
 				cfg.Logger.Warn("node API request refused: another user's client on loopback", "remote", r.RemoteAddr, "path", r.URL.Path, "why", why)
 				writeError(w, http.StatusForbidden, why)
@@ -99,6 +109,79 @@ func Handler(cfg Config) http.Handler {
 		r.Body = http.MaxBytesReader(w, r.Body, maxRequest)
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// verify checks a signed request (reading its body, which the signature
+// covers) and returns the writer that signs the answer; nil with the
+// status and reason when the request is refused.
+func verify(v *hmacauth.Verifier, advertise []string, w http.ResponseWriter, r *http.Request) (*signingWriter, int, string) {
+	authz := r.Header.Get("Authorization")
+	if !hmacauth.IsSigned(authz) {
+		return nil, http.StatusUnauthorized, "this node daemon takes only requests signed with the job's token (" + hmacauth.Scheme + "; a bearer token is never accepted, so it is never sent): the coordinator must be probing-mcp of this version, run with the same PROBING_AUTH_TOKEN"
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequest))
+	if err != nil {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body: %v (at most %d bytes)", err, maxRequest)
+	}
+	la, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	nonce, err := v.Verify(r.Method, r.URL.RequestURI(), authz, body, hmacauth.ServedAt(la, advertise...))
+	if err != nil {
+		var he *hmacauth.Error
+		if errors.As(err, &he) {
+			return nil, he.Status, he.Msg
+		}
+		return nil, http.StatusUnauthorized, err.Error()
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return &signingWriter{ResponseWriter: w, key: v.Key(), nonce: nonce}, 0, ""
+}
+
+// signingWriter signs the answer to a signed request: writeJSON hands it
+// the encoded answer whole; anything else written (the extra routes) is
+// buffered and signed when the handler returns.
+type signingWriter struct {
+	http.ResponseWriter
+	key    *hmacauth.Key
+	nonce  string
+	status int
+	buf    bytes.Buffer
+	done   bool
+}
+
+func (s *signingWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+}
+
+func (s *signingWriter) Write(b []byte) (int, error) {
+	if s.done {
+		return 0, errors.New("the answer was already written")
+	}
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.buf.Write(b)
+}
+
+// writeSigned writes a whole answer at once, signed.
+func (s *signingWriter) writeSigned(status int, b []byte) {
+	if s.done {
+		return
+	}
+	s.done = true
+	s.Header().Set(hmacauth.ResponseHeader, s.key.SignResponse(s.nonce, status, b))
+	s.ResponseWriter.WriteHeader(status)
+	s.ResponseWriter.Write(b)
+}
+
+func (s *signingWriter) finish() {
+	if !s.done {
+		if s.status == 0 {
+			s.status = http.StatusOK
+		}
+		s.writeSigned(s.status, s.buf.Bytes())
+	}
 }
 
 // call decodes the request, bounds the handler by the caller's time left
@@ -154,6 +237,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		status, b = http.StatusInternalServerError, []byte(`{"error":"the answer does not encode"}`)
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if sw, ok := w.(*signingWriter); ok {
+		sw.writeSigned(status, b)
+		return
+	}
 	w.WriteHeader(status)
 	w.Write(b)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -180,13 +181,30 @@ func nodeCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		return false
 	}
-	err = node.Run(ctx, node.DaemonOptions{Handler: node.Handler(node.Config{Source: src, Token: token, Version: versionString(), Logger: logger}),
+	err = node.Run(ctx, node.DaemonOptions{Handler: node.Handler(node.Config{Source: src, Token: token, Advertise: []string{self.Addr}, Version: versionString(), Logger: logger}),
 		Listener: ln, IdleExit: *idle, Alive: alive, Logger: logger})
 	if err != nil {
 		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// membershipTTL is how long one read of the job's store is reused.
+var membershipTTL = membership.CacheTTL
+
+// heartbeatRoutes serves Probing's heartbeats beside /mcp (behind its
+// token), and refuses them all without a token: on loopback every local
+// user could report.
+func heartbeatRoutes(beats *membership.Registry, token string, logger *slog.Logger) map[string]http.Handler {
+	if beats == nil {
+		return nil
+	}
+	if token == "" {
+		logger.Warn("heartbeats (PUT /apis/nodes) refused: they need PROBING_AUTH_TOKEN, loopback included")
+		return map[string]http.Handler{"/apis/nodes": membership.Tokenless()}
+	}
+	return map[string]http.Handler{"/apis/nodes": beats.Handler()}
 }
 
 // clusterJob builds the coordinator's view from --job / --peers /
@@ -235,36 +253,47 @@ func clusterJob(job, peers string, slurmPort int, dataDir string, logger *slog.L
 	}
 	runID := membership.RunID(os.Getenv)
 	saved := membership.DefaultPath(dataDir, runID)
+	// The store is read at most once per CacheTTL (planted slots made each
+	// call cost seconds); heartbeats and static peers are read every call.
+	stored := membership.NewCache(membershipTTL, nil, func(ctx context.Context) ([]cluster.Node, []string, error) {
+		var problems []string
+		runs, ps := membership.StoreRuns(ctx, job, os.Getenv, 5*time.Second)
+		problems = append(problems, ps...)
+		var ns []cluster.Node
+		var err error
+		for _, run := range runs {
+			got, ps, rerr := membership.ReadStore(ctx, job, run, 5*time.Second)
+			problems = append(problems, ps...)
+			if rerr != nil {
+				err = rerr
+				break // the store itself failed: the other runs would too
+			}
+			ns = append(ns, got...)
+		}
+		if err != nil {
+			// A dead job's store is gone: what was last known still
+			// names its nodes.
+			old, lerr := membership.Load(saved)
+			if lerr != nil {
+				return nil, problems, fmt.Errorf("the job's TCPStore %s: %v; and no membership was saved before (%v)", job, err, lerr)
+			}
+			problems = append(problems, fmt.Sprintf("the job's TCPStore %s: %v; using the membership last saved (%s)", job, err, saved))
+			ns = old
+		} else if len(ns) > 0 {
+			if err := membership.Save(saved, ns); err != nil {
+				logger.Warn("membership not saved", "path", saved, "err", err)
+			}
+		}
+		return ns, problems, nil
+	})
 	members := func(ctx context.Context) ([]cluster.Node, []string, error) {
 		problems := append([]string(nil), staticProblems...)
 		lists := [][]cluster.Node{static}
 		if job != "" {
-			runs, ps := membership.StoreRuns(ctx, job, os.Getenv, 5*time.Second)
+			ns, ps, err := stored.Get(ctx)
 			problems = append(problems, ps...)
-			var ns []cluster.Node
-			var err error
-			for _, run := range runs {
-				got, ps, rerr := membership.ReadStore(ctx, job, run, 5*time.Second)
-				problems = append(problems, ps...)
-				if rerr != nil {
-					err = rerr
-					break // the store itself failed: the other runs would too
-				}
-				ns = append(ns, got...)
-			}
 			if err != nil {
-				// A dead job's store is gone: what was last known still
-				// names its nodes.
-				old, lerr := membership.Load(saved)
-				if lerr != nil {
-					return nil, problems, fmt.Errorf("the job's TCPStore %s: %v; and no membership was saved before (%v)", job, err, lerr)
-				}
-				problems = append(problems, fmt.Sprintf("the job's TCPStore %s: %v; using the membership last saved (%s)", job, err, saved))
-				ns = old
-			} else if len(ns) > 0 {
-				if err := membership.Save(saved, ns); err != nil {
-					logger.Warn("membership not saved", "path", saved, "err", err)
-				}
+				return nil, problems, err
 			}
 			lists = append(lists, ns)
 		}

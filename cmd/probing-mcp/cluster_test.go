@@ -87,6 +87,8 @@ func TestServeJobThroughTorchStore(t *testing.T) {
 		}
 	}
 	dataDir := t.TempDir()
+	membershipTTL = 0 // every call reads the store: its death is seen at once
+	defer func() { membershipTTL = membership.CacheTTL }()
 	j, _, err := clusterJob(store, "", 0, dataDir, slog.New(slog.DiscardHandler))
 	if err != nil || j == nil {
 		t.Fatal(err)
@@ -111,10 +113,22 @@ func TestHeartbeatsAreMembers(t *testing.T) {
 	if err != nil || beats == nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(beats.Handler())
+	// Without a token the server refuses every heartbeat (any local user
+	// reaches loopback); with one, they are members.
+	off := httptest.NewServer(heartbeatRoutes(beats, "", slog.New(slog.DiscardHandler))["/apis/nodes"])
+	defer off.Close()
+	res, err := http.Post(off.URL+"/apis/nodes", "application/json", strings.NewReader(`{"nodes":[{"rank":3,"host":"node-b","addr":"10.0.0.2:9922"}]}`))
+	if err != nil || res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("tokenless heartbeat: %v %v", err, res)
+	}
+	res.Body.Close()
+	if hb, _ := beats.Nodes(); len(hb) != 0 {
+		t.Fatalf("a tokenless heartbeat counted: %+v", hb)
+	}
+	srv := httptest.NewServer(heartbeatRoutes(beats, "tok", slog.New(slog.DiscardHandler))["/apis/nodes"])
 	defer srv.Close()
 	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/apis/nodes", strings.NewReader(`{"nodes":[{"rank":3,"world_size":4,"group_rank":1,"local_rank":0,"host":"node-b","addr":"10.0.0.2:9922","timestamp":1}],"seen_version":0}`))
-	res, err := http.DefaultClient.Do(req)
+	res, err = http.DefaultClient.Do(req)
 	if err != nil || res.StatusCode != 200 {
 		t.Fatalf("heartbeat: %v %v", err, res)
 	}

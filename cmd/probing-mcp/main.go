@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -263,9 +262,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		var hc mcp.HTTPConfig
 		if hc, err = mcp.HTTPConfigFromEnv(*httpAddr, os.Getenv); err == nil {
 			hc.Version = versionString()
-			if beats != nil {
-				hc.Extra = map[string]http.Handler{"/apis/nodes": beats.Handler()}
-			}
+			hc.Extra = heartbeatRoutes(beats, hc.AuthToken, logger)
 			err = mcp.ServeHTTP(ctx, s, hc, logger)
 		}
 	}

@@ -25,7 +25,7 @@ import sys
 import threading
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import config, envfilter, runtime, tcphost
+from . import config, envfilter, hmacauth, runtime, tcphost
 
 MAX_BODY = 4 << 20
 MAX_CONNECTIONS = 64
@@ -213,6 +213,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
+        signing = getattr(self, "_signing", None)
+        if signing:
+            # The answer to a signed request proves this agent holds the
+            # token too (the signature covers what is sent: nothing for HEAD).
+            sent = b"" if self.command == "HEAD" else body
+            self.send_header(hmacauth.RESPONSE_HEADER, hmacauth.sign_response(signing[0], signing[1], status, sent))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         if self.close_connection:
@@ -282,6 +288,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                      "by CRLF" % size)
             out.append(data)
 
+    def _verify_signed(self, method, authz, body):
+        k = hmacauth.key(runtime.state.auth_token)
+        if k is None:
+            self.close_connection = True
+            raise HTTPError(401, "this agent has no PROBING_AUTH_TOKEN, so no signature can be checked")
+        adv = [a for a in (os.environ.get("PROBING_ADVERTISE_ADDR", "").strip(),) if a]
+        try:
+            nonce = hmacauth.verify(k, method, self.path, authz, body,
+                                    hmacauth.served_at(self.connection.getsockname()[:2], adv))
+        except hmacauth.AuthError as e:
+            self.close_connection = True
+            raise HTTPError(e.status, e.message)
+        self._signing = (k, nonce)
+
     def _authenticated(self):
         tok = runtime.state.auth_token
         if not tok:
@@ -332,6 +352,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         raise AttributeError(name)
 
     def _dispatch(self, method):
+        self._signing = None  # per request: a keep-alive connection carries several
         try:
             self._route(method)
         except HTTPError as e:
@@ -362,14 +383,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if why:
                 self.close_connection = True
                 raise HTTPError(403, why)
-        authed = not tcp or self._authenticated()
-        if tcp and not authed and path not in _PUBLIC:
-            self.close_connection = True  # its body stays unread
-            raise HTTPError(401, "Authentication is required for this resource", body=dict(envelope(
-                401, "Authentication is required for this resource",
-                "provide a Bearer token, Basic credentials, or X-Probing-Token")),
-                headers={"WWW-Authenticate": 'Basic realm="Probe Server"'})
-        body = self._body()  # read (and bound) any body, so keep-alive stays in sync
+        authz = self.headers.get("Authorization") or ""
+        if tcp and hmacauth.is_signed(authz):
+            # A signed request (the token never travels): the signature
+            # covers the body, so it is read (and bounded) first.
+            body = self._body()
+            self._verify_signed(method, authz, body)
+            authed = True
+        else:
+            authed = not tcp or self._authenticated()
+            if tcp and not authed and path not in _PUBLIC:
+                self.close_connection = True  # its body stays unread
+                raise HTTPError(401, "Authentication is required for this resource", body=dict(envelope(
+                    401, "Authentication is required for this resource",
+                    "provide a Bearer token, Basic credentials, X-Probing-Token, or a %s signature"
+                    % hmacauth.SCHEME)), headers={"WWW-Authenticate": 'Basic realm="Probe Server"'})
+            body = self._body()  # read (and bound) any body, so keep-alive stays in sync
 
         def only(*methods):
             if method not in methods:

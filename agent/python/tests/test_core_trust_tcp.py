@@ -133,3 +133,64 @@ def test_core_tcphost_split_and_refuse():
     assert "does not name this agent" in tcphost.refuse(["evil.com"], allowed)
     assert len(tcphost.refuse(["e" * 5000], allowed)) < 400
     assert "2 Host headers" in tcphost.refuse(["localhost", "evil.com"], allowed)
+
+
+# -- signed requests (issue 23): the token proves itself without travelling
+
+from probing_mcp_agent import hmacauth  # noqa: E402
+
+VECTORS = os.path.join(H.AGENT_PY, "..", "..", "internal", "hmacauth", "testdata", "vectors.json")
+
+
+def test_trust_tcp_signatures_match_the_go_side():
+    import json
+
+    with open(VECTORS) as f:
+        vs = json.load(f)
+    assert len(vs) >= 2
+    for v in vs:
+        k = hmacauth.key(v["Token"])
+        hmacauth._seen.pop(v["Nonce"], None)
+        assert hmacauth.verify(k, v["Method"], v["Target"], v["Header"], v["Body"].encode(), None,
+                               now=v["TS"]) == v["Nonce"]
+        assert hmacauth.sign_response(k, v["Nonce"], v["Status"], v["Body"].encode()) == v["Response"]
+
+
+def _signed(t, method, path, body=b"", token=TOKEN, addr=None):
+    k = hmacauth.key(token)
+    h, nonce = hmacauth.sign(k, method, path, addr or "%s:%d" % t, body)
+    return h, nonce
+
+
+def test_trust_tcp_signed_request_is_served_and_answer_signed(child):
+    t = child.tcp
+    h, nonce = _signed(t, "GET", "/apis/identity")
+    r = H.get(t, "/apis/identity", headers={"Authorization": h})
+    assert r.status == 200 and r.json()["pid"] == child.pid
+    k = hmacauth.key(TOKEN)
+    assert r.headers[hmacauth.RESPONSE_HEADER] == hmacauth.sign_response(k, nonce, 200, r.body)
+    # The same request again is a replay.
+    r = H.get(t, "/apis/identity", headers={"Authorization": h})
+    assert r.status == 401 and "replay" in r.json()["error"]["message"], r.body
+    assert hmacauth.RESPONSE_HEADER not in r.headers
+
+
+def test_trust_tcp_bad_signatures_are_refused(child):
+    t = child.tcp
+    cases = []
+    h, _ = _signed(t, "GET", "/apis/identity", token="another-token")
+    cases.append(("GET", "/apis/identity", None, h, 401, "signature is wrong"))
+    h, _ = _signed(t, "PUT", "/config/comm.collectives", b"on")
+    cases.append(("PUT", "/config/comm.collectives", "off", h, 401, "signature is wrong"))  # body changed
+    h, _ = _signed(t, "GET", "/apis/overview")
+    cases.append(("GET", "/apis/identity", None, h, 401, "signature is wrong"))  # path changed
+    h, _ = _signed(t, "GET", "/apis/identity", addr="10.9.9.9:%d" % t[1])
+    cases.append(("GET", "/apis/identity", None, h, 403, "relayed"))
+    k = hmacauth.key(TOKEN)
+    h, _ = hmacauth.sign(k, "GET", "/apis/identity", "%s:%d" % t, b"", now=1)
+    cases.append(("GET", "/apis/identity", None, h, 401, "NTP"))
+    cases.append(("GET", "/apis/identity", None, hmacauth.SCHEME + " ts=1", 401, "required"))
+    for method, path, body, h, status, words in cases:
+        r = H.request(t, method, path, body, headers={"Authorization": h})
+        assert r.status == status and words in r.json()["error"]["message"], (path, r.status, r.body)
+    assert H.get(child.sock, "/config/comm.collectives").text == "on"
