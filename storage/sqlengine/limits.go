@@ -117,29 +117,6 @@ func connLimits(opt *Options) [][2]int {
 	}
 }
 
-// BoundConn gives a connection opened outside the engine (the
-// coordinator's copy of every node's rows, cluster/fedsql) the engine's
-// per-statement bounds: the longest value, SQL text, LIKE pattern and
-// program, no sorter threads, temporary storage in memory. opt's zero
-// values take the defaults. (The engine's own sessions add the memory
-// meter and the query slots.)
-func BoundConn(c *sqlite3.SQLiteConn, opt Options) error {
-	if err := opt.checkLimits(); err != nil {
-		return err
-	}
-	return applyLimits(c, &opt)
-}
-
-// LimitError maps the errors of BoundConn's bounds to the engine's own
-// (too_big with the fix), nil when err is not one of them.
-func LimitError(err error, opt Options) *Error {
-	if opt.checkLimits() != nil {
-		return nil
-	}
-	e := &Engine{opt: opt}
-	return (&session{}).limitError(e, err)
-}
-
 // applyLimits bounds the connection and keeps its temporary storage
 // (sorters, DISTINCT, GROUP BY, materialised views and CTEs) in memory,
 // where the query's meter counts it, instead of temp files that nothing
