@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/cluster"
+	"github.com/probing-mcp/probing-mcp/cluster/fedsql"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/internal/envswitch"
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
 // Options bound a fan-out.
@@ -26,6 +28,10 @@ type Options struct {
 	Deadline time.Duration
 	// Strict: a partial answer is an error (PROBING_FANOUT_STRICT=1).
 	Strict bool
+	// SQL holds cluster_query to the engine's per-query bounds, with the
+	// engine's variables (PROBING_MCP_QUERY_MEMORY, _MAX_VALUE,
+	// _CONCURRENCY); nil: fedsql's default.
+	SQL *sqlengine.Limiter
 }
 
 // OptionsFromEnv reads the PROBING_* fan-out variables; a bad value is
@@ -63,6 +69,13 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 		return o, err
 	}
 	o.Strict = strict
+	var so sqlengine.Options
+	if err := so.FromEnv(getenv); err != nil {
+		return o, err
+	}
+	if o.SQL, err = fedsql.NewLimiter(so); err != nil {
+		return o, err
+	}
 	return o, nil
 }
 

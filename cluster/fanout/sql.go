@@ -47,7 +47,7 @@ func (j *Job) Query(ctx context.Context, sql string, limit int) (*sqlengine.Resu
 	for _, n := range ns {
 		fn = append(fn, remote{j.Client, n})
 	}
-	res, err := fedsql.Query(ctx, fn, sql, limit, fedsql.Options{Concurrency: j.Opt.Concurrency, Strict: j.Opt.Strict})
+	res, err := fedsql.Query(ctx, fn, sql, limit, fedsql.Options{Concurrency: j.Opt.Concurrency, Strict: j.Opt.Strict, Limiter: j.Opt.SQL})
 	if err == nil && len(problems) > 0 && res.DataQuality != nil {
 		res.DataQuality.Notes = append(res.DataQuality.Notes, problems...)
 	}

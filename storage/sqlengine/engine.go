@@ -72,22 +72,19 @@ type Options struct {
 
 // Engine answers SQL over a data dir. It is safe for concurrent use.
 type Engine struct {
-	opt   Options
-	slots chan struct{}
+	opt Options
+	lim *Limiter
 }
 
 // New returns an engine over opt.DataDir.
 func New(opt Options) (*Engine, error) {
-	if installErr != nil {
-		return nil, installErr
-	}
 	if err := opt.checkLimits(); err != nil {
 		return nil, err
 	}
-	if err := register(); err != nil {
+	lim, err := NewLimiter(opt, "the SQL engine")
+	if err != nil {
 		return nil, err
 	}
-	raiseBackstop(&opt)
 	if opt.Timeout <= 0 {
 		opt.Timeout = 20 * time.Second
 	}
@@ -97,7 +94,7 @@ func New(opt Options) (*Engine, error) {
 	if opt.Host == "" {
 		opt.Host, _ = os.Hostname()
 	}
-	return &Engine{opt: opt, slots: make(chan struct{}, opt.MaxConcurrent)}, nil
+	return &Engine{opt: opt, lim: lim}, nil
 }
 
 // DataDir is the directory the engine reads.
@@ -180,7 +177,7 @@ func (s *session) exec(q string, args ...driver.Value) error {
 const maxSchemas = 7
 
 func (s *session) setup(e *Engine, withDocs bool) error {
-	if err := s.applyLimits(&e.opt); err != nil {
+	if err := applyLimits(s.conn, &e.opt); err != nil {
 		return fmt.Errorf("sqlengine: bounding the connection: %w", err)
 	}
 	// Group rings into tables, case-insensitively as SQLite names are.
@@ -309,64 +306,23 @@ func (e *Engine) Query(ctx context.Context, sqlText string, limit int) (*Result,
 	})
 }
 
-// detachGrace is how long a caller whose deadline passed still waits for
-// the interrupted query; SQLite normally returns within microseconds. A
-// variable for tests.
-var detachGrace = 2 * time.Second
-
 // withSession runs fn over a fresh session in one of the engine's query
-// slots, on a goroutine of its own, with the session's SQLite memory
-// metered and capped from open to close.
-//
-// The deadline interrupts SQLite, but SQLite checks for interrupts only
-// at the end of VM loops: one row's straight-line code runs to its end
-// (bounded by the value length and program size, see connLimits). So the
-// caller does not wait for it: past its deadline (and detachGrace) it gets
-// its timeout while the query finishes on its own, and the query's slot
-// stays taken until then, so no more than MaxConcurrent queries ever work
-// at once.
+// slots, with the session's SQLite memory metered and capped from open to
+// close, and the caller's deadline kept (run).
 func withSession[T any](ctx context.Context, e *Engine, withDocs, infoSchema bool, fn func(s *session) (T, error)) (T, error) {
-	var zero T
-	release, err := e.acquire(ctx)
-	if err != nil {
-		return zero, err
-	}
-	type outcome struct {
-		v   T
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		defer release()
-		var v T
-		err := metered(ctx, e.opt.MemoryLimit, func(m *meter) error {
-			s, err := e.openWith(ctx, withDocs, infoSchema)
-			if err != nil {
-				return e.setupError(ctx, m, err)
-			}
-			s.m = m
-			defer func() {
-				m.unwatch() // before the connection it interrupts goes away
-				s.close()
-			}()
-			v, err = fn(s)
-			return err
-		})
-		done <- outcome{v, err}
-	}()
-	select {
-	case o := <-done:
-		return o.v, o.err
-	case <-ctx.Done():
-	}
-	t := time.NewTimer(detachGrace)
-	defer t.Stop()
-	select {
-	case o := <-done:
-		return o.v, o.err
-	case <-t.C:
-		return zero, e.stoppedError(ctx, "")
-	}
+	return run(ctx, e.lim, func() error { return e.stoppedError(ctx, "") }, func(m *meter) (T, error) {
+		s, err := e.openWith(ctx, withDocs, infoSchema)
+		if err != nil {
+			var zero T
+			return zero, e.setupError(ctx, m, err)
+		}
+		s.m = m
+		defer func() {
+			m.unwatch() // before the connection it interrupts goes away
+			s.close()
+		}()
+		return fn(s)
+	})
 }
 
 // stoppedError is the error of a query whose context ended.

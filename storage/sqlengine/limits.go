@@ -1,7 +1,6 @@
 package sqlengine
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -118,81 +117,41 @@ func connLimits(opt *Options) [][2]int {
 	}
 }
 
-// BoundConn gives a connection opened outside the engine (the
-// coordinator's copy of every node's rows, cluster/fedsql) the engine's
-// per-statement bounds: the longest value, SQL text, LIKE pattern and
-// program, no sorter threads, temporary storage in memory. opt's zero
-// values take the defaults. (The engine's own sessions add the memory
-// meter and the query slots.)
-func BoundConn(c *sqlite3.SQLiteConn, opt Options) error {
-	if err := opt.checkLimits(); err != nil {
-		return err
-	}
-	for _, l := range connLimits(&opt) {
+// applyLimits bounds the connection and keeps its temporary storage
+// (sorters, DISTINCT, GROUP BY, materialised views and CTEs) in memory,
+// where the query's meter counts it, instead of temp files that nothing
+// bounds.
+func applyLimits(c *sqlite3.SQLiteConn, opt *Options) error {
+	for _, l := range connLimits(opt) {
 		c.SetLimit(l[0], l[1])
 	}
 	_, err := c.Exec("PRAGMA temp_store = MEMORY", nil)
 	return err
 }
 
-// LimitError maps the errors of BoundConn's bounds to the engine's own
-// (too_big with the fix), nil when err is not one of them.
-func LimitError(err error, opt Options) *Error {
-	if opt.checkLimits() != nil {
-		return nil
-	}
-	e := &Engine{opt: opt}
-	return (&session{}).limitError(e, err)
-}
-
-// applyLimits bounds the connection and keeps its temporary storage
-// (sorters, DISTINCT, GROUP BY, materialised views and CTEs) in memory,
-// where the query's meter counts it, instead of temp files that nothing
-// bounds.
-func (s *session) applyLimits(opt *Options) error {
-	for _, l := range connLimits(opt) {
-		s.conn.SetLimit(l[0], l[1])
-	}
-	return s.exec("PRAGMA temp_store = MEMORY")
-}
-
 var (
 	backstopMu sync.Mutex
-	backstop   int64
+	backstop   = map[string]int64{} // limiter name → its largest pool
+	backstopAt int64
 )
 
-// raiseBackstop sets SQLite's process-wide hard heap limit to what every
-// engine's concurrent queries may hold at once plus room for the rest of
-// the process (storage/history), if that is more than it is now. The
-// per-query meters are the bound; this only catches what they miss.
-func raiseBackstop(opt *Options) {
-	want := int64(opt.MaxConcurrent)*opt.MemoryLimit + 512<<20
+// raiseBackstop sets SQLite's process-wide hard heap limit to what the
+// concurrent queries of every kind of limiter (the engine's, the
+// coordinator's) may hold at once, plus room for the rest of the process
+// (storage/history), if that is more than it is now. Limiters of one name
+// count once (tests make many engines; a server has one). The per-query
+// meters are the bound; this only catches what they miss.
+func raiseBackstop(name string, opt *Options) {
 	backstopMu.Lock()
 	defer backstopMu.Unlock()
-	if want > backstop {
-		backstop = want
+	backstop[name] = max(backstop[name], int64(opt.MaxConcurrent)*opt.MemoryLimit)
+	want := int64(512 << 20)
+	for _, n := range backstop {
+		want += n
+	}
+	if want > backstopAt {
+		backstopAt = want
 		setHardHeapLimit(want)
-	}
-}
-
-// Slots bound the queries running at once; a query waits for one within
-// its own deadline.
-func (e *Engine) acquire(ctx context.Context) (release func(), err error) {
-	release = func() { <-e.slots }
-	select {
-	case e.slots <- struct{}{}:
-		return release, nil
-	default:
-	}
-	select {
-	case e.slots <- struct{}{}:
-		return release, nil
-	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.Canceled) {
-			return nil, &Error{Kind: "canceled", Msg: "query canceled while it waited for one of the busy query slots"}
-		}
-		return nil, &Error{Kind: "busy", Msg: fmt.Sprintf("the SQL engine is busy: all %d query slots stayed taken for this query's whole time limit; "+
-			"retry in a moment, make the running queries cheaper, or raise %s", e.opt.MaxConcurrent, EnvConcurrency)}
 	}
 }
 

@@ -124,6 +124,8 @@ memq_owner *memq_current(void) { return memq_cur; }
 int memq_exceeded(memq_owner *o) { return LOAD(&o->exceeded); }
 long long memq_peak(memq_owner *o) { return LOAD(&o->peak); }
 long long memq_used(memq_owner *o) { return LOAD(&o->used); }
+int memq_charge(memq_owner *o, long long n) { return charge(o, n); }
+void memq_uncharge(memq_owner *o, long long n) { ADD(&o->used, -n); }
 int memq_is_stopped(void) { return memq_cur && LOAD(&memq_cur->stopped); }
 
 void memq_stop(memq_owner *o) {

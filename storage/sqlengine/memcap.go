@@ -82,6 +82,12 @@ func (m *meter) exceeded() bool {
 	return m != nil && C.memq_exceeded(m.o) != 0
 }
 
+// charge counts n bytes the query holds outside SQLite against its cap;
+// false: the cap (or the deadline) refused them.
+func (m *meter) charge(n int64) bool { return C.memq_charge(m.o, C.longlong(n)) != 0 }
+
+func (m *meter) uncharge(n int64) { C.memq_uncharge(m.o, C.longlong(n)) }
+
 // peak is the most memory the query held at once.
 func (m *meter) peak() int64 {
 	if m == nil {

@@ -37,6 +37,11 @@ void memq_stop(memq_owner *o);
 void memq_release(memq_owner *o);
 memq_owner *memq_current(void);
 int memq_exceeded(memq_owner *o);
+// memq_charge counts n bytes held outside SQLite for the query (the
+// coordinator's Go copy of the nodes' rows) against its cap: 0 when the
+// cap (or the deadline) refuses them. memq_uncharge gives them back.
+int memq_charge(memq_owner *o, long long n);
+void memq_uncharge(memq_owner *o, long long n);
 long long memq_peak(memq_owner *o);
 long long memq_used(memq_owner *o);
 int memq_is_stopped(void);
