@@ -10,8 +10,8 @@
 //
 // Each test states the attack, what it did before (issue 23's numbers) and
 // the bound it must stay under: a clear message naming the problem, or a
-// data-quality line; peak memory under 512 MB (the subprocess's maximum
-// RSS) and its time under the deadline. `go test ./redteam/` runs the fast
+// data-quality line; peak memory under 512 MB (the subprocess's high-water
+// RSS, VmHWM) and its time under the deadline. `go test ./redteam/` runs the fast
 // ones (make test, CI); `make redteam` adds the heavy ones (build tag
 // redteam).
 package redteam
