@@ -7,7 +7,7 @@ VENV   := .venv
 # applies to every cgo package; -O2 -g is Go's default, kept).
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: build demo test eval bench bench-sql fuzz gpu-check clean
+.PHONY: build demo test redteam eval bench bench-sql fuzz gpu-check clean
 
 # The first build compiles SQLite (cgo): 2-4 minutes on 2 cores, with a
 # line every 30 s; later builds take seconds.
@@ -50,6 +50,14 @@ test: $(VENV)/.installed node_modules/.installed
 	  scripts/with-progress pytest $(VENV)/bin/python -m pytest -q agent/python/tests || failed="$$failed pytest"; \
 	  if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
 	  echo "make test: every step passed"
+
+# Issue 23's red-team suite (redteam/): each attack on the whole job's
+# trust, against the built binary as a hostile user would make it (two-user
+# ones as uid 65534 when run as root), with the memory and time each must
+# stay under, the heavy ones (a node's 250 MiB reply, 300 store slots of
+# 1 MB) included; make test runs the fast ones.
+redteam:
+	$(GO) test -tags redteam -count=1 -v ./redteam/
 
 # The scored corpus (docs/EVALS.md): real jobs that hang, die or straggle
 # with known answers, diagnosed through diagnose_hang by the official MCP

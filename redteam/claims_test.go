@@ -1,0 +1,246 @@
+package redteam
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/probing-mcp/probing-mcp/cluster/node"
+	"github.com/probing-mcp/probing-mcp/diag/stacks"
+)
+
+// Rank claims (issue 23): anyone who reaches the job's store can register
+// a node, and anyone on loopback can send a heartbeat.
+
+// fanoutTime bounds a whole-job call: the fan-out's deadline
+// (PROBING_STACK_FANOUT_DEADLINE_SEC, 10 s by default) with room for a
+// busy machine.
+const fanoutTime = 40 * time.Second
+
+// forged is the frame the hostile node puts on rank 1's main thread.
+const forged = "forged_culprit_frame"
+
+// honestAndForger starts two fake nodes registered in a fake store: an
+// honest node-a holding ranks 0-1 and a hostile node-b that registered
+// hostileRanks ("" for none) and answers for rank 1 too, with a forged
+// frame, before node-a answers (node-a waits, per request, until node-b
+// has answered, and a little more; the assertions hold in either order,
+// this only makes the attack's best case the one tried).
+func honestAndForger(t *testing.T, hostileRanks string) (*fakeStore, *fakeNode, *fakeNode) {
+	t.Helper()
+	var mu sync.Mutex
+	answered := map[string]chan struct{}{node.PathStacks: make(chan struct{}, 16), node.PathEvidence: make(chan struct{}, 16)}
+	after := func(path string) {
+		select {
+		case <-answered[path]:
+			time.Sleep(200 * time.Millisecond)
+		case <-time.After(5 * time.Second):
+		}
+	}
+	hostile := newFakeNode(t, "node-b", 1, []int{1, 2, 3}, map[string]http.HandlerFunc{
+		node.PathStacks: func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, node.StacksReply{Processes: []stacks.Process{
+				rankProcess(1, "/evil/pwn.py", 666, forged), rankProcess(2, "/job/train.py", 40, "all_reduce"), rankProcess(3, "/job/train.py", 40, "all_reduce")}})
+			mu.Lock()
+			answered[node.PathStacks] <- struct{}{}
+			mu.Unlock()
+		},
+		node.PathEvidence: func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, evidenceReply(4, rankEvidence(1, "/evil/pwn.py", 666, forged),
+				rankEvidence(2, "/job/train.py", 40, "all_reduce"), rankEvidence(3, "/job/train.py", 40, "all_reduce")))
+			mu.Lock()
+			answered[node.PathEvidence] <- struct{}{}
+			mu.Unlock()
+		},
+	})
+	honest := newFakeNode(t, "node-a", 0, []int{0, 1}, map[string]http.HandlerFunc{
+		node.PathStacks: func(w http.ResponseWriter, r *http.Request) {
+			after(node.PathStacks)
+			writeJSON(w, node.StacksReply{Processes: []stacks.Process{
+				rankProcess(0, "/job/train.py", 40, "all_reduce"), rankProcess(1, "/job/data.py", 12, "honest_loader_wait")}})
+		},
+		node.PathEvidence: func(w http.ResponseWriter, r *http.Request) {
+			after(node.PathEvidence)
+			writeJSON(w, evidenceReply(4, rankEvidence(0, "/job/train.py", 40, "all_reduce"), rankEvidence(1, "/job/data.py", 12, "honest_loader_wait")))
+		},
+	})
+	hostile.node.Ranks = hostileRanks
+	store := newFakeStore(t)
+	store.register(honest.node, hostile.node)
+	return store, honest, hostile
+}
+
+// TestForgedRankAnswersFirst. Attack: a node the attacker registered in
+// the job's store answers first, and for rank 1 too, with a forged frame.
+// Before (b2aa69a): its frames were shown as rank 1's culprit frame and
+// stored in history. Bound: get_stacks and diagnose_hang never show the
+// forged frame and the history keeps none of it; the answer says the node
+// answered for a rank membership registered to another; under 512 MB,
+// each call within the fan-out's deadline (40 s allowed).
+//
+// Covered: the attacker's slot registers other ranks (2-3). Open on this
+// base (skipped unless PROBING_REDTEAM_OPEN=1, see openOnBase): a slot
+// that registers no ranks, or rank 1 itself, still wins rank 1 by
+// answering first ("rank 1 is claimed by two nodes ...: the first is
+// used"): deliverable 4's "conflicting claims are refused and said, never
+// first-come" is not there yet.
+func TestForgedRankAnswersFirst(t *testing.T) {
+	for _, c := range []struct {
+		name, ranks, said string
+		open              bool
+	}{
+		{"registered_other_ranks", "2-3", "answered for ranks 1, which membership registered to no rank of it", false},
+		{"registered_no_ranks", "", "rank 1", true},
+		{"registered_rank_1_too", "1", "rank 1", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.open {
+				openOnBase(t, "a node whose store slot registers "+map[bool]string{true: "no ranks", false: "rank 1 as well"}[c.ranks == ""]+
+					" and answers first is used for rank 1 (first come, first served); deliverable 4: conflicting claims refused, never first-come")
+			}
+			forgedRank(t, c.ranks, c.said)
+		})
+	}
+}
+
+// forgedRank runs the attack with the hostile node registering
+// hostileRanks; the answers must say want.
+func forgedRank(t *testing.T, hostileRanks, want string) {
+	store, honest, _ := honestAndForger(t, hostileRanks)
+	data := t.TempDir()
+	c := serveStdio(t, env(t, data, "TORCHELASTIC_RUN_ID="+runID), "--job", store.addr())
+	var slowest time.Duration
+	for _, tool := range []string{"get_stacks", "diagnose_hang"} {
+		r := c.call(tool, map[string]any{}, fanoutTime)
+		slowest = max(slowest, r.Took)
+		if r.IsError {
+			t.Errorf("%s failed: %.1000s", tool, r.Text)
+			continue
+		}
+		if strings.Contains(r.Text, forged) || strings.Contains(string(r.Structured), forged) {
+			t.Errorf("%s shows the forged frame:\n%s", tool, tail(r.Text, 3000))
+		}
+		mustContain(t, tool, r.Text, want)
+		said(t, r.Text, want)
+	}
+	if honest.hits.Load() == 0 {
+		t.Error("the honest node was never asked")
+	}
+	c.close()
+	bounded(t, "forged rank 1 answering first: "+t.Name(), c.p, slowest, fanoutTime)
+	// The coordinator's history, read by a server of this node's scope on
+	// its data dir: captures were stored, none holds the forged frame.
+	l := serveStdio(t, env(t, data))
+	defer l.close()
+	h := l.call("query", map[string]any{"sql": "SELECT (SELECT count(*) FROM history.stack_captures WHERE stacks_json LIKE '%" + forged + "%') + " +
+		"(SELECT count(*) FROM history.diagnoses WHERE report_json LIKE '%" + forged + "%') AS forged_rows, " +
+		"(SELECT count(*) FROM history.stack_captures) AS captures"}, toolTime)
+	if h.IsError || !strings.Contains(h.Text, "forged_rows | captures\n0 | ") || strings.Contains(h.Text, "0 | 0\n") {
+		t.Errorf("the history: want captures and none of the forged frame:\n%s", h.Text)
+	}
+}
+
+// heartbeatServer is `serve --http` on loopback in the whole job's scope
+// with a token (an agent's heartbeat carries the job's token), its MCP
+// URL and heartbeat URL.
+func heartbeatServer(t *testing.T) (p *proc, mcpURL, beatURL string, token string) {
+	t.Helper()
+	honest := newFakeNode(t, "node-a", 0, []int{0, 1}, nil)
+	token = "redteam-token"
+	p = start(t, env(t, t.TempDir(), "PROBING_AUTH_TOKEN="+token), nil, "serve", "--http", "127.0.0.1:0", "--peers", honest.node.Addr)
+	m := p.logLine(regexp.MustCompile(`msg="MCP HTTP server listening" addr=(\S+)`), startTime)
+	return p, "http://" + m[1] + "/mcp", "http://" + m[1] + "/apis/nodes", token
+}
+
+// heartbeat PUTs one report; it returns the status and the body.
+func heartbeat(t *testing.T, url, token string, body []byte) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, url, strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := (&http.Client{Timeout: startTime}).Do(req)
+	if err != nil {
+		t.Fatalf("PUT %s: %v", url, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	return res.StatusCode, string(b)
+}
+
+func beatOf(members ...map[string]any) []byte {
+	b, _ := json.Marshal(map[string]any{"nodes": members, "seen_version": 0})
+	return b
+}
+
+// TestHeartbeatFlood. Attack: one heartbeat (PUT /apis/nodes) listing
+// 20,000 members. Before (b2aa69a): it made 16,384 fake nodes. Bound:
+// refused with 413 naming the count and the limit; no member is added;
+// under 512 MB, the answer within 60 s.
+func TestHeartbeatFlood(t *testing.T) {
+	p, _, beatURL, token := heartbeatServer(t)
+	members := make([]map[string]any, 20000)
+	for i := range members {
+		// Compact, so that the report fits the 1 MiB body limit and the
+		// member count is what is tried.
+		members[i] = map[string]any{"addr": fmt.Sprintf("127.0.0.1:%d", 1+i), "rank": i}
+	}
+	t0 := time.Now()
+	code, body := heartbeat(t, beatURL, token, beatOf(members...))
+	took := time.Since(t0)
+	if code != http.StatusRequestEntityTooLarge {
+		t.Errorf("20,000 members: %d %.300s, want 413", code, body)
+	}
+	mustContain(t, "the refusal", body, "20000 members in one report", "4096", "refused")
+	said(t, body, "members")
+	res, err := http.Get(strings.Replace(beatURL, "http://", "http://x:"+token+"@", 1))
+	if err == nil {
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if strings.Contains(string(b), `"addr":"127.0.0.1:`) {
+			t.Errorf("members of the refused report were kept: %.300s", b)
+		}
+	}
+	if code := p.stop(); code != 0 {
+		t.Errorf("serve exited %d on SIGTERM", code)
+	}
+	bounded(t, "heartbeat with 20,000 members", p, took, startTime)
+}
+
+// TestHeartbeatConflictingClaim. Attack: a heartbeat from another
+// endpoint claiming rank 1, which a live member holds. Before (b2aa69a):
+// it took the rank and dropped the real node's ranks until the server
+// restarted. Bound: refused in the reply and said as a membership problem
+// by list_cluster_nodes; the holder keeps the rank; under 512 MB, each
+// answer within 60 s.
+func TestHeartbeatConflictingClaim(t *testing.T) {
+	p, mcpURL, beatURL, token := heartbeatServer(t)
+	real := map[string]any{"host": "node-a", "addr": "127.0.0.1:9931", "rank": 1}
+	if code, body := heartbeat(t, beatURL, token, beatOf(real)); code != 200 {
+		t.Fatalf("the holder's heartbeat: %d %.300s", code, body)
+	}
+	t0 := time.Now()
+	code, body := heartbeat(t, beatURL, token, beatOf(map[string]any{"host": "evil", "addr": "127.0.0.1:9666", "rank": 1}))
+	took := time.Since(t0)
+	if code != 200 || !strings.Contains(body, `"refused":["evil:127.0.0.1:9666"]`) {
+		t.Errorf("the conflicting claim: %d %.500s, want it refused in the reply", code, body)
+	}
+	// The holder reports again and is still the one listed.
+	heartbeat(t, beatURL, token, beatOf(real))
+	r := httpTool(t, mcpURL, token, "list_cluster_nodes", map[string]any{}, fanoutTime)
+	all := r.Text + string(r.Structured)
+	mustContain(t, "list_cluster_nodes", all, `rank 1 claimed by \"evil:127.0.0.1:9666\", which rank \"node-a:127.0.0.1:9931\" holds`, "refused")
+	said(t, strings.ReplaceAll(all, `","`, "\n"), "rank 1 claimed by")
+	if strings.Contains(all, `"addr":"127.0.0.1:9666"`) {
+		t.Errorf("the refused claimant is listed as a node:\n%s", tail(all, 3000))
+	}
+	if code := p.stop(); code != 0 {
+		t.Errorf("serve exited %d on SIGTERM", code)
+	}
+	bounded(t, "conflicting heartbeat claim", p, max(took, r.Took), startTime)
+}
