@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/probing-mcp/probing-mcp/cluster"
@@ -21,41 +23,110 @@ func ranksOf(n cluster.Node) []int {
 	return rs
 }
 
-// owners keeps one node per rank: the first that spoke for it; a second
-// is a conflict.
-type owners struct {
-	mu        sync.Mutex
-	by        map[int]string
-	conflicts []string
-	lies      []string
+// ownership decides which node speaks for each rank, once every answer
+// is in (never first-come): a rank belongs to the node that registered
+// it; a node whose ranks are not known may speak only for ranks no other
+// node registered; and a rank two nodes answer for is refused for both,
+// and said.
+type ownership struct {
+	registered map[int][]string // rank → the nodes that registered it
+	claims     map[int][]string // rank → the nodes whose answer kept it
+	lies       []string
 }
 
-// kept is claim as a set.
-func (o *owners) kept(n cluster.Node, ranks []int) map[int]bool {
-	keep := map[int]bool{}
-	for _, r := range o.claim(n, ranks) {
-		keep[r] = true
+func newOwnership(ns []cluster.Node) *ownership {
+	o := &ownership{registered: map[int][]string{}, claims: map[int][]string{}}
+	for _, n := range ns {
+		for _, r := range ranksOf(n) {
+			o.registered[r] = append(o.registered[r], n.Addr)
+		}
 	}
-	return keep
+	return o
 }
 
-func (o *owners) claim(n cluster.Node, ranks []int) []int {
+// claim records what n answered for; ranks it may not speak for are
+// dropped and said. Called in a fixed order after the fan-out.
+func (o *ownership) claim(n cluster.Node, ranks []int) {
 	ok, lies := claims(n, ranks)
-	o.mu.Lock()
-	defer o.mu.Unlock()
 	if len(lies) > 0 {
 		o.lies = append(o.lies, fmt.Sprintf("%s (%s) answered for ranks %s, which membership registered to no rank of it (%s): dropped", n.Host, n.Addr, rankset.Format(lies), n.Ranks))
 	}
-	var kept []int
+	if ranksOf(n) == nil {
+		// Its ranks are not known: those another node registered are not
+		// its to speak for.
+		var others []int
+		keep := ok[:0]
+		for _, r := range ok {
+			if reg := o.registered[r]; len(reg) > 0 && !slices.Contains(reg, n.Addr) {
+				others = append(others, r)
+				continue
+			}
+			keep = append(keep, r)
+		}
+		ok = keep
+		if len(others) > 0 {
+			o.lies = append(o.lies, fmt.Sprintf("%s (%s), whose ranks membership does not know, answered for ranks %s, which other nodes registered: dropped", n.Host, n.Addr, rankset.Format(others)))
+		}
+	}
 	for _, r := range ok {
-		if prev, dup := o.by[r]; dup && prev != n.Addr {
-			o.conflicts = append(o.conflicts, fmt.Sprintf("rank %d is claimed by two nodes, %s and %s: the first is used", r, prev, n.Addr))
+		if !slices.Contains(o.claims[r], n.Addr) {
+			o.claims[r] = append(o.claims[r], n.Addr)
+		}
+	}
+}
+
+// resolve is the owner of each rank, and the ranks refused because more
+// than one node answered for them, each with why.
+func (o *ownership) resolve() (owner map[int]string, refused map[int]string) {
+	owner, refused = map[int]string{}, map[int]string{}
+	for r, addrs := range o.claims {
+		if len(addrs) == 1 {
+			owner[r] = addrs[0]
 			continue
 		}
-		o.by[r] = n.Addr
-		kept = append(kept, r)
+		refused[r] = fmt.Sprintf("%d nodes answered for it (%s): a rank lives on one node, so no answer for it is used", len(addrs), clipList(addrs, 4))
 	}
-	return kept
+	return owner, refused
+}
+
+// conflicts are the refused ranks as lines, merged by reason.
+func conflictLines(refused map[int]string) []string {
+	by := map[string][]int{}
+	for r, why := range refused {
+		by[why] = append(by[why], r)
+	}
+	var out []string
+	for why, rs := range by {
+		out = append(out, fmt.Sprintf("ranks %s: %s", rankset.Format(rs), why))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func clipList(xs []string, n int) string {
+	xs = slices.Clone(xs)
+	sort.Strings(xs)
+	if len(xs) > n {
+		return fmt.Sprintf("%s and %d more", strings.Join(xs[:n], ", "), len(xs)-n)
+	}
+	return strings.Join(xs, ", ")
+}
+
+// answered is one node's answer, kept until every node's is in.
+type answered[T any] struct {
+	n   cluster.Node
+	rep T
+}
+
+// settle runs ownership over the answers in a fixed order (by address).
+func settle[T any](ns []cluster.Node, as []answered[T], ranks func(T) []int) (owner map[int]string, refused map[int]string, lies []string) {
+	sort.Slice(as, func(a, b int) bool { return as[a].n.Addr < as[b].n.Addr })
+	o := newOwnership(ns)
+	for _, a := range as {
+		o.claim(a.n, ranks(a.rep))
+	}
+	owner, refused = o.resolve()
+	return owner, refused, o.lies
 }
 
 // Stacks captures every rank's threads through its node's daemon.
@@ -65,37 +136,42 @@ func (j *Job) Stacks(ctx context.Context, ranks string) ([]stacks.Process, Cover
 		return nil, Coverage{Problems: problems}, err
 	}
 	var mu sync.Mutex
-	var procs []stacks.Process
-	own := &owners{by: map[int]string{}}
+	var as []answered[node.StacksReply]
 	cov := j.each(ctx, ns, func(ctx context.Context, n cluster.Node) error {
 		var rep node.StacksReply
 		if err := j.Client.Do(ctx, n, http.MethodPost, node.PathStacks, node.StacksRequest{Ranks: ranks}, &rep); err != nil {
 			return err
 		}
+		mu.Lock()
+		defer mu.Unlock()
+		as = append(as, answered[node.StacksReply]{n, rep})
+		return nil
+	})
+	owner, refused, lies := settle(ns, as, func(rep node.StacksReply) []int {
 		var rs []int
 		for _, p := range rep.Processes {
 			if p.Rank >= 0 {
 				rs = append(rs, p.Rank)
 			}
 		}
-		keep := own.kept(n, rs)
-		mu.Lock()
-		defer mu.Unlock()
-		for _, p := range rep.Processes {
-			if p.Rank >= 0 && !keep[p.Rank] {
+		return rs
+	})
+	var procs []stacks.Process
+	for _, a := range as {
+		for _, p := range a.rep.Processes {
+			if p.Rank >= 0 && owner[p.Rank] != a.n.Addr {
 				continue
 			}
 			if p.Host == "" {
-				p.Host = n.Host
+				p.Host = a.n.Host
 			}
 			procs = append(procs, p)
 		}
-		for _, pr := range rep.Problems {
-			problems = append(problems, n.Host+": "+pr)
+		for _, pr := range a.rep.Problems {
+			problems = append(problems, a.n.Host+": "+pr)
 		}
-		return nil
-	})
-	cov.Problems = append(append(append(problems, cov.Problems...), own.lies...), own.conflicts...)
+	}
+	cov.Problems = append(append(append(problems, cov.Problems...), lies...), conflictLines(refused)...)
 	sort.Slice(procs, func(a, b int) bool {
 		if procs[a].Rank != procs[b].Rank {
 			return procs[a].Rank < procs[b].Rank
@@ -112,23 +188,29 @@ func (j *Job) FlightRecorder(ctx context.Context, ranks string, onlyActive bool)
 		return nil, Coverage{Problems: problems}, err
 	}
 	var mu sync.Mutex
-	var dumps []evidence.FRDump
-	own := &owners{by: map[int]string{}}
-	total := 0
+	var as []answered[node.FRReply]
 	cov := j.each(ctx, ns, func(ctx context.Context, n cluster.Node) error {
 		var rep node.FRReply
 		if err := j.Client.Do(ctx, n, http.MethodPost, node.PathFR, node.FRRequest{Ranks: ranks, OnlyActive: onlyActive}, &rep); err != nil {
 			return err
 		}
+		mu.Lock()
+		defer mu.Unlock()
+		as = append(as, answered[node.FRReply]{n, rep})
+		return nil
+	})
+	owner, refused, lies := settle(ns, as, func(rep node.FRReply) []int {
 		var rs []int
 		for _, d := range rep.Dumps {
 			rs = append(rs, d.Rank)
 		}
-		keep := own.kept(n, rs)
-		mu.Lock()
-		defer mu.Unlock()
-		for _, d := range rep.Dumps {
-			if !keep[d.Rank] {
+		return rs
+	})
+	var dumps []evidence.FRDump
+	total := 0
+	for _, a := range as {
+		for _, d := range a.rep.Dumps {
+			if owner[d.Rank] != a.n.Addr {
 				continue
 			}
 			if total+len(d.Data) > maxDumpBytes {
@@ -138,12 +220,11 @@ func (j *Job) FlightRecorder(ctx context.Context, ranks string, onlyActive bool)
 			total += len(d.Data)
 			dumps = append(dumps, d)
 		}
-		for _, pr := range rep.Problems {
-			problems = append(problems, n.Host+": "+pr)
+		for _, pr := range a.rep.Problems {
+			problems = append(problems, a.n.Host+": "+pr)
 		}
-		return nil
-	})
-	cov.Problems = append(append(append(problems, cov.Problems...), own.lies...), own.conflicts...)
+	}
+	cov.Problems = append(append(append(problems, cov.Problems...), lies...), conflictLines(refused)...)
 	sort.Slice(dumps, func(a, b int) bool { return dumps[a].Rank < dumps[b].Rank })
 	return dumps, cov, j.strict(cov)
 }
@@ -163,9 +244,7 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 		return merged, Coverage{Problems: merged.Problems}
 	}
 	var mu sync.Mutex
-	own := &owners{by: map[int]string{}}
-	worlds := map[int]int{} // world size → ranks reporting it
-	total := 0
+	var as []answered[*evidence.Bundle]
 	cov := j.each(ctx, ns, func(ctx context.Context, n cluster.Node) error {
 		var rep node.EvidenceReply
 		if err := j.Client.Do(ctx, n, http.MethodPost, node.PathEvidence, node.EvidenceRequest{CommPerRank: commPerRank}, &rep); err != nil {
@@ -175,36 +254,46 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 		if b == nil {
 			return &PeerError{Addr: n.Addr, Kind: KindGarbage, Msg: "its answer holds no evidence bundle"}
 		}
-		var rs []int
 		for r, e := range b.Ranks {
 			if e == nil || e.Rank != r || r < 0 || r >= evidence.MaxWorld {
 				return &PeerError{Addr: n.Addr, Kind: KindGarbage, Msg: fmt.Sprintf("its bundle's rank %d is malformed", r)}
 			}
-			rs = append(rs, r)
-		}
-		sort.Ints(rs)
-		kept := own.claim(n, rs)
-		keep := map[int]bool{}
-		for _, r := range kept {
-			keep[r] = true
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		for _, r := range kept {
-			e := b.Ranks[r]
-			e.Node = n.Addr
-			merged.Ranks[r] = e
+		as = append(as, answered[*evidence.Bundle]{n, b})
+		return nil
+	})
+	owner, refused, lies := settle(ns, as, func(b *evidence.Bundle) []int {
+		rs := make([]int, 0, len(b.Ranks))
+		for r := range b.Ranks {
+			rs = append(rs, r)
+		}
+		sort.Ints(rs)
+		return rs
+	})
+	worlds := map[int]int{} // world size → ranks reporting it
+	total := 0
+	for _, a := range as {
+		n, b := a.n, a.rep
+		kept := 0
+		for r, e := range b.Ranks {
+			if owner[r] == n.Addr {
+				e.Node = n.Addr
+				merged.Ranks[r] = e
+				kept++
+			}
 		}
 		for _, c := range b.Comm {
-			if keep[c.Rank] {
+			if owner[c.Rank] == n.Addr {
 				merged.Comm = append(merged.Comm, c)
 			}
 		}
 		if b.World > 0 {
-			worlds[b.World] += len(kept)
+			worlds[b.World] += kept
 		}
 		for _, d := range b.FRDumps {
-			if keep[d.Rank] && total+len(d.Data) <= maxDumpBytes {
+			if owner[d.Rank] == n.Addr && total+len(d.Data) <= maxDumpBytes {
 				total += len(d.Data)
 				merged.FRDumps = append(merged.FRDumps, d)
 			}
@@ -221,8 +310,12 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 		for _, c := range b.Conflicts {
 			merged.Conflicts = append(merged.Conflicts, n.Host+": "+c)
 		}
-		return nil
-	})
+	}
+	// A rank more than one node answered for is known to exist, but none
+	// of what was said of it is believed.
+	for r, why := range refused {
+		merged.Unreachable[r] = why
+	}
 	for _, m := range cov.Missing {
 		rs := ranksOf(m.Node)
 		for _, r := range rs {
@@ -244,8 +337,8 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 		merged.Conflicts = append(merged.Conflicts, fmt.Sprintf("the nodes report different world sizes; %d, which most ranks report, is used", best))
 	}
 	merged.World = best
-	merged.Problems = append(append(problems, merged.Problems...), own.lies...)
-	merged.Conflicts = append(merged.Conflicts, own.conflicts...)
+	merged.Problems = append(append(problems, merged.Problems...), lies...)
+	merged.Conflicts = append(merged.Conflicts, conflictLines(refused)...)
 	sort.SliceStable(merged.Comm, func(a, b int) bool {
 		if merged.Comm[a].Rank != merged.Comm[b].Rank {
 			return merged.Comm[a].Rank < merged.Comm[b].Rank
