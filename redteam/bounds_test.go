@@ -115,14 +115,18 @@ func TestStoreSlotFlood(t *testing.T) {
 
 // TestHugeEvidenceReply. Attack: TestHugeStacksReply's, on POST
 // /v1/evidence: a node answers diagnose_hang's call with 250 MiB of
-// well-formed JSON (problem strings and one rank). Not in issue 23's list:
-// found by this suite; the evidence reply keeps the 256 MiB cap of raw
-// Flight Recorder dumps, so 250 MiB is read and decoded whole. Bound: the
-// coordinator stays under 512 MB and answers within 40 s. Open on this
-// base (skipped unless PROBING_REDTEAM_OPEN=1): 811 MB peak measured.
+// well-formed JSON (problem strings and one rank), and with 120 MiB (under
+// the cap, so read and decoded whole). Not in issue 23's list: found by
+// this suite; the evidence reply had the 256 MiB cap of raw Flight
+// Recorder dumps, and 250 MiB took the coordinator to 811-1127 MB. Bound:
+// the coordinator stays under 512 MB and answers within 40 s.
 func TestHugeEvidenceReply(t *testing.T) {
-	openOnBase(t, "a node's 250 MiB /v1/evidence reply (under the evidence's 256 MiB cap) took the coordinator to 811 MB")
-	const size = 250 << 20
+	for _, size := range []int64{250 << 20, 120 << 20} {
+		t.Run(fmt.Sprintf("%dMiB", size>>20), func(t *testing.T) { hugeEvidence(t, size) })
+	}
+}
+
+func hugeEvidence(t *testing.T, size int64) {
 	evil := newFakeNode(t, "node-b", 1, []int{2, 3}, map[string]http.HandlerFunc{
 		node.PathEvidence: func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
@@ -150,5 +154,5 @@ func TestHugeEvidenceReply(t *testing.T) {
 	if len(r.Text) > 256<<10 {
 		t.Errorf("diagnose_hang: %d bytes of text", len(r.Text))
 	}
-	bounded(t, "250 MiB /v1/evidence reply", c.p, r.Took, fanoutTime)
+	bounded(t, fmt.Sprintf("%d MiB /v1/evidence reply", size>>20), c.p, r.Took, fanoutTime)
 }

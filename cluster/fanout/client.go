@@ -44,8 +44,12 @@ type PeerError struct {
 func (e *PeerError) Error() string { return e.Msg }
 
 // MaxReply bounds one node's answer (its evidence holds every rank's
-// threads and raw Flight Recorder dumps).
-const MaxReply = 256 << 20
+// threads and raw Flight Recorder dumps: torch keeps 2,000 entries a
+// rank, a few MB pickled, so eight ranks' are tens of MB). Read whole and
+// then decoded, an answer costs about twice its size: 128 MiB keeps one
+// hostile node's answer under 512 MB at the coordinator (issue 23's red
+// team: 250 MiB of evidence took it to 1.1 GB).
+const MaxReply = 128 << 20
 
 // replyCaps bound the answers that hold no raw dumps far lower: a node's
 // 250 MiB stacks took 29 s and 4.3 GB to decode at the coordinator
@@ -160,7 +164,7 @@ func (c *Client) Do(ctx context.Context, n cluster.Node, method, path string, re
 	}
 	defer res.Body.Close()
 	limit := replyCap(path)
-	b, err := io.ReadAll(io.LimitReader(res.Body, int64(limit)+1))
+	b, err := readReply(res, limit)
 	if err != nil {
 		return classify(ctx, n.Addr, err)
 	}
@@ -212,6 +216,21 @@ func (c *Client) Do(ctx context.Context, n cluster.Node, method, path string, re
 type ownedConn struct {
 	net.Conn
 	why string // "" when its server is this user or root
+}
+
+// readReply reads at most limit+1 bytes of the answer, into one buffer
+// sized by its Content-Length when it gives one (growing a buffer by
+// appending holds two copies at each step).
+func readReply(res *http.Response, limit int) ([]byte, error) {
+	r := io.LimitReader(res.Body, int64(limit)+1)
+	if n := res.ContentLength; n > 0 && n <= int64(limit) {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(r)
 }
 
 // proved says why an answer does not count ("" when it does): signed with

@@ -112,6 +112,31 @@ func clipList(xs []string, n int) string {
 	return strings.Join(xs, ", ")
 }
 
+// Bounds on what one node's answer may add to the data-quality lines: a
+// node's own problems are a handful; thousands are noise or an attack
+// (issue 23's red team: 120 MiB of them).
+const (
+	maxNodeLines   = 64
+	maxNodeLineLen = 1024
+)
+
+// nodeLines are a node's own lines, prefixed with its name, clipped and
+// bounded in number (the rest counted).
+func nodeLines(n cluster.Node, lines []string) []string {
+	out := make([]string, 0, min(len(lines), maxNodeLines+1))
+	for i, l := range lines {
+		if i == maxNodeLines {
+			out = append(out, fmt.Sprintf("%s: and %d more lines of its own, left out", n.Host, len(lines)-i))
+			break
+		}
+		if len(l) > maxNodeLineLen {
+			l = strings.ToValidUTF8(l[:maxNodeLineLen], "") + fmt.Sprintf("…[+%d bytes]", len(l)-maxNodeLineLen)
+		}
+		out = append(out, n.Host+": "+l)
+	}
+	return out
+}
+
 // answered is one node's answer, kept until every node's is in.
 type answered[T any] struct {
 	n   cluster.Node
@@ -167,9 +192,7 @@ func (j *Job) Stacks(ctx context.Context, ranks string) ([]stacks.Process, Cover
 			}
 			procs = append(procs, p)
 		}
-		for _, pr := range a.rep.Problems {
-			problems = append(problems, a.n.Host+": "+pr)
-		}
+		problems = append(problems, nodeLines(a.n, a.rep.Problems)...)
 	}
 	cov.Problems = append(append(append(problems, cov.Problems...), lies...), conflictLines(refused)...)
 	sort.Slice(procs, func(a, b int) bool {
@@ -220,9 +243,7 @@ func (j *Job) FlightRecorder(ctx context.Context, ranks string, onlyActive bool)
 			total += len(d.Data)
 			dumps = append(dumps, d)
 		}
-		for _, pr := range a.rep.Problems {
-			problems = append(problems, a.n.Host+": "+pr)
-		}
+		problems = append(problems, nodeLines(a.n, a.rep.Problems)...)
 	}
 	cov.Problems = append(append(append(problems, cov.Problems...), lies...), conflictLines(refused)...)
 	sort.Slice(dumps, func(a, b int) bool { return dumps[a].Rank < dumps[b].Rank })
@@ -304,12 +325,9 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 			}
 			merged.GPU = append(merged.GPU, g)
 		}
-		for _, p := range b.Problems {
-			merged.Problems = append(merged.Problems, n.Host+": "+p)
-		}
-		for _, c := range b.Conflicts {
-			merged.Conflicts = append(merged.Conflicts, n.Host+": "+c)
-		}
+		merged.Problems = append(merged.Problems, nodeLines(n, b.Problems)...)
+		merged.Conflicts = append(merged.Conflicts, nodeLines(n, b.Conflicts)...)
+		b.Problems, b.Conflicts = nil, nil
 	}
 	// A rank more than one node answered for is known to exist, but none
 	// of what was said of it is believed.
