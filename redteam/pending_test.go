@@ -7,12 +7,6 @@ import "testing"
 
 const pendingFix = "fixed in another branch: filled in at merge"
 
-// TestClusterQueryInstrSlot. Attack: cluster_query with an instr over
-// large values. Before (b2aa69a): it ran 166 s against a 10 s deadline and
-// kept its slot after the 504. Bound: stopped at the deadline, the slot
-// freed.
-func TestClusterQueryInstrSlot(t *testing.T) { t.Skip(pendingFix) }
-
 // TestFlightRecorderMemoPickle. Attack: a 7.9 MB Flight Recorder pickle,
 // 16 groups sharing one memoised 1M-rank list (and a 41 MB variant).
 // Before (b2aa69a): 33 s and 3.8 GB (134 MB of text), --max-memory 1GiB
