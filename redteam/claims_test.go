@@ -238,3 +238,139 @@ func TestHeartbeatConflictingClaim(t *testing.T) {
 	}
 	bounded(t, "conflicting heartbeat claim", p, max(took, r.Took), startTime)
 }
+
+// TestTokenlessHeartbeatOnLoopback. Attack: a heartbeat (PUT
+// /apis/nodes) without a token, from loopback (where every local user
+// reaches), to `serve --http 127.0.0.1` without PROBING_AUTH_TOKEN in the
+// whole job's scope, claiming the real node's ranks 0-1 for another
+// address. Before (b2aa69a): accepted; it dropped the real node's ranks
+// until the server restarted. Bound: refused with 401 naming
+// PROBING_AUTH_TOKEN (and the member list is not served either);
+// list_cluster_nodes still shows the real node's ranks and nothing of the
+// claimant; under 512 MB, each answer within 60 s. (A conflicting claim
+// with the token is TestHeartbeatConflictingClaim.)
+func TestTokenlessHeartbeatOnLoopback(t *testing.T) {
+	honest := newFakeNode(t, "node-a", 0, []int{0, 1}, nil)
+	p := start(t, env(t, t.TempDir()), nil, "serve", "--http", "127.0.0.1:0", "--peers", honest.node.Addr)
+	m := p.logLine(regexp.MustCompile(`msg="MCP HTTP server listening" addr=(\S+)`), startTime)
+	mcpURL, beatURL := "http://"+m[1]+"/mcp", "http://"+m[1]+"/apis/nodes"
+	claim := beatOf(map[string]any{"host": "evil", "addr": "127.0.0.1:9666", "rank": 0}, map[string]any{"host": "evil", "addr": "127.0.0.1:9666", "rank": 1})
+	var slowest time.Duration
+	for _, method := range []string{http.MethodPut, http.MethodGet} {
+		req, _ := http.NewRequest(method, beatURL, strings.NewReader(string(claim)))
+		req.Header.Set("Content-Type", "application/json")
+		t0 := time.Now()
+		res, err := (&http.Client{Timeout: startTime}).Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, beatURL, err)
+		}
+		b, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+		res.Body.Close()
+		slowest = max(slowest, time.Since(t0))
+		if res.StatusCode != http.StatusUnauthorized {
+			t.Errorf("tokenless %s /apis/nodes on loopback: %d %.300s, want 401", method, res.StatusCode, b)
+		}
+		mustContain(t, "the refusal", string(b), "heartbeats need PROBING_AUTH_TOKEN, loopback included")
+		said(t, string(b), "PROBING_AUTH_TOKEN")
+	}
+	r := httpTool(t, mcpURL, "", "list_cluster_nodes", map[string]any{}, fanoutTime)
+	all := r.Text + string(r.Structured)
+	mustContain(t, "list_cluster_nodes", r.Text, honest.node.Addr+" node_rank 0 ranks 0-1: ok", "1 node(s): 1 answered")
+	if strings.Contains(all, "9666") || strings.Contains(all, "evil") {
+		t.Errorf("the tokenless claimant is listed:\n%s", tail(all, 3000))
+	}
+	mustContain(t, "serve's log", p.stderr.String(), "heartbeats (PUT /apis/nodes) refused: they need PROBING_AUTH_TOKEN")
+	if code := p.stop(); code != 0 {
+		t.Errorf("serve exited %d on SIGTERM", code)
+	}
+	bounded(t, "tokenless heartbeat on loopback", p, max(slowest, r.Took), startTime)
+}
+
+// TestStoreReadEveryCall. Attack: 4,000 slots planted in the job's store
+// beside one honest node's: node entries of a hundred bytes naming
+// addresses where nothing listens (each asked, and missing), or whose
+// address is no address (each skipped with a problem line). Before
+// (b2aa69a): every call re-read the whole store, 2-5 s per call. Bound:
+// the store is read by the first call only (its GETs counted at the fake
+// store); the next calls within the cache's 10 s reuse it and say its age
+// ("membership as read Ns ago", once N is a second or more); the honest
+// node is listed by each; under 512 MB, each call within 40 s.
+func TestStoreReadEveryCall(t *testing.T) {
+	t.Run("unreachable_slots", func(t *testing.T) {
+		storeReadOnce(t, func(i int) (string, string) {
+			// 127.0.0.0/8 beyond .1, port 9 (discard): refused at once.
+			return fmt.Sprintf("127.%d.%d.%d:9", 1+i>>16, i>>8&255, i&255), "4001 node(s): 1 answered, 4000 did not"
+		}, "")
+	})
+	t.Run("skipped_slots", func(t *testing.T) {
+		storeReadOnce(t, func(i int) (string, string) {
+			return fmt.Sprintf("planted-slot-%d", i), `address \"planted-slot-`
+		}, "the membership's age is the last of the store's problem lines, and an answer lists the first 20 of them: "+
+			"4,000 skipped slots push it out of list_cluster_nodes' text and structured content (the store is not re-read: that holds)")
+	})
+}
+
+// storeReadOnce runs the attack with the planted slots' addresses from
+// addr (and what the answer says of them, seen); open, when set, is why
+// the age is not said on this base.
+func storeReadOnce(t *testing.T, addr func(i int) (a, seen string), open string) {
+	const planted = 4000
+	honest := newFakeNode(t, "node-a", 0, []int{0, 1}, nil)
+	store := newFakeStore(t)
+	var seen string
+	for i := 0; i < planted; i++ {
+		a, s := addr(i)
+		seen = s
+		b, _ := json.Marshal(map[string]any{"host": fmt.Sprintf("evil-%d", i), "addr": a, "node_rank": 1 + i, "ranks": fmt.Sprint(2 + i)})
+		store.set(fmt.Sprintf("probing-mcp/%s/node/%d", runID, i), b)
+	}
+	store.set("probing-mcp/"+runID+"/nodes", []byte(fmt.Sprint(planted)))
+	store.register(honest.node)
+	c := serveStdio(t, env(t, t.TempDir(), "TORCHELASTIC_RUN_ID="+runID), "--job", store.addr())
+	age := regexp.MustCompile(`membership as read (\d+)s ago \(the job's store is re-read every 10s\)`)
+	var first int64
+	var slowest time.Duration
+	var ageMissing []string
+	for call := 1; call <= 3; call++ {
+		if call == 2 {
+			// The age is said from a second on: a content check, not a
+			// timing margin.
+			time.Sleep(1100 * time.Millisecond)
+		}
+		before := store.gets.Load()
+		// Only the nodes that answered are listed (the planted ones would
+		// fill the first pages), but every node is asked.
+		r := c.call("list_cluster_nodes", map[string]any{"status": "ok"}, fanoutTime)
+		gets := store.gets.Load() - before
+		slowest = max(slowest, r.Took)
+		all := r.Text + string(r.Structured)
+		t.Logf("call %d: %.2f s, %d store GETs, %d bytes of text", call, r.Took.Seconds(), gets, len(r.Text))
+		mustContain(t, "list_cluster_nodes", r.Text, "node-a "+honest.node.Addr+" node_rank 0 ranks 0,1: ok")
+		mustContain(t, "list_cluster_nodes", all, seen)
+		if call == 1 {
+			first = gets
+			if gets < planted {
+				t.Errorf("the first call read %d keys of the store, want every slot (%d)", gets, planted+1)
+			}
+			continue
+		}
+		if gets != 0 {
+			t.Errorf("call %d re-read the store: %d GETs (the first call made %d)", call, gets, first)
+		}
+		if m := age.FindStringSubmatch(all); m == nil || m[1] == "0" {
+			ageMissing = append(ageMissing, fmt.Sprintf("call %d:\n%s", call, tail(r.Text, 1500)))
+		} else {
+			said(t, strings.ReplaceAll(all, `","`, "\n"), "membership as read")
+		}
+	}
+	c.close()
+	bounded(t, "4,000 planted store slots, three calls: "+t.Name(), c.p, slowest, fanoutTime)
+	t.Run("age_said", func(t *testing.T) {
+		if open != "" {
+			openOnBase(t, open)
+		}
+		for _, m := range ageMissing {
+			t.Errorf("the membership's age is not said: %s", m)
+		}
+	})
+}
