@@ -46,10 +46,13 @@ func (c *Cache) Get(ctx context.Context) ([]cluster.Node, []string, error) {
 	now := c.Now()
 	if !c.at.IsZero() && now.Sub(c.at) < c.TTL && now.Sub(c.at) >= 0 {
 		age := now.Sub(c.at)
-		ps := append([]string(nil), c.problems...)
+		var ps []string
 		if age >= time.Second {
+			// First: what the store said can be thousands of lines, and
+			// the tools show the first few.
 			ps = append(ps, fmt.Sprintf("membership as read %s ago (the job's store is re-read every %s)", age.Round(time.Second), c.TTL))
 		}
+		ps = append(ps, c.problems...)
 		return append([]cluster.Node(nil), c.nodes...), ps, nil
 	}
 	ns, ps, err := c.Read(ctx)
