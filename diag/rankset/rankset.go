@@ -25,7 +25,9 @@ func FormatMax(ranks []int, limit int) string {
 	}
 	s := ranks
 	if !sortedDistinct(s) {
-		s = slices.Compact(slices.Sorted(slices.Values(ranks)))
+		s = slices.Clone(ranks)
+		slices.Sort(s)
+		s = slices.Compact(s)
 	}
 	var b []byte
 	for i := 0; i < len(s); {
