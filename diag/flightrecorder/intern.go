@@ -1,6 +1,7 @@
 package flightrecorder
 
 import (
+	"crypto/sha256"
 	"slices"
 	"strconv"
 	"strings"
@@ -220,6 +221,13 @@ type rankListText struct {
 // job writes the same 100 KB default-group list, and 16384 parsed copies
 // would hold 2 GB. Failures are not kept: their text depends on the caller.
 func (t *interner) rankList(key rankListText, parse func() ([]int, error)) ([]int, error) {
+	if len(key.text) > 64 {
+		// A digest keys a long list: the table would otherwise keep a copy
+		// of every distinct list's text (8 MB for a million ranks).
+		sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(key.text), len(key.text))) // read, not copied
+		key.text = string(sum[:])
+		key.form |= 0x80
+	}
 	t.mu.Lock()
 	l, ok := t.rankLists[key]
 	t.mu.Unlock()
