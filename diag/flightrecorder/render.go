@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
 )
 
 // WriteText renders the report for a human at a terminal: the verdict
@@ -20,7 +18,7 @@ func (r *Report) WriteText(w io.Writer, verbose bool) error {
 	}
 	p.f("Flight Recorder analysis: %d dump(s), ranks %s, version %s, %s, %s\n", len(rs.Dumped), rs.DumpedText, rs.Versions, rs.Formats, timing)
 	if len(rs.MissingDump) > 0 {
-		p.f("No dump from rank(s) %s\n", rankset.Format(rs.MissingDump))
+		p.f("No dump from rank(s) %s\n", rankText(rs.MissingDump))
 	}
 	p.f("\n%s\n", r.Summary)
 	healthy := 0
@@ -87,7 +85,7 @@ func (p *printer) group(pr PGReport) {
 	p.f("  [%s, confidence %s]\n", pr.Finding.Kind, pr.Finding.Confidence)
 	p.f("  %s\n", pr.Finding.Line)
 	if len(pr.CulpritRanks) > 0 {
-		p.f("  culprit rank(s): %s\n", rankset.Format(pr.CulpritRanks))
+		p.f("  culprit rank(s): %s\n", rankText(pr.CulpritRanks))
 	}
 	for _, f := range pr.Secondary {
 		p.f("  also %s: %s\n", f.Kind, f.Line)
@@ -126,7 +124,7 @@ func (p *printer) group(pr PGReport) {
 		} else {
 			p.f("  fr_trace says %s", n.Verdict)
 			if len(n.CulpritRanks) > 0 {
-				p.f(" (culprits %s)", rankset.Format(n.CulpritRanks))
+				p.f(" (culprits %s)", rankText(n.CulpritRanks))
 			}
 			p.f(": %s\n", n.Why)
 		}

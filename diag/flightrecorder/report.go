@@ -160,11 +160,14 @@ type FRTraceNote struct {
 
 // FRTraceView is what torch's fr_trace would print for these dumps.
 type FRTraceView struct {
-	Aborted             string   `json:"aborted,omitempty"`
-	AbortedIncomplete   string   `json:"aborted_allow_incomplete,omitempty"`
-	UsedAllowIncomplete bool     `json:"used_allow_incomplete_ranks"`
-	Blocks              []Block  `json:"first_blocks"` // the first problem block per group, in log order
-	Transcript          []string `json:"transcript,omitempty"`
+	Aborted             string `json:"aborted,omitempty"`
+	AbortedIncomplete   string `json:"aborted_allow_incomplete,omitempty"`
+	UsedAllowIncomplete bool   `json:"used_allow_incomplete_ranks"`
+	// Skipped says why fr_trace's replay was not run (too many members
+	// without a dump to walk); the groups then carry no fr_trace note.
+	Skipped    string   `json:"not_replayed,omitempty"`
+	Blocks     []Block  `json:"first_blocks"` // the first problem block per group, in log order
+	Transcript []string `json:"transcript,omitempty"`
 }
 
 // DataQuality lists everything that limits the analysis.
