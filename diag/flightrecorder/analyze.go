@@ -600,6 +600,7 @@ func (a *analysis) rankSummary() RankSummary {
 	}
 	rs.Expected = len(named)
 	rs.MissingDump = without(named, a.sets.dumped)
+	rs.MissingText = rankText(rs.MissingDump)
 	if rs.MissingDump == nil {
 		rs.MissingDump = []int{}
 	}
@@ -643,7 +644,8 @@ func (a *analysis) analyzeGroup(ctx context.Context, g *group, opt Options) (PGR
 	// list (read-only): the members without a dump are not walked per group.
 	pr := PGReport{PGName: g.name, PGDesc: g.desc, Members: g.members, MembersText: a.sets.textOf(g.set),
 		Size: len(g.members), Verdict: VerdictOK, CollectiveSeqID: -1, RecordID: -1,
-		MissingRanks: []int{}, CulpritRanks: []int{}, MissingDumps: a.sets.missingOf(g.set), LaggingRanks: []Lag{}, guid: g.guid}
+		MissingRanks: []int{}, CulpritRanks: []int{}, MissingDumps: a.sets.missingOf(g.set), MissingDumpsText: a.sets.missingTextOf(g.set),
+		LaggingRanks: []Lag{}, guid: g.guid}
 	// Which members can be compared: those with a dump, minus those whose
 	// ring wrapped past every entry of this group (they say nothing).
 	var ranks []int

@@ -31,10 +31,11 @@ type memberSet struct {
 	digest  string // the count and a hash of the members: the member part of a group key
 	hash    int64  // CPython's hash(frozenset(members)), for fr_trace's group names
 
-	once    sync.Once
-	missing []int  // members without a dump, cap == len: appending copies
-	present []int  // members with a dump
-	text    string // members as bounded ranges
+	once     sync.Once
+	missing  []int  // members without a dump, cap == len: appending copies
+	present  []int  // members with a dump
+	text     string // members as bounded ranges
+	missText string // missing as bounded ranges
 
 	pyOnce    sync.Once
 	pyMembers string // fr_trace's {0, 1, ...}, clipped
@@ -145,7 +146,7 @@ func (s *memberSets) facts(ms *memberSet) *memberSet {
 			}
 		})
 		ms.missing, ms.present = missing, present
-		ms.text = rankset.FormatMax(ms.members, maxRankText)
+		ms.text, ms.missText = rankText(ms.members), rankText(missing)
 	})
 	return ms
 }
@@ -158,6 +159,9 @@ func (s *memberSets) presentOf(ms *memberSet) []int { return s.facts(ms).present
 
 // textOf is the members as ranges, bounded by maxRankText.
 func (s *memberSets) textOf(ms *memberSet) string { return s.facts(ms).text }
+
+// missingTextOf is the members without a dump as ranges, bounded.
+func (s *memberSets) missingTextOf(ms *memberSet) string { return s.facts(ms).missText }
 
 // pySets are the members and the members without a dump as fr_trace
 // prints sets, clipped (see pyIntSet); made once per list.
