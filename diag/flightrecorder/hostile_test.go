@@ -241,3 +241,36 @@ func TestLargeSharedGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestMembershipCeilings: the ceiling holds for one dump's groups (a list
+// shared through the memo charged per group), for the distinct groups of
+// an analysis (a list named under a new name in each dump: every dump
+// passes alone, the analysis takes them in rank order while they fit),
+// and a rank list longer than the world is refused before it is parsed.
+func TestMembershipCeilings(t *testing.T) {
+	t.Setenv(fr.EnvMaxMemberships, "100")
+	if _, err := fr.Decode(frsynth.SharedGroups(frsynth.SharedSpec{Ranks: 40, Groups: 3})); err == nil ||
+		!strings.Contains(err.Error(), "its 3 groups name 120 members in all") {
+		t.Errorf("3 groups sharing a list of 40: %v", err)
+	}
+	var dumps []*fr.Dump
+	for r := 0; r < 4; r++ {
+		cfg := fmt.Sprintf(`"0": {"name": "0", "desc": "default_pg", "ranks": "[%s]"}, "g%d": {"name": "g%d", "desc": "mine", "ranks": "[%s]"}`,
+			rangeList(40), r, r, rangeList(40))
+		d, err := fr.Decode([]byte(`{"version": "2.10", "pg_config": {` + cfg + `}, "entries": [` + goodEntry + `]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Rank, d.Path = r, fmt.Sprintf("nccl_trace_rank_%d", r)
+		dumps = append(dumps, d)
+	}
+	rep := fr.Analyze(dumps, fr.Options{})
+	if fmt.Sprint(rep.Ranks.Dumped) != "[0]" || len(rep.DataQuality.Files) != 3 ||
+		!strings.Contains(rep.DataQuality.Files[0].Problem, "would name 120 members in all, over the ceiling of 100 memberships") {
+		t.Errorf("dumped %v, problems %+v", rep.Ranks.Dumped, rep.DataQuality.Files)
+	}
+	t.Setenv(fr.EnvMaxRanks, "8")
+	if _, err := fr.Decode(jsonDump("[0, 0, 0, 0, 0, 0, 0, 0, 0]", goodEntry)); err == nil || !strings.Contains(err.Error(), "a list of 9 items, more than the ceiling of 8 ranks") {
+		t.Errorf("a list of 9 under a world of 8: %v", err)
+	}
+}
