@@ -1,7 +1,8 @@
 package flightrecorder
 
 import (
-	"crypto/sha256"
+	"fmt"
+	"hash/maphash"
 	"slices"
 	"strconv"
 	"strings"
@@ -223,9 +224,10 @@ type rankListText struct {
 func (t *interner) rankList(key rankListText, parse func() ([]int, error)) ([]int, error) {
 	if len(key.text) > 64 {
 		// A digest keys a long list: the table would otherwise keep a copy
-		// of every distinct list's text (8 MB for a million ranks).
-		sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(key.text), len(key.text))) // read, not copied
-		key.text = string(sum[:])
+		// of every distinct list's text (8 MB for a million ranks). 128
+		// bits seeded per process (see digestOf).
+		key.text = fmt.Sprintf("%d:%016x%016x", len(key.text),
+			maphash.String(digestSeeds[0], key.text), maphash.String(digestSeeds[1], key.text))
 		key.form |= 0x80
 	}
 	t.mu.Lock()

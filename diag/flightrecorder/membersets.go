@@ -1,12 +1,11 @@
 package flightrecorder
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
+	"fmt"
+	"hash/maphash"
 	"math"
 	"slices"
-	"strconv"
 	"sync"
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
@@ -179,24 +178,29 @@ func (s *memberSets) hasDump(r int) bool {
 	return ok
 }
 
-// digestOf names a sorted member list by its length and a hash of its
-// ranks: a group key of a few dozen bytes where the ranks written out
-// would be megabytes, built once per distinct list.
+// digestOf names a sorted member list by its length and a 128-bit hash of
+// its ranks: a group key of a few dozen bytes where the ranks written out
+// would be megabytes, built once per distinct list. The hash is seeded
+// per process (maphash, at memory speed): it names lists within one
+// analysis only, and a file cannot be built to collide with another.
 func digestOf(members []int) string {
-	count := len(members)
-	h := sha256.New()
+	var h1, h2 maphash.Hash
+	h1.SetSeed(digestSeeds[0])
+	h2.SetSeed(digestSeeds[1])
 	var buf [8 * 512]byte
-	for len(members) > 0 {
-		n := min(len(members), 512)
-		for i, r := range members[:n] {
+	for rest := members; len(rest) > 0; {
+		n := min(len(rest), 512)
+		for i, r := range rest[:n] {
 			binary.LittleEndian.PutUint64(buf[8*i:], uint64(r))
 		}
-		h.Write(buf[:8*n])
-		members = members[n:]
+		h1.Write(buf[:8*n])
+		h2.Write(buf[:8*n])
+		rest = rest[n:]
 	}
-	sum := h.Sum(nil)
-	return strconv.Itoa(count) + ":" + hex.EncodeToString(sum[:16])
+	return fmt.Sprintf("%d:%016x%016x", len(members), h1.Sum64(), h2.Sum64())
 }
+
+var digestSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 
 // unionOf is the sorted union of sorted member lists, each distinct slice
 // taken once (sixteen groups naming one list cost one). A single list is
