@@ -17,7 +17,7 @@ import (
 // cut is said in Truncated and Omitted.
 const (
 	maxShownRanks    = 1024
-	maxShownText     = 4096
+	maxShownText     = 32 << 10
 	maxShownGroups   = 1024
 	maxShownLines    = 4096
 	maxShownEvidence = 32

@@ -38,7 +38,7 @@ func TestBounded(t *testing.T) {
 	if len(many.ProcessGroups) != maxShownGroups || !many.Truncated || !strings.Contains(strings.Join(many.Omitted, "\n"), "process_groups (worst first): 1024 of 2000 kept") {
 		t.Errorf("2000 small groups: %d kept, omitted %q", len(many.ProcessGroups), many.Omitted)
 	}
-	r := bigReport(2000, 5000, 5000, 10000)
+	r := bigReport(2000, 5000, 5000, 40000)
 	b := r.Bounded()
 	js, err := json.Marshal(b)
 	if err != nil {
@@ -55,14 +55,14 @@ func TestBounded(t *testing.T) {
 			len(pg.Finding.Evidence), len(pg.Finding.Evidence[0]))
 	}
 	omitted := strings.Join(b.Omitted, "\n")
-	for _, want := range []string{"the report passed 16777216 bytes", "process_groups[].missing_dumps", "finding.evidence[]: texts of more than 4096 bytes",
+	for _, want := range []string{"the report passed 16777216 bytes", "process_groups[].missing_dumps", "finding.evidence[]: texts of more than 32768 bytes",
 		"fr_trace.transcript (in all): 0 of 4096 kept"} {
 		if !strings.Contains(omitted, want) {
 			t.Errorf("omitted lacks %q:\n%s", want, omitted)
 		}
 	}
-	if len(r.ProcessGroups) != 2000 || len(r.ProcessGroups[0].MissingDumps) != 5000 || len(r.ProcessGroups[0].Finding.Evidence[0]) != 10000 ||
-		r.Truncated || r.ProcessGroups[0].FRTrace.Header != strings.Repeat("x", 10000) {
+	if len(r.ProcessGroups) != 2000 || len(r.ProcessGroups[0].MissingDumps) != 5000 || len(r.ProcessGroups[0].Finding.Evidence[0]) != 40000 ||
+		r.Truncated || r.ProcessGroups[0].FRTrace.Header != strings.Repeat("x", 40000) {
 		t.Error("Bounded changed the report")
 	}
 	if small := (&Report{Verdict: "OK"}).Bounded(); small.Truncated || small.Omitted != nil {
