@@ -83,6 +83,7 @@ type GroupView struct {
 // FRTraceView is what torch's own analyzer would conclude.
 type FRTraceView struct {
 	Aborted       string `json:"aborted,omitempty"`
+	NotReplayed   string `json:"not_replayed,omitempty"`
 	Disagreements int    `json:"groups_where_we_differ"`
 }
 
@@ -232,11 +233,11 @@ func viewReport(rep *fr.Report, full bool, offset, limit int) AnalyzeFlightRecor
 	}
 	limit = min(limit, maxPageLimit)
 	res := AnalyzeFlightRecorderResult{
-		Summary: rep.Summary, Verdict: rep.Verdict, TotalGroups: len(rep.ProcessGroups), Offset: offset,
-		Ranks: RankView{Dumped: rep.Ranks.DumpedText, MissingDumps: rankset.Format(rep.Ranks.MissingDump), ExpectedWorld: rep.Ranks.Expected,
+		Summary: clip(rep.Summary, 2000), Verdict: rep.Verdict, TotalGroups: len(rep.ProcessGroups), Offset: offset,
+		Ranks: RankView{Dumped: rep.Ranks.DumpedText, MissingDumps: rankSet(rep.Ranks.MissingDump), ExpectedWorld: rep.Ranks.Expected,
 			Versions: rep.Ranks.Versions, Formats: rep.Ranks.Formats, TimingEnabled: rep.Ranks.TimingOn},
 		ProcessGroups: []GroupView{},
-		FRTrace:       FRTraceView{Aborted: rep.FRTrace.Aborted},
+		FRTrace:       FRTraceView{Aborted: clip(rep.FRTrace.Aborted, 2000), NotReplayed: rep.FRTrace.Skipped},
 	}
 	var listed []fr.PGReport
 	for _, pr := range rep.ProcessGroups {
@@ -280,11 +281,21 @@ func viewReport(rep *fr.Report, full bool, offset, limit int) AnalyzeFlightRecor
 	return res
 }
 
+// maxViewSet bounds a rank set in the view: a group of a million
+// members, every other one without a dump, is megabytes of ranges.
+const maxViewSet = 1024
+
+// maxViewEvidence bounds a group's evidence lines (one per wrapped ring
+// in a large job).
+const maxViewEvidence = 50
+
+func rankSet(ranks []int) string { return rankset.FormatMax(ranks, maxViewSet) }
+
 func groupView(pr fr.PGReport, full bool) GroupView {
 	g := GroupView{PGName: pr.PGName, PGDesc: pr.PGDesc, Ranks: pr.MembersText, Verdict: pr.Verdict, Kind: pr.Finding.Kind,
 		Confidence: pr.Finding.Confidence, CollectiveSeqID: pr.CollectiveSeqID, ProfilingName: pr.ProfilingName,
-		MissingRanks: rankset.Format(pr.MissingRanks), CulpritRanks: rankset.Format(pr.CulpritRanks),
-		MissingDumps: rankset.Format(pr.MissingDumps), Finding: pr.Finding.Line}
+		MissingRanks: rankSet(pr.MissingRanks), CulpritRanks: rankSet(pr.CulpritRanks),
+		MissingDumps: rankSet(pr.MissingDumps), Finding: pr.Finding.Line}
 	nLag := maxLagSummary
 	if full {
 		nLag = len(pr.LaggingRanks)
@@ -307,7 +318,7 @@ func groupView(pr fr.PGReport, full bool) GroupView {
 		default:
 			g.FRTrace = "says " + n.Verdict
 			if len(n.CulpritRanks) > 0 {
-				g.FRTrace += " (culprits " + rankset.Format(n.CulpritRanks) + ")"
+				g.FRTrace += " (culprits " + rankSet(n.CulpritRanks) + ")"
 			}
 			if full {
 				g.FRTrace += ": " + n.Why
@@ -325,7 +336,13 @@ func groupView(pr fr.PGReport, full bool) GroupView {
 	if full {
 		g.CulpritStack = frameLines(pr.CulpritFrames)
 		g.PeerStack = frameLines(pr.PeerFrames)
-		g.Evidence = pr.Finding.Evidence
+		for i, e := range pr.Finding.Evidence {
+			if i == maxViewEvidence {
+				g.Evidence = append(g.Evidence, fmt.Sprintf("… %d more (probing-mcp analyze --json has them)", len(pr.Finding.Evidence)-i))
+				break
+			}
+			g.Evidence = append(g.Evidence, clip(e, 2000))
+		}
 	} else if len(pr.CulpritFrames) > 0 {
 		// The innermost user frame is usually the one that explains a divergence.
 		shown, _ := fr.StackToShow(pr.CulpritFrames)

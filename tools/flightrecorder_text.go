@@ -56,6 +56,9 @@ func (r AnalyzeFlightRecorderResult) writeText(b *strings.Builder) {
 	if r.FRTrace.Aborted != "" {
 		b.WriteString("fr_trace would stop: " + clip(r.FRTrace.Aborted, 300) + "\n")
 	}
+	if r.FRTrace.NotReplayed != "" {
+		b.WriteString(clip(r.FRTrace.NotReplayed, 300) + "\n")
+	}
 	if r.FRTrace.Disagreements > 0 {
 		fmt.Fprintf(b, "fr_trace differs from this analysis in %d group(s) (each group's fr_trace line says how).\n", r.FRTrace.Disagreements)
 	}

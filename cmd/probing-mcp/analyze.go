@@ -163,16 +163,17 @@ func analyze(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp analyze: %s\n", rep.NoMatch)
 		return 2
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			fmt.Fprintf(stderr, "probing-mcp analyze: %v\n", err)
-			return 1
+	// The rendering is bounded (rank lists cut, "truncated" said) and runs
+	// under the memory ceiling like the load and the analysis.
+	err = fr.RenderGuarded(context.Background(), lim, stdout, func(w io.Writer) error {
+		if *asJSON {
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			return enc.Encode(rep.Bounded())
 		}
-		return 0
-	}
-	if err := rep.WriteText(stdout, *verbose); err != nil {
+		return rep.WriteText(w, *verbose)
+	})
+	if err != nil {
 		fmt.Fprintf(stderr, "probing-mcp analyze: %v\n", err)
 		return 1
 	}

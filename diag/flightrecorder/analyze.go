@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
 )
 
 // Options tune Analyze.
@@ -99,6 +97,8 @@ func analyzeGuarded(ctx context.Context, guard *memGuard, dumps []*Dump, opt Opt
 		rep.DataQuality.Warnings = append(rep.DataQuality.Warnings, limErr.Error()+"; the default is used")
 	}
 	dumps = checkDumpRanks(dumps, lim, &rep.DataQuality)
+	sets := newMemberSets(dumps)
+	dumps = admitMemberships(dumps, lim, sets, &rep.DataQuality)
 	if len(dumps) == 0 {
 		rep.Verdict = "UNDECIDED"
 		rep.Summary = "No dumps to analyse."
@@ -113,7 +113,7 @@ func analyzeGuarded(ctx context.Context, guard *memGuard, dumps []*Dump, opt Opt
 	}
 	parCh := make(chan parityOut, 1)
 	go func() {
-		par, err := frTraceView(ctx, dumps, opt, &rep.FRTrace)
+		par, err := frTraceView(ctx, dumps, opt, sets, &rep.FRTrace)
 		parCh <- parityOut{par, err}
 	}()
 	dq := &rep.DataQuality
@@ -122,7 +122,7 @@ func analyzeGuarded(ctx context.Context, guard *memGuard, dumps []*Dump, opt Opt
 			dq.Warnings = append(dq.Warnings, fmt.Sprintf("rank %d (%s): %s", d.Rank, d.Path, w))
 		}
 	}
-	a := newAnalysis(ctx, dumps, dq, lim)
+	a := newAnalysis(ctx, dumps, dq, lim, sets)
 	rep.Ranks = a.rankSummary()
 	rep.Created = a.created()
 
@@ -153,7 +153,7 @@ func analyzeGuarded(ctx context.Context, guard *memGuard, dumps []*Dump, opt Opt
 			what = append(what, fmt.Sprintf("pg %q", opt.PG))
 		}
 		if len(opt.Ranks) > 0 {
-			what = append(what, "ranks "+rankset.Format(opt.Ranks))
+			what = append(what, "ranks "+rankText(opt.Ranks))
 		}
 		rep.NoMatch = fmt.Sprintf("no process group matches %s; the dumps' groups are: %s (pass one of those names or descriptions, or ranks they hold: %s)",
 			strings.Join(what, " and "), strings.Join(have, ", "), rep.Ranks.DumpedText)
@@ -199,7 +199,9 @@ func analyzeGuarded(ctx context.Context, guard *memGuard, dumps []*Dump, opt Opt
 	par := po.par
 	for i := range reports {
 		dq.Warnings = append(dq.Warnings, notes[i]...)
-		reports[i].FRTrace = frTraceNote(par, &reports[i])
+		if par.Skipped == "" {
+			reports[i].FRTrace = frTraceNote(par, &reports[i])
+		}
 	}
 	rep.ProcessGroups = reports
 	sortGroups(rep.ProcessGroups)
@@ -212,34 +214,11 @@ func analyzeGuarded(ctx context.Context, guard *memGuard, dumps []*Dump, opt Opt
 	return rep, nil
 }
 
-// checkDumpRanks drops the dumps whose rank is outside [0, MaxRanks) (a
-// live snapshot or a mapping can carry any number) and lists them as file
-// problems.
-func checkDumpRanks(dumps []*Dump, lim Limits, dq *DataQuality) []*Dump {
-	kept := dumps
-	for i, d := range dumps {
-		err := lim.checkRank("rank", int64(d.Rank))
-		if err == nil {
-			if len(kept) < len(dumps) {
-				kept = append(kept, d)
-			}
-			continue
-		}
-		if len(kept) == len(dumps) {
-			kept = append([]*Dump(nil), dumps[:i]...)
-		}
-		r := d.Rank
-		dq.Files = append(dq.Files, FileProblem{Path: d.Path, Rank: &r, Problem: err.Error() + "; not analysed"})
-		dq.Partial = true
-	}
-	return kept
-}
-
 // frTraceView runs fr_trace's replay and fills view with its first block
 // per group. fr_trace stops at missing dumps; then the view shows what it
 // says when told to go on (--allow-incomplete-ranks).
-func frTraceView(ctx context.Context, dumps []*Dump, opt Options, view *FRTraceView) (*ParityResult, error) {
-	par, err := ParityContext(ctx, dumps, opt.Parity)
+func frTraceView(ctx context.Context, dumps []*Dump, opt Options, sets *memberSets, view *FRTraceView) (*ParityResult, error) {
+	par, err := parityContext(ctx, dumps, opt.Parity, sets)
 	if err != nil {
 		return nil, err
 	}
@@ -247,12 +226,13 @@ func frTraceView(ctx context.Context, dumps []*Dump, opt Options, view *FRTraceV
 	if par.Aborted != "" && !opt.Parity.AllowIncompleteRanks && strings.Contains(par.Aborted, "Missing dump files") {
 		p2 := opt.Parity
 		p2.AllowIncompleteRanks = true
-		if par, err = ParityContext(ctx, dumps, p2); err != nil {
+		if par, err = parityContext(ctx, dumps, p2, sets); err != nil {
 			return nil, err
 		}
 		view.AbortedIncomplete = par.Aborted
 		view.UsedAllowIncomplete = true
 	}
+	view.Skipped = par.Skipped
 	seen := map[string]bool{}
 	for _, b := range par.Blocks {
 		if b.IsProblem() && !seen[b.GUID] {
@@ -283,18 +263,19 @@ type analysis struct {
 	pgid      map[*group]map[int]int64
 	statuses  map[*group]map[int]PGStatus // by rank, where it has them; filled once after split
 	lim       Limits
+	sets      *memberSets
 }
 
-func newAnalysis(ctx context.Context, dumps []*Dump, dq *DataQuality, lim Limits) *analysis {
+func newAnalysis(ctx context.Context, dumps []*Dump, dq *DataQuality, lim Limits, sets *memberSets) *analysis {
 	a := &analysis{dumps: dumps, byRank: map[int]*Dump{}, data: map[*group]*pgData{}, wrapped: map[int]bool{},
-		dq: dq, unknownOp: map[string][]int{}, major: 99, minor: 99, pgid: map[*group]map[int]int64{}, lim: lim}
+		dq: dq, unknownOp: map[string][]int{}, major: 99, minor: 99, pgid: map[*group]map[int]int64{}, lim: lim, sets: sets}
 	for _, d := range dumps {
 		a.byRank[d.Rank] = d
 		if d.Major < a.major || (d.Major == a.major && d.Minor < a.minor) {
 			a.major, a.minor = d.Major, d.Minor
 		}
 	}
-	groups, notes, _ := buildGroups(dumps, false)
+	groups, notes, _ := buildGroups(dumps, false, sets)
 	a.groups = groups
 	dq.Warnings = append(dq.Warnings, notes...)
 	a.inferGroups(ctx)
@@ -368,15 +349,6 @@ func (a *analysis) inferGroups(ctx context.Context) {
 		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("entries name more than %d process groups that no pg_config registers; the entries of the rest are not analysed (%d runs; set %s higher if a job really has that many)",
 			a.lim.MaxGroups, skipped, EnvMaxGroups))
 	}
-	all := map[int]bool{}
-	for _, d := range a.dumps {
-		all[d.Rank] = true
-	}
-	for _, g := range a.groups.order {
-		for _, r := range g.members {
-			all[r] = true
-		}
-	}
 	defaultDone := false
 	for _, k := range order {
 		members := inferred[k]
@@ -385,26 +357,30 @@ func (a *analysis) inferGroups(ctx context.Context) {
 			// There is one default group: a second name claiming it is
 			// inferred from its entries like any other.
 			defaultDone = true
-			members = members[:0]
-			for r := range all {
-				members = append(members, r)
-			}
+			members = a.allRanks()
 			how = "every rank (it is the default group)"
+		} else {
+			sort.Ints(members)
+			members = slices.Compact(members)
 		}
-		sort.Ints(members)
-		members = slices.Compact(members)
-		gk := groupKey(k.name, members)
-		g, ok := a.groups.byGUID[gk]
-		if !ok {
-			g = &group{idx: len(a.groups.order), guid: gk, pyGUID: k.name + fmt.Sprint(pyFrozensetHash(members)), name: k.name, desc: k.desc, members: members}
-			a.groups.byGUID[gk] = g
-			a.groups.order = append(a.groups.order, g)
-		}
-		for _, r := range members {
+		ms := a.sets.ofSorted(members)
+		g, _ := a.groups.add(k.name, k.desc, ms)
+		for _, r := range a.sets.presentOf(ms) {
+			// Only ranks with a dump have entries to resolve.
 			a.groups.guidOf[nameRank{k.name, r}] = g
 		}
-		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("pg %q (%s) is not in pg_config; members inferred from %s: %s", k.name, k.desc, how, rankset.Format(members)))
+		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("pg %q (%s) is not in pg_config; members inferred from %s: %s", k.name, k.desc, how, a.sets.textOf(ms)))
 	}
+}
+
+// allRanks is every rank the dumps name: their own, and the members of
+// every group, sorted; each distinct member list is read once.
+func (a *analysis) allRanks() []int {
+	lists := [][]int{a.sets.dumped}
+	for _, g := range a.groups.order {
+		lists = append(lists, g.members)
+	}
+	return unionOf(lists)
 }
 
 // resolve finds the group of an entry. A rank registers a group lazily, so
@@ -495,7 +471,7 @@ func (a *analysis) split(ctx context.Context) {
 		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("%s: %d entries of a group that no dump registers for this rank; skipped", k, unresolved[k]))
 	}
 	for name, ranks := range a.unknownOp {
-		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("op %q (ranks %s) is unknown to fr_trace (it aborts there); compared by name, sizes and dtypes", name, rankset.Format(ranks)))
+		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("op %q (ranks %s) is unknown to fr_trace (it aborts there); compared by name, sizes and dtypes", name, rankText(ranks)))
 	}
 	slices.Sort(a.dq.Warnings[len(a.dq.Warnings)-len(a.unknownOp):])
 }
@@ -529,7 +505,7 @@ func (a *analysis) rankGroupOf(e *Entry, rank int) *rankGroup {
 		a.groups.guidOf[nameRank{e.PGName, rank}] = g
 		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf(
 			"rank %d: entries name pg %q, which its pg_config lacks; used the group its peers registered (ranks %s)",
-			rank, e.PGName, rankset.Format(g.members)))
+			rank, e.PGName, a.sets.textOf(g.set)))
 	}
 	if a.pgid[g] == nil {
 		a.pgid[g] = map[int]int64{}
@@ -609,17 +585,11 @@ func (a *analysis) created() map[int][]int64 {
 
 func (a *analysis) rankSummary() RankSummary {
 	rs := RankSummary{ReferenceTimeNs: a.refTime}
-	named := map[int]bool{}
-	for _, g := range a.groups.order {
-		for _, r := range g.members {
-			named[r] = true
-		}
-	}
+	named := a.allRanks()
 	versions := map[string][]int{}
 	formats := map[string]bool{}
 	for _, d := range a.dumps {
 		rs.Dumped = append(rs.Dumped, d.Rank)
-		named[d.Rank] = true
 		versions[d.Version] = append(versions[d.Version], d.Rank)
 		formats[d.Format] = true
 		for _, st := range d.PGStatus {
@@ -629,22 +599,18 @@ func (a *analysis) rankSummary() RankSummary {
 		}
 	}
 	rs.Expected = len(named)
-	for r := range named {
-		if a.byRank[r] == nil {
-			rs.MissingDump = append(rs.MissingDump, r)
-		}
-	}
-	sort.Ints(rs.MissingDump)
+	rs.MissingDump = without(named, a.sets.dumped)
+	rs.MissingText = rankText(rs.MissingDump)
 	if rs.MissingDump == nil {
 		rs.MissingDump = []int{}
 	}
-	rs.DumpedText = rankset.Format(rs.Dumped)
+	rs.DumpedText = rankText(rs.Dumped)
 	if len(versions) == 1 {
 		rs.Versions = a.dumps[0].Version
 	} else {
 		var parts []string
 		for _, v := range sortedKeys(versions) {
-			parts = append(parts, fmt.Sprintf("%s (ranks %s)", v, rankset.Format(versions[v])))
+			parts = append(parts, fmt.Sprintf("%s (ranks %s)", v, rankText(versions[v])))
 		}
 		rs.Versions = strings.Join(parts, ", ")
 		a.dq.Warnings = append(a.dq.Warnings, "dumps have different format versions ("+rs.Versions+"); fr_trace refuses this, here they are analysed together with the oldest version's rules")
@@ -674,21 +640,21 @@ func (a *analysis) keep(g *group, opt Options) bool {
 // parallel.
 func (a *analysis) analyzeGroup(ctx context.Context, g *group, opt Options) (PGReport, []string) {
 	pd := a.data[g]
-	pr := PGReport{PGName: g.name, PGDesc: g.desc, Members: g.members, MembersText: rankset.Format(g.members),
+	// The member set's facts are shared with every group naming the same
+	// list (read-only): the members without a dump are not walked per group.
+	pr := PGReport{PGName: g.name, PGDesc: g.desc, Members: g.members, MembersText: a.sets.textOf(g.set),
 		Size: len(g.members), Verdict: VerdictOK, CollectiveSeqID: -1, RecordID: -1,
-		MissingRanks: []int{}, CulpritRanks: []int{}, MissingDumps: []int{}, LaggingRanks: []Lag{}, guid: g.guid}
+		MissingRanks: []int{}, CulpritRanks: []int{}, MissingDumps: a.sets.missingOf(g.set), MissingDumpsText: a.sets.missingTextOf(g.set),
+		LaggingRanks: []Lag{}, guid: g.guid}
 	// Which members can be compared: those with a dump, minus those whose
 	// ring wrapped past every entry of this group (they say nothing).
 	var ranks []int
-	for _, r := range g.members {
-		switch {
-		case a.byRank[r] == nil:
-			pr.MissingDumps = append(pr.MissingDumps, r)
-		case len(pd.coll[r]) == 0 && len(pd.p2p[r]) == 0 && a.wrapped[r]:
+	for _, r := range a.sets.presentOf(g.set) {
+		if len(pd.coll[r]) == 0 && len(pd.p2p[r]) == 0 && a.wrapped[r] {
 			pd.notes = append(pd.notes, fmt.Sprintf("rank %d's ring wrapped past every entry of this group; not compared", r))
-		default:
-			ranks = append(ranks, r)
+			continue
 		}
+		ranks = append(ranks, r)
 	}
 	// Align on the collectives every compared rank still holds: a ring that
 	// wrapped dropped the oldest ones, on each rank at a different point.
@@ -737,7 +703,7 @@ func (a *analysis) analyzeGroup(ctx context.Context, g *group, opt Options) (PGR
 	}
 	if len(pr.MissingDumps) > 0 && pr.Finding.Kind != KindInsufficient {
 		pr.Secondary = append(pr.Secondary, Finding{Kind: KindInsufficient, Confidence: confidenceHigh, Seq: -1, Ranks: pr.MissingDumps,
-			Line: fmt.Sprintf("%s: no dump from rank(s) %s; verdict drawn from ranks %s", pgLabel(g), rankset.Format(pr.MissingDumps), rankset.Format(ranks))})
+			Line: fmt.Sprintf("%s: no dump from rank(s) %s; verdict drawn from ranks %s", pgLabel(g), rankText(pr.MissingDumps), rankText(ranks))})
 	}
 	pr.Finding.Evidence = append(pr.Finding.Evidence, pd.notes...)
 	pr.LaggingRanks, pr.LagTruncated = a.selectLags(lags, opt)
@@ -774,8 +740,11 @@ func (a *analysis) runGroup(ctx context.Context, g *group, ranks []int, lists ma
 	for _, r := range ranks {
 		dumped[r] = true
 	}
+	// Expected are the members compared (ranks), and the engine meets no
+	// other rank: its per-rank arrays follow them, not the group's size.
 	en := &engine{groups: a.groups, dumps: dumped, major: a.major, minor: a.minor,
-		cap: defaultMismatchCap, mismatch: map[string]int{}, out: out, matched: map[string]int{}, corrected: true, fixed: g, ctx: ctx}
+		cap: defaultMismatchCap, mismatch: map[string]int{}, out: out, matched: map[string]int{}, corrected: true, fixed: g, ctx: ctx,
+		expected: map[*group][]int{g: ranks}}
 	any := false
 	for _, r := range ranks {
 		l := newRankList(r, lists[r], nil)

@@ -113,7 +113,14 @@ func parseRankList(s string, lim Limits) ([]int, error) {
 	if t == "" {
 		return []int{}, nil
 	}
-	out := make([]int, 0, strings.Count(t, ",")+1)
+	items := strings.Count(t, ",") + 1
+	if strings.HasSuffix(t, ",") {
+		items-- // a trailing comma
+	}
+	if err := lim.checkListLength(items); err != nil {
+		return nil, err
+	}
+	out := make([]int, 0, items)
 	for i := 0; t != ""; i++ {
 		p, rest, more := strings.Cut(t, ",")
 		t = rest

@@ -284,6 +284,7 @@ func (r *jsonReader) pgConfig(tab *interner) ([]PGConfig, error) {
 	}
 	byName := map[string]PGConfig{}
 	n := 0
+	var total int64
 	for r.dec.More() {
 		name, err := r.key()
 		if err != nil {
@@ -305,9 +306,13 @@ func (r *jsonReader) pgConfig(tab *interner) ([]PGConfig, error) {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}
 		byName[name] = pg
+		total += int64(len(pg.Ranks))
 	}
 	if err := r.delim('}', "pg_config"); err != nil {
 		return nil, err
+	}
+	if err := r.lim.chargeMemberships(total, n); err != nil {
+		return nil, fmt.Errorf("pg_config: %w", err)
 	}
 	out := make([]PGConfig, 0, len(byName))
 	for _, name := range sortedKeys(byName) {
@@ -325,6 +330,9 @@ func jsonRanks(raw json.RawMessage, lim Limits) ([]int, error) {
 	var l []json.RawMessage
 	if json.Unmarshal(raw, &l) != nil {
 		return nil, fmt.Errorf("ranks is a JSON %s, neither a list nor a list literal string", jsonKind(raw))
+	}
+	if err := lim.checkListLength(len(l)); err != nil {
+		return nil, err
 	}
 	out := make([]int, 0, len(l))
 	for i, item := range l {

@@ -42,7 +42,7 @@ func decodePickle(ctx context.Context, dec *pickle.Decoder, sigs *interner, data
 		case "comm_lib_version", "nccl_version":
 			d.CommLibVersion = scalarText(doc, v)
 		case "pg_config":
-			d.PGConfig, err = pgConfigFromPickle(doc, sigs, v, lim, len(data))
+			d.PGConfig, err = pgConfigFromPickle(doc, sigs, v, lim)
 		case "pg_status":
 			d.PGStatus, err = pgStatusFromPickle(doc, v, lim)
 		case "entries":
@@ -103,11 +103,12 @@ func intOf(doc *pickle.Doc, v pickle.Value, def int64) (int64, bool) {
 	return def, false
 }
 
-// pgConfigFromPickle reads pg_config under the group and rank ceilings.
-// Groups are named by position in errors, never by the file's text. A rank
-// list (a string, or a list) that several groups share through the memo is
-// parsed once and its slice shared.
-func pgConfigFromPickle(doc *pickle.Doc, tab *interner, v pickle.Value, lim Limits, size int) ([]PGConfig, error) {
+// pgConfigFromPickle reads pg_config under the group, rank and membership
+// ceilings. Groups are named by position in errors, never by the file's
+// text. A rank list (a string, or a list) that several groups share
+// through the memo is parsed once and its slice shared, but charged to the
+// membership ceiling once per group.
+func pgConfigFromPickle(doc *pickle.Doc, tab *interner, v pickle.Value, lim Limits) ([]PGConfig, error) {
 	if v.Kind() != pickle.Dict {
 		return nil, fmt.Errorf("is a %v, want a dict", v.Kind())
 	}
@@ -120,7 +121,7 @@ func pgConfigFromPickle(doc *pickle.Doc, tab *interner, v pickle.Value, lim Limi
 		id  int64
 	}
 	parsed := map[listKey][]int{}
-	var total, longest int64
+	var total int64
 	out := make([]PGConfig, 0, n)
 	for i := 0; i < n; i++ {
 		k, cfg := doc.Pair(v, i)
@@ -164,11 +165,10 @@ func pgConfigFromPickle(doc *pickle.Doc, tab *interner, v pickle.Value, lim Limi
 			parsed[key] = l
 		}
 		pg.Ranks = l
-		total += int64(len(l))
-		longest = max(longest, int64(len(l)))
+		total += int64(len(l)) // per group, shared or not
 		out = append(out, pg)
 	}
-	if err := checkMemberships(total, longest, size); err != nil {
+	if err := lim.chargeMemberships(total, n); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -198,6 +198,9 @@ func rankListFromPickle(doc *pickle.Doc, ranks pickle.Value, lim Limits) ([]int,
 		return parseRankList(s, lim)
 	}
 	items := doc.Items(ranks)
+	if err := lim.checkListLength(len(items)); err != nil {
+		return nil, err
+	}
 	out := make([]int, 0, len(items))
 	for i, r := range items {
 		n, ok := intOf(doc, r, 0)

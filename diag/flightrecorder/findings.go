@@ -5,8 +5,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
 )
 
 func pgLabel(g *group) string {
@@ -59,7 +57,7 @@ func (a *analysis) explainBlock(pr *PGReport, b *Block, lists map[int][]*Entry, 
 		pr.Verdict = "UNDECIDED"
 		pr.MissingRanks = []int{}
 		pr.Finding = Finding{Kind: KindInsufficient, Seq: b.Seq, Ranks: b.MissingRanks, Confidence: confidenceLow,
-			Line: fmt.Sprintf("%s: no dump from rank(s) %s; cannot decide #%d %s", label, rankset.Format(b.MissingRanks), b.Seq, opOf(b.ProfilingName))}
+			Line: fmt.Sprintf("%s: no dump from rank(s) %s; cannot decide #%d %s", label, rankText(b.MissingRanks), b.Seq, opOf(b.ProfilingName))}
 	case BlockAllToAll:
 		pr.Verdict = SizeOrSyntaxMismatch.String()
 		pr.Finding = Finding{Kind: KindAllToAllSplit, Seq: b.Seq, Confidence: confidenceMedium,
@@ -148,7 +146,7 @@ func ranksAre(rs []int) string {
 	if len(rs) == 1 {
 		return fmt.Sprintf("rank %d is", rs[0])
 	}
-	return "ranks " + rankset.Format(rs) + " are"
+	return "ranks " + rankText(rs) + " are"
 }
 
 // ranksWord is "rank 3" or "ranks 0-2".
@@ -156,7 +154,7 @@ func ranksWord(rs []int) string {
 	if len(rs) == 1 {
 		return fmt.Sprintf("rank %d", rs[0])
 	}
-	return "ranks " + rankset.Format(rs)
+	return "ranks " + rankText(rs)
 }
 
 func fmtAge(ns int64) string {
@@ -295,7 +293,7 @@ func (a *analysis) explainErrors(pr *PGReport, g *group, b *Block, lists map[int
 		}
 	}
 	if tie {
-		f.Line += fmt.Sprintf(" (a tie: cannot tell which side is wrong; fr_trace blames rank %s)", rankset.Format(parity))
+		f.Line += fmt.Sprintf(" (a tie: cannot tell which side is wrong; fr_trace blames rank %s)", rankText(parity))
 	}
 	pr.Finding = f
 }
@@ -554,7 +552,7 @@ func (a *analysis) launchHint(seq int64, ranks []int, lags map[int]*Lag) string 
 		}
 	}
 	if len(launched) > 0 && len(notLaunched) > 0 {
-		return fmt.Sprintf("; pg_status: ranks %s started it, ranks %s never did", rankset.Format(launched), rankset.Format(notLaunched))
+		return fmt.Sprintf("; pg_status: ranks %s started it, ranks %s never did", rankText(launched), rankText(notLaunched))
 	}
 	return ""
 }
@@ -580,7 +578,7 @@ func (a *analysis) timedOutFinding(g *group, ranks []int, lists map[int][]*Entry
 	slices.Sort(seqs)
 	s := seqs[0]
 	return Finding{Kind: KindTimedOut, Seq: s, Ranks: bySeq[s], Confidence: confidenceHigh,
-		Line: fmt.Sprintf("%s: #%d retired without completion on ranks %s (timed out or aborted)", pgLabel(g), s, rankset.Format(bySeq[s]))}, true
+		Line: fmt.Sprintf("%s: #%d retired without completion on ranks %s (timed out or aborted)", pgLabel(g), s, rankText(bySeq[s]))}, true
 }
 
 // lastCompletedEverywhere is the highest sequence number every compared
@@ -609,7 +607,7 @@ func (a *analysis) insufficientFinding(pr *PGReport, g *group, ranks []int, list
 	agreed := a.lastCompletedEverywhere(g, ranks, lists)
 	pr.CollectiveSeqID = agreed
 	f := Finding{Kind: KindInsufficient, Seq: agreed, Ranks: pr.MissingDumps, Confidence: confidenceMedium,
-		Line: fmt.Sprintf("%s: no dump from rank(s) %s; ranks %s agree through #%d", pgLabel(g), rankset.Format(pr.MissingDumps), rankset.Format(ranks), agreed)}
+		Line: fmt.Sprintf("%s: no dump from rank(s) %s; ranks %s agree through #%d", pgLabel(g), rankText(pr.MissingDumps), rankText(ranks), agreed)}
 	if stuck, ok := a.pendingFinding(pr, g, ranks, lists, lags); ok && stuck.Kind == KindStuck {
 		pr.Verdict = "UNDECIDED"
 		f.Seq = stuck.Seq

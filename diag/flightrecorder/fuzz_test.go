@@ -1,12 +1,15 @@
 package flightrecorder
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/probing-mcp/probing-mcp/diag/flightrecorder/frsynth"
 	"github.com/probing-mcp/probing-mcp/diag/pickle"
 )
 
@@ -72,6 +75,10 @@ func FuzzDecode(f *testing.F) {
 	w.EndList()
 	w.EndDict()
 	f.Add(w.Finish())
+	// Issue 23's attack, small: groups sharing rank lists through the memo
+	// (strings and lists of ints, one list and several).
+	f.Add(frsynth.SharedGroups(frsynth.SharedSpec{Ranks: 64, Groups: 16, Entries: 2}))
+	f.Add(frsynth.SharedGroups(frsynth.SharedSpec{Ranks: 40, Groups: 6, Lists: 3, Ints: true, Stop: 1}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := Decode(data)
 		if err != nil {
@@ -83,6 +90,13 @@ func FuzzDecode(f *testing.F) {
 		r := Analyze([]*Dump{d, &other}, Options{Transcript: true})
 		if r.Verdict == "" {
 			t.Fatal("no verdict")
+		}
+		// Rendered, both ways, within their bounds.
+		if err := r.WriteText(io.Discard, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := json.Marshal(r.Bounded()); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -1,6 +1,8 @@
 package flightrecorder
 
 import (
+	"fmt"
+	"hash/maphash"
 	"slices"
 	"strconv"
 	"strings"
@@ -220,6 +222,14 @@ type rankListText struct {
 // job writes the same 100 KB default-group list, and 16384 parsed copies
 // would hold 2 GB. Failures are not kept: their text depends on the caller.
 func (t *interner) rankList(key rankListText, parse func() ([]int, error)) ([]int, error) {
+	if len(key.text) > 64 {
+		// A digest keys a long list: the table would otherwise keep a copy
+		// of every distinct list's text (8 MB for a million ranks). 128
+		// bits seeded per process (see digestOf).
+		key.text = fmt.Sprintf("%d:%016x%016x", len(key.text),
+			maphash.String(digestSeeds[0], key.text), maphash.String(digestSeeds[1], key.text))
+		key.form |= 0x80
+	}
 	t.mu.Lock()
 	l, ok := t.rankLists[key]
 	t.mu.Unlock()

@@ -26,6 +26,12 @@ type Limits struct {
 	// may list, and the groups an analysis infers from entries.
 	// PROBING_FR_MAX_GROUPS; default 65536.
 	MaxGroups int
+	// MaxMemberships caps the group memberships (the rank lists' lengths
+	// added up) of one dump's pg_config, and of the distinct groups of an
+	// analysis. A rank list that several groups share through the pickle
+	// memo is charged once per group: the analysis walks it per group.
+	// PROBING_FR_MAX_MEMBERSHIPS; default 8388608.
+	MaxMemberships int64
 	// DecodeBudget is how many bytes of dump files Load decodes at once;
 	// decoding costs a small multiple of a file's size, so this bounds the
 	// memory of the parallel decode. A file larger than the budget still
@@ -48,13 +54,18 @@ const (
 	DefaultMaxRanks     = 1 << 20
 	DefaultMaxGroups    = 1 << 16
 	DefaultDecodeBudget = 64 << 20
+	// Eight groups spanning the largest world the rank ceiling allows;
+	// a real rank is in one world-sized group or a few, and a 16384-rank
+	// job's groups add up to a few times its world.
+	DefaultMaxMemberships = 8 << 20
 )
 
 // The environment variables that set Limits.
 const (
-	EnvMaxRanks     = "PROBING_FR_MAX_RANKS"
-	EnvMaxGroups    = "PROBING_FR_MAX_GROUPS"
-	EnvDecodeBudget = "PROBING_FR_DECODE_BUDGET"
+	EnvMaxRanks       = "PROBING_FR_MAX_RANKS"
+	EnvMaxGroups      = "PROBING_FR_MAX_GROUPS"
+	EnvDecodeBudget   = "PROBING_FR_DECODE_BUDGET"
+	EnvMaxMemberships = "PROBING_FR_MAX_MEMBERSHIPS"
 )
 
 // resolve fills the zero fields from the environment, then the defaults.
@@ -81,6 +92,13 @@ func (l Limits) resolve() (Limits, error) {
 		}
 		l.DecodeBudget = n
 	}
+	if l.MaxMemberships <= 0 {
+		n, err := envInt(EnvMaxMemberships, DefaultMaxMemberships)
+		if err != nil {
+			return l, err
+		}
+		l.MaxMemberships = n
+	}
 	return l.resolveMemory()
 }
 
@@ -91,7 +109,8 @@ func (l Limits) resolved() (Limits, error) {
 	if err != nil {
 		var err2 error
 		r, err2 = Limits{MaxRanks: max(l.MaxRanks, DefaultMaxRanks), MaxGroups: max(l.MaxGroups, DefaultMaxGroups),
-			DecodeBudget: max(l.DecodeBudget, DefaultDecodeBudget), MaxMemory: l.MaxMemory}.resolve()
+			DecodeBudget: max(l.DecodeBudget, DefaultDecodeBudget), MaxMemberships: max(l.MaxMemberships, DefaultMaxMemberships),
+			MaxMemory: l.MaxMemory}.resolve()
 		if err2 != nil { // PROBING_FR_MAX_MEMORY is malformed: the default share
 			r.MaxMemory, r.memorySource = int64(float64(sysmem.Available())*DefaultMemoryShare), "default"
 		}
@@ -147,15 +166,23 @@ func (l Limits) checkGroups(n int) error {
 	return nil
 }
 
-// checkMemberships bounds the group memberships (the total length of the
-// rank lists) one dump's pg_config names. Written out, a member costs at
-// least two bytes of the dump; a pickle can also share one rank list
-// between groups through the memo, which costs nothing to write but a walk
-// per group to analyse. Sharing gets an allowance of 16 times the longest
-// list, so that the total stays a small multiple of the dump's size.
-func checkMemberships(total, longest int64, dumpBytes int) error {
-	if limit := int64(dumpBytes) + 16*longest; total > limit {
-		return fmt.Errorf("its groups name %d members in all, over the %d that a %d-byte dump may (its size plus 16 times its longest rank list): rank lists shared by more groups than any job has", total, limit, dumpBytes)
+// chargeMemberships refuses a pg_config whose rank lists, added up group
+// by group, pass MaxMemberships. A list written once and named by many
+// groups through the pickle memo costs a few bytes per group to write but
+// a walk per group to analyse, so it is charged per group.
+func (l Limits) chargeMemberships(total int64, groups int) error {
+	if total > l.MaxMemberships {
+		return fmt.Errorf("its %d groups name %d members in all (a rank list shared by several groups counts once per group), over the ceiling of %d memberships (set %s higher if a job really has that many)",
+			groups, total, l.MaxMemberships, EnvMaxMemberships)
+	}
+	return nil
+}
+
+// checkListLength refuses a rank list longer than the world can be: it
+// names some rank twice, and parsing it would be work for nothing.
+func (l Limits) checkListLength(n int) error {
+	if n > l.MaxRanks {
+		return fmt.Errorf("ranks: a list of %d items, more than the ceiling of %d ranks (set %s higher for a larger job)", n, l.MaxRanks, EnvMaxRanks)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package flightrecorder
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -201,13 +202,26 @@ func pySet(items []string) string {
 }
 
 // pyIntSet renders a set of small ints like CPython: {1, 2}, or set().
+// Past maxPySetRanks it stops, with the count: "{0, 1, …, 4095, … (N ranks
+// in all)}" (fr_trace would print all of a million ranks, per block).
 func pyIntSet(ranks []int) string {
 	if len(ranks) == 0 {
 		return "set()"
 	}
-	s := make([]string, len(ranks))
+	b := make([]byte, 0, 8*min(len(ranks), maxPySetRanks)+32)
+	b = append(b, '{')
 	for i, r := range ranks {
-		s[i] = fmt.Sprint(r)
+		if i == maxPySetRanks {
+			b = fmt.Appendf(b, ", … (%d ranks in all)", len(ranks))
+			break
+		}
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendInt(b, int64(r), 10)
 	}
-	return "{" + strings.Join(s, ", ") + "}"
+	return string(append(b, '}'))
 }
+
+// maxPySetRanks bounds the ranks of one set in fr_trace's log lines.
+const maxPySetRanks = 4096

@@ -3,6 +3,7 @@ package flightrecorder
 import (
 	"context"
 	"fmt"
+	"io"
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
@@ -29,7 +30,7 @@ const DefaultMemoryShare = 0.75
 type MemoryCeilingError struct {
 	Ceiling int64  // bytes
 	Used    int64  // what the process held when it stopped
-	Phase   string // "decoding the dumps" or "analysing"
+	Phase   string // "decoding the dumps", "analysing" or "rendering the report"
 	Source  string // where the ceiling came from: "default", "env" or "" (the caller)
 }
 
@@ -273,6 +274,36 @@ func applySoftLimit() {
 		limit = min(limit, *a)
 	}
 	debug.SetMemoryLimit(limit)
+}
+
+// RenderGuarded runs render under lim's memory ceiling (zero fields:
+// PROBING_FR_* or the defaults), as a load and an analysis run: render
+// writes through a writer that measures on every write and fails past the
+// ceiling, and the error is then the *MemoryCeilingError. A rendering is
+// bounded (Report.Bounded, WriteText), so this is the last guard, not the
+// first.
+func RenderGuarded(ctx context.Context, lim Limits, w io.Writer, render func(io.Writer) error) error {
+	lim, _ = lim.resolved()
+	gctx, guard, stop := guardMemory(ctx, lim, "rendering the report")
+	err := render(&guardedWriter{ctx: gctx, guard: guard, w: w})
+	stop()
+	return ceilingErr(guard, err)
+}
+
+// guardedWriter passes writes on while its context lasts and the guard
+// holds.
+type guardedWriter struct {
+	ctx   context.Context
+	guard *memGuard
+	w     io.Writer
+}
+
+func (g *guardedWriter) Write(p []byte) (int, error) {
+	g.guard.check()
+	if err := g.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return g.w.Write(p)
 }
 
 // ProcessMemory is what the ceiling is checked against: the memory the Go

@@ -3,6 +3,8 @@ package flightrecorder
 import (
 	"context"
 	"errors"
+	"io"
+	"strings"
 	"testing"
 )
 
@@ -41,5 +43,29 @@ func TestGuardDoneOnlyWithErr(t *testing.T) {
 	<-ctx.Done()
 	if !errors.Is(ctx.Err(), context.Canceled) {
 		t.Fatalf("the caller's context ended: Err %v", ctx.Err())
+	}
+}
+
+// TestRenderGuarded: a rendering runs under the ceiling too. It ran
+// outside it: an analysis held under --max-memory 1GiB and its 134 MB text
+// then took the process to 1.8 GB.
+func TestRenderGuarded(t *testing.T) {
+	var b strings.Builder
+	err := RenderGuarded(context.Background(), Limits{MaxMemory: 1}, &b, func(w io.Writer) error {
+		_, err := io.WriteString(w, "verdict")
+		return err
+	})
+	var ce *MemoryCeilingError
+	if !errors.As(err, &ce) || ce.Phase != "rendering the report" || b.Len() != 0 {
+		t.Fatalf("a 1-byte ceiling: %v, wrote %q", err, b.String())
+	}
+	if !strings.Contains(err.Error(), "stopped rendering the report: the process holds") {
+		t.Errorf("message: %v", err)
+	}
+	if err := RenderGuarded(context.Background(), Limits{MaxMemory: 1 << 50}, &b, func(w io.Writer) error {
+		_, err := io.WriteString(w, "verdict")
+		return err
+	}); err != nil || b.String() != "verdict" {
+		t.Fatalf("under the ceiling: %v, wrote %q", err, b.String())
 	}
 }

@@ -3,6 +3,7 @@ package flightrecorder
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -91,11 +92,15 @@ type ParityOptions struct {
 
 // ParityResult is what fr_trace would have printed.
 type ParityResult struct {
-	Version     string   `json:"version"`
-	Blocks      []Block  `json:"blocks"`
-	Aborted     string   `json:"aborted,omitempty"` // the exception that stopped it
-	Collectives int      `json:"collectives"`       // Collective records built
-	Passed      int      `json:"passed"`            // of which pass_check (which missing ranks do not fail)
+	Version string  `json:"version"`
+	Blocks  []Block `json:"blocks"`
+	Aborted string  `json:"aborted,omitempty"` // the exception that stopped it
+	// Skipped says why the replay was not run: fr_trace's work (and log)
+	// per collective follows the members without a dump, and past
+	// maxReplayMissing of them it would be megabytes of rank sets.
+	Skipped     string   `json:"skipped,omitempty"`
+	Collectives int      `json:"collectives"` // Collective records built
+	Passed      int      `json:"passed"`      // of which pass_check (which missing ranks do not fail)
 	Lines       []string `json:"-"`
 }
 
@@ -129,17 +134,44 @@ type engine struct {
 	// corrected switches fixes on: expected ranks are the group members
 	// that left a dump, every rank's own coalesced group is cleaned up, and
 	// unknown op names are compared verbatim instead of aborting.
-	corrected bool
-	matched   map[string]int   // fully matched collectives per guid
-	fixed     *group           // when set, every entry belongs to this group (per-group runs)
-	expected  map[*group][]int // members with a dump, per group (corrected runs)
-	cand      *rankPos         // scratch for the record being decided
-	found     *rankPos
-	ctx       context.Context // checked every few hundred steps; nil: never done
-	err       error           // ctx's error, when it stopped the run
+	corrected  bool
+	matched    map[string]int   // fully matched collectives per guid
+	fixed      *group           // when set, every entry belongs to this group (per-group runs)
+	expected   map[*group][]int // members with a dump, per group (corrected runs)
+	noDump     map[*group][]int // expected ranks without a dump, per group
+	sets       *memberSets      // the member sets' shared facts (fr_trace runs)
+	logBytes   int              // of Lines, bounded by maxLogBytes
+	infoBlocks int              // blocks that are no verdict, bounded by maxInfoBlocks
+	cand       *rankPos         // scratch for the record being decided
+	found      *rankPos
+	ctx        context.Context // checked every few hundred steps; nil: never done
+	err        error           // ctx's error, when it stopped the run
 }
 
-func (en *engine) log(line string) { en.out.Lines = append(en.out.Lines, line) }
+// log keeps a line of fr_trace's log, up to maxLogBytes in all; past it
+// one line says that the rest was not kept.
+func (en *engine) log(line string) {
+	switch {
+	case en.logBytes < maxLogBytes:
+		en.out.Lines = append(en.out.Lines, line)
+	case en.logBytes != math.MaxInt:
+		en.out.Lines = append(en.out.Lines, fmt.Sprintf("(replay: the log passed %d bytes; the rest is not kept)", maxLogBytes))
+		en.logBytes = math.MaxInt
+		return
+	default:
+		return
+	}
+	en.logBytes += len(line)
+}
+
+// Bounds of the replay: its log, and the members without a dump it walks
+// (an fr_trace run with --allow-incomplete-ranks walks and prints them at
+// every collective it cannot decide).
+const (
+	maxLogBytes      = 8 << 20
+	maxInfoBlocks    = 4096
+	maxReplayMissing = 1 << 16
+)
 
 // groupAt is the group of the entry at position p, raising fr_trace's
 // KeyError when the rank's pg_config lacks it.
@@ -294,9 +326,12 @@ func (en *engine) rankIndex() *rankIndex {
 		ranks = append(ranks, l.rank)
 	}
 	lists := [][]int{ranks}
-	if en.fixed != nil {
+	switch {
+	case en.fixed != nil && en.corrected:
+		// The analysis' per-group run meets the ranks it compares only.
+	case en.fixed != nil:
 		lists = append(lists, en.fixed.members)
-	} else {
+	default:
 		for _, g := range en.groups.order {
 			lists = append(lists, g.members)
 		}
@@ -317,7 +352,7 @@ func (en *engine) run() {
 			}
 			en.out.Aborted = ab.msg
 			en.addBlock(Block{Kind: BlockAbort, Header: ab.msg})
-			en.log(ab.msg)
+			en.out.Lines = append(en.out.Lines, ab.msg) // past the log's bound too
 		}
 	}()
 	next := 0 // lists before it are gone; only the first list ever goes
@@ -371,7 +406,7 @@ func (en *engine) run() {
 		if en.mismatch[g.guid] > en.cap {
 			msg := fmt.Sprintf("Too many mismatches for process_group %s: %s aborting", g.pyGUID, g.desc)
 			en.addBlock(Block{Kind: BlockTooMany, Header: msg, GUID: g.guid, PGName: g.name, PGDesc: g.desc})
-			en.log(msg)
+			en.out.Lines = append(en.out.Lines, msg)
 			return
 		}
 	}
@@ -469,28 +504,62 @@ func (rec *matchRecord) allFound() bool {
 	return true
 }
 
+// noDumpOf is the expected ranks of g without a dump, once per group (the
+// member set's, shared, in fr_trace's runs).
+func (en *engine) noDumpOf(g *group, expected []int) []int {
+	if out, ok := en.noDump[g]; ok {
+		return out
+	}
+	var out []int
+	if en.sets != nil && !en.corrected {
+		out = en.sets.missingOf(g.set)
+	} else {
+		for _, r := range expected {
+			if !en.dumps[r] {
+				out = append(out, r)
+			}
+		}
+	}
+	if en.noDump == nil {
+		en.noDump = map[*group][]int{}
+	}
+	en.noDump[g] = out
+	return out
+}
+
+// pyExpected is fr_trace's text of the expected set: the member set's,
+// made once, in fr_trace's runs.
+func (en *engine) pyExpected(g *group, expected []int) string {
+	if en.sets != nil && !en.corrected {
+		s, _ := en.sets.pySets(g.set)
+		return s
+	}
+	return pyIntSet(expected)
+}
+
 func (en *engine) errorAnalysis(g *group, firstRank int, cur *Entry, rec *matchRecord, listOf func(int) *rankList) {
+	// The expected ranks that joined neither side, kept only while every
+	// one of them has a dump (the case that needs them): a member without a
+	// dump makes the rest unneeded, and a million-member group a million.
 	var missing []int
+	missingDumped := true
 	for _, r := range rec.expected {
 		if !rec.candidate.has(r) && !rec.found.has(r) {
+			if !en.dumps[r] {
+				missingDumped = false
+				break
+			}
 			missing = append(missing, r)
 		}
 	}
-	allDumped := func(rs []int) bool {
-		for _, r := range rs {
-			if !en.dumps[r] {
-				return false
-			}
-		}
-		return true
-	}
+	noDump := en.noDumpOf(g, rec.expected)
 	switch {
-	case len(missing) > 0 && allDumped(missing):
+	case len(missing) > 0 && missingDumped:
 		en.mismatch[g.guid]++
 		en.logEntry(Block{Kind: BlockMissingRanks, MissingRanks: missing},
 			fmt.Sprintf("Not all ranks joining collective, sequence number: %d", cur.CollectiveSeqID), g, cur, rec)
 		rec.foundToCandidate()
-	case rec.candidate.len() == 1 && allDumped(rec.expected):
+	case rec.candidate.len() == 1 && len(noDump) == 0:
 		if rec.hasUndecided {
 			in, out := firstNumel(cur.InputSizes), firstNumel(cur.OutputSizes)
 			for _, r := range rec.found.ranks {
@@ -518,15 +587,9 @@ func (en *engine) errorAnalysis(g *group, firstRank int, cur *Entry, rec *matchR
 		rec.foundToCandidate()
 	default:
 		rec.foundToCandidate()
-		var noDump []int
-		for _, r := range rec.expected {
-			if !en.dumps[r] {
-				noDump = append(noDump, r)
-			}
-		}
 		if len(noDump) > 0 {
 			en.mismatch[g.guid]++
-			msg := fmt.Sprintf("We cannot decide what's wrong with this collective entry because we missed FR dumps from ranks (%s) so we don't have enough information. If you want to debug further use -j to dump all raw trace", pyIntSet(noDump))
+			msg := fmt.Sprintf("We cannot decide what's wrong with this collective entry because we missed FR dumps from ranks (%s) so we don't have enough information. If you want to debug further use -j to dump all raw trace", en.pyNoDump(g, noDump))
 			en.addBlock(en.entryBlock(Block{Kind: BlockCannotDecide, Header: msg, MissingRanks: noDump}, g, cur, rec))
 			en.log(msg)
 		} else {
@@ -545,7 +608,26 @@ func (en *engine) entryBlock(b Block, g *group, cur *Entry, rec *matchRecord) Bl
 	return b
 }
 
-func (en *engine) addBlock(b Block) { en.out.Blocks = append(en.out.Blocks, b) }
+// addBlock keeps a block; past maxInfoBlocks, only the problem blocks
+// (verdicts) are kept: a coalesced step logs one per member without ops.
+func (en *engine) addBlock(b Block) {
+	if !b.IsProblem() && b.Kind != BlockAbort && b.Kind != BlockTooMany {
+		if en.infoBlocks++; en.infoBlocks > maxInfoBlocks {
+			return
+		}
+	}
+	en.out.Blocks = append(en.out.Blocks, b)
+}
+
+// pyNoDump is fr_trace's text of the ranks without a dump: the member
+// set's, made once, in fr_trace's runs.
+func (en *engine) pyNoDump(g *group, noDump []int) string {
+	if en.sets != nil && !en.corrected {
+		_, s := en.sets.pySets(g.set)
+		return s
+	}
+	return pyIntSet(noDump)
+}
 
 // logEntry is EntryState.log: the block fr_trace prints for an error case.
 func (en *engine) logEntry(b Block, header string, g *group, cur *Entry, rec *matchRecord) {
@@ -569,7 +651,7 @@ func (en *engine) logEntry(b Block, header string, g *group, cur *Entry, rec *ma
 		"input sizes: "+pyList(cur.InputSizes),
 		"output sizes: "+pyList(cur.OutputSizes),
 		fmt.Sprintf("world size: %d", len(rec.expected)),
-		"expected ranks: "+pyIntSet(rec.expected),
+		"expected ranks: "+en.pyExpected(g, rec.expected),
 		"collective state: "+cur.State)
 	if len(b.Errors) > 0 {
 		errs := slices.Clone(b.Errors)
@@ -588,7 +670,9 @@ func (en *engine) logEntry(b Block, header string, g *group, cur *Entry, rec *ma
 	lines = append(lines, "collective stack trace: \n "+strings.Join(frames, "\n"))
 	b.Lines = lines
 	en.addBlock(b)
-	en.out.Lines = append(en.out.Lines, lines...)
+	for _, l := range lines {
+		en.log(l)
+	}
 }
 
 // Parity runs fr_trace's analysis over dumps (ranks in ascending order, the
@@ -600,6 +684,12 @@ func Parity(dumps []*Dump, opt ParityOptions) *ParityResult {
 
 // ParityContext is Parity that stops with ctx's error once ctx is done.
 func ParityContext(ctx context.Context, dumps []*Dump, opt ParityOptions) (*ParityResult, error) {
+	return parityContext(ctx, dumps, opt, newMemberSets(dumps))
+}
+
+// parityContext is ParityContext with the member sets of an analysis of
+// the same dumps.
+func parityContext(ctx context.Context, dumps []*Dump, opt ParityOptions, sets *memberSets) (*ParityResult, error) {
 	out := &ParityResult{}
 	if len(dumps) == 0 {
 		out.Aborted = "AssertionError: no files loaded"
@@ -639,7 +729,7 @@ func ParityContext(ctx context.Context, dumps []*Dump, opt ParityOptions) (*Pari
 			cut = d.Entries[0].RecordID
 		}
 	}
-	groups, _, err := buildGroups(dumps, true)
+	groups, _, err := buildGroups(dumps, true, sets)
 	if err != nil {
 		return abort(err.Error())
 	}
@@ -647,24 +737,24 @@ func ParityContext(ctx context.Context, dumps []*Dump, opt ParityOptions) (*Pari
 	for _, d := range dumps {
 		dumped[d.Rank] = true
 	}
+	var lists [][]int
+	missingMembers := 0
+	for _, g := range groups.order {
+		lists = append(lists, g.members)
+		missingMembers += len(sets.missingOf(g.set))
+	}
 	if !opt.AllowIncompleteRanks {
-		var missing []int
-		seen := map[int]bool{}
-		for _, g := range groups.order {
-			for _, r := range g.members {
-				if !dumped[r] && !seen[r] {
-					seen[r] = true
-					missing = append(missing, r)
-				}
-			}
-		}
-		sort.Ints(missing)
-		if len(missing) > 0 {
+		if missing := without(unionOf(lists), sets.dumped); len(missing) > 0 {
 			return abort("AssertionError: Missing dump files from ranks " + pyIntSet(missing))
 		}
 	}
+	if missingMembers > maxReplayMissing {
+		out.Skipped = fmt.Sprintf("fr_trace's replay was not run: its groups have %d members without a dump in all, over the %d it is replayed for (at each collective it cannot decide, fr_trace walks and prints every one of them)",
+			missingMembers, maxReplayMissing)
+		return out, nil
+	}
 	en := &engine{groups: groups, dumps: dumped, major: major, minor: minor,
-		cap: opt.MismatchCap, mismatch: map[string]int{}, out: out, matched: map[string]int{}, ctx: ctx}
+		cap: opt.MismatchCap, mismatch: map[string]int{}, out: out, matched: map[string]int{}, ctx: ctx, sets: sets}
 	for _, d := range dumps {
 		var es []*Entry
 		for i := range d.Entries {

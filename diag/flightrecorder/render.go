@@ -4,15 +4,22 @@ import (
 	"fmt"
 	"io"
 	"strings"
-
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
 )
 
 // WriteText renders the report for a human at a terminal: the verdict
 // first, then one paragraph per process group, worst first. verbose adds
 // healthy groups' details and fr_trace's transcript when the report has it.
+//
+// The text is bounded whatever the report holds (see Bounded): at most
+// maxTextGroups groups (maxShownGroups verbose), a few notes and problems
+// each (all of them up to the bounds verbose), clipped lines, and
+// maxTextBytes in all; every cut says so.
 func (r *Report) WriteText(w io.Writer, verbose bool) error {
-	p := &printer{w: w}
+	p := &printer{w: w, left: maxTextBytes}
+	nGroups, nNotes, lineBytes := maxTextGroups, maxTextNotes, maxTextLine
+	if verbose {
+		nGroups, nNotes, lineBytes = maxShownGroups, maxShownLines, maxShownText
+	}
 	rs := r.Ranks
 	timing := "timing off"
 	if rs.TimingOn {
@@ -20,62 +27,105 @@ func (r *Report) WriteText(w io.Writer, verbose bool) error {
 	}
 	p.f("Flight Recorder analysis: %d dump(s), ranks %s, version %s, %s, %s\n", len(rs.Dumped), rs.DumpedText, rs.Versions, rs.Formats, timing)
 	if len(rs.MissingDump) > 0 {
-		p.f("No dump from rank(s) %s\n", rankset.Format(rs.MissingDump))
+		p.f("No dump from rank(s) %s\n", rankText(rs.MissingDump))
 	}
-	p.f("\n%s\n", r.Summary)
-	healthy := 0
+	p.f("\n%s\n", clipText(r.Summary, maxShownText))
+	healthy, shown, more := 0, 0, 0
 	for _, pr := range r.ProcessGroups {
-		if pr.Finding.Kind == KindHealthy && !verbose {
+		switch {
+		case pr.Finding.Kind == KindHealthy && !verbose:
 			healthy++
-			continue
+		case shown == nGroups:
+			more++
+		default:
+			shown++
+			p.group(pr, nNotes, lineBytes)
 		}
-		p.group(pr)
+	}
+	if more > 0 {
+		p.f("\n… %d more process group(s) not shown: the worst %d are (--pg or --ranks narrows the analysis).\n", more, shown)
 	}
 	if healthy > 0 {
 		p.f("\n%d more process group(s) OK (all collectives matched; --verbose lists them).\n", healthy)
 	}
 	if ft := r.FRTrace; ft.Aborted != "" {
-		p.f("\nfr_trace would stop: %s", ft.Aborted)
-		if ft.UsedAllowIncomplete {
+		p.f("\nfr_trace would stop: %s", clipText(ft.Aborted, lineBytes))
+		if ft.UsedAllowIncomplete && ft.Skipped == "" {
 			p.f(" (with --allow-incomplete-ranks it goes on; its verdicts are shown per group)")
 		}
 		p.f("\n")
 	}
+	if s := r.FRTrace.Skipped; s != "" {
+		p.f("\n%s\n", s)
+	}
 	if verbose && len(r.FRTrace.Transcript) > 0 {
 		p.f("\nfr_trace transcript:\n")
-		for _, l := range r.FRTrace.Transcript {
-			p.f("  %s\n", l)
+		for i, l := range r.FRTrace.Transcript {
+			if i == maxShownLines {
+				p.f("  … %d more lines\n", len(r.FRTrace.Transcript)-i)
+				break
+			}
+			p.f("  %s\n", clipText(l, lineBytes))
 		}
 	}
 	dq := r.DataQuality
 	if len(dq.Files) > 0 || len(dq.Warnings) > 0 {
 		p.f("\nData quality:\n")
-		for _, fp := range dq.Files {
-			p.f("  %s: %s\n", fp.Path, fp.Problem)
-		}
-		for i, wn := range dq.Warnings {
-			if i == 10 && !verbose {
-				p.f("  ... %d more warnings (--verbose)\n", len(dq.Warnings)-10)
+		for i, fp := range dq.Files {
+			if i == nNotes {
+				p.f("  … %d more file problems%s\n", len(dq.Files)-i, orVerbose(verbose))
 				break
 			}
-			p.f("  %s\n", wn)
+			p.f("  %s: %s\n", clipText(fp.Path, lineBytes), clipText(fp.Problem, lineBytes))
+		}
+		for i, wn := range dq.Warnings {
+			if i == nNotes {
+				p.f("  … %d more warnings%s\n", len(dq.Warnings)-i, orVerbose(verbose))
+				break
+			}
+			p.f("  %s\n", clipText(wn, lineBytes))
 		}
 	}
 	return p.err
 }
 
+// Bounds of the text (WriteText); verbose text has Bounded's.
+const (
+	maxTextGroups = 100
+	maxTextNotes  = 10
+	maxTextLine   = 1024
+	maxTextBytes  = 16 << 20
+)
+
+func orVerbose(verbose bool) string {
+	if verbose {
+		return ""
+	}
+	return " (--verbose)"
+}
+
+// printer writes until an error or maxTextBytes, then says it stopped.
 type printer struct {
-	w   io.Writer
-	err error
+	w    io.Writer
+	err  error
+	left int
 }
 
 func (p *printer) f(format string, args ...any) {
-	if p.err == nil {
-		_, p.err = fmt.Fprintf(p.w, format, args...)
+	if p.err != nil || p.left < 0 {
+		return
 	}
+	s := fmt.Sprintf(format, args...)
+	if len(s) > p.left {
+		s = clipText(s, p.left) + fmt.Sprintf("\n… the text stops here: it passed %d bytes (--json, --pg or --ranks say the rest)\n", maxTextBytes)
+		p.left = -1
+	} else {
+		p.left -= len(s)
+	}
+	_, p.err = io.WriteString(p.w, s)
 }
 
-func (p *printer) group(pr PGReport) {
+func (p *printer) group(pr PGReport, nNotes, lineBytes int) {
 	label := "pg " + pr.PGName
 	if pr.PGDesc != "" && pr.PGDesc != "undefined" {
 		label += " (" + pr.PGDesc + ")"
@@ -85,12 +135,12 @@ func (p *printer) group(pr PGReport) {
 		p.f(" at #%d %s", pr.CollectiveSeqID, pr.ProfilingName)
 	}
 	p.f("  [%s, confidence %s]\n", pr.Finding.Kind, pr.Finding.Confidence)
-	p.f("  %s\n", pr.Finding.Line)
+	p.f("  %s\n", clipText(pr.Finding.Line, lineBytes))
 	if len(pr.CulpritRanks) > 0 {
-		p.f("  culprit rank(s): %s\n", rankset.Format(pr.CulpritRanks))
+		p.f("  culprit rank(s): %s\n", rankText(pr.CulpritRanks))
 	}
 	for _, f := range pr.Secondary {
-		p.f("  also %s: %s\n", f.Kind, f.Line)
+		p.f("  also %s: %s\n", f.Kind, clipText(f.Line, lineBytes))
 	}
 	if a := pr.Arrival; a != nil {
 		p.f("  arrivals: %s\n", a.Line)
@@ -120,21 +170,28 @@ func (p *printer) group(pr PGReport) {
 		if n.Agrees {
 			p.f("  fr_trace agrees")
 			if n.Header != "" {
-				p.f(": %q", n.Header)
+				p.f(": %q", clipText(n.Header, lineBytes))
 			}
 			p.f("\n")
 		} else {
 			p.f("  fr_trace says %s", n.Verdict)
 			if len(n.CulpritRanks) > 0 {
-				p.f(" (culprits %s)", rankset.Format(n.CulpritRanks))
+				p.f(" (culprits %s)", rankText(n.CulpritRanks))
 			}
-			p.f(": %s\n", n.Why)
+			p.f(": %s\n", clipText(n.Why, lineBytes))
 		}
 	}
+	notes := 0
 	for _, e := range pr.Finding.Evidence {
 		if !strings.HasPrefix(e, "Not all ranks") && !strings.HasPrefix(e, "Collective sequence") {
-			p.f("  note: %s\n", e)
+			if notes++; notes > nNotes {
+				continue
+			}
+			p.f("  note: %s\n", clipText(e, lineBytes))
 		}
+	}
+	if notes > nNotes {
+		p.f("  … %d more notes (--json)\n", notes-nNotes)
 	}
 }
 

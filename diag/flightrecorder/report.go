@@ -40,7 +40,11 @@ type Report struct {
 	// there is the caller's mistake, never an all clear.
 	NoMatch string `json:"no_match,omitempty"`
 	// Verdict is the most severe process-group verdict.
-	Verdict       string      `json:"verdict"`
+	Verdict string `json:"verdict"`
+	// Truncated says that the rendered report (Bounded) was cut to its
+	// bounds; Omitted says what was cut.
+	Truncated     bool        `json:"truncated"`
+	Omitted       []string    `json:"omitted,omitempty"`
 	Ranks         RankSummary `json:"ranks"`
 	ProcessGroups []PGReport  `json:"process_groups"`
 	FRTrace       FRTraceView `json:"fr_trace"`
@@ -61,8 +65,9 @@ type RankSummary struct {
 	DumpedText  string `json:"dumped_ranges"`
 	Expected    int    `json:"expected_world_size"` // ranks named by any process group
 	MissingDump []int  `json:"missing_dumps"`
-	Versions    string `json:"versions"` // e.g. "2.10" or "2.8 (ranks 0-3), 2.10 (ranks 4-7)"
-	Formats     string `json:"formats"`  // pickle, json, or both
+	MissingText string `json:"missing_dumps_ranges,omitempty"` // MissingDump as ranges, bounded
+	Versions    string `json:"versions"`                       // e.g. "2.10" or "2.8 (ranks 0-3), 2.10 (ranks 4-7)"
+	Formats     string `json:"formats"`                        // pickle, json, or both
 	TimingOn    bool   `json:"timing_enabled"`
 	// ReferenceTimeNs is "now" for ages: the latest time recorded in any
 	// dump (the analysis is post-mortem, the wall clock says nothing).
@@ -84,13 +89,15 @@ type PGReport struct {
 	CulpritRanks    []int  `json:"culprit_ranks"`
 	// LaggingRanks rank the members by how far behind they are, worst
 	// first, from pg_status when the dumps have it and entries otherwise.
-	LaggingRanks []Lag     `json:"lagging_ranks"`
-	LagTruncated bool      `json:"lagging_ranks_truncated,omitempty"`
-	MissingDumps []int     `json:"missing_dumps"`
-	Finding      Finding   `json:"finding"`
-	Secondary    []Finding `json:"other_findings,omitempty"`
-	Window       Window    `json:"window"`
-	Matched      int       `json:"matched_collectives"`
+	LaggingRanks []Lag `json:"lagging_ranks"`
+	LagTruncated bool  `json:"lagging_ranks_truncated,omitempty"`
+	MissingDumps []int `json:"missing_dumps"`
+	// MissingDumpsText is MissingDumps as ranges, bounded.
+	MissingDumpsText string    `json:"missing_dumps_ranges,omitempty"`
+	Finding          Finding   `json:"finding"`
+	Secondary        []Finding `json:"other_findings,omitempty"`
+	Window           Window    `json:"window"`
+	Matched          int       `json:"matched_collectives"`
 	// CulpritFrames is the stack of the culprit's entry (innermost first),
 	// PeerFrames that of the ranks it disagrees with, when dumps hold stacks.
 	CulpritFrames []Frame      `json:"culprit_frames,omitempty"`
@@ -160,11 +167,14 @@ type FRTraceNote struct {
 
 // FRTraceView is what torch's fr_trace would print for these dumps.
 type FRTraceView struct {
-	Aborted             string   `json:"aborted,omitempty"`
-	AbortedIncomplete   string   `json:"aborted_allow_incomplete,omitempty"`
-	UsedAllowIncomplete bool     `json:"used_allow_incomplete_ranks"`
-	Blocks              []Block  `json:"first_blocks"` // the first problem block per group, in log order
-	Transcript          []string `json:"transcript,omitempty"`
+	Aborted             string `json:"aborted,omitempty"`
+	AbortedIncomplete   string `json:"aborted_allow_incomplete,omitempty"`
+	UsedAllowIncomplete bool   `json:"used_allow_incomplete_ranks"`
+	// Skipped says why fr_trace's replay was not run (too many members
+	// without a dump to walk); the groups then carry no fr_trace note.
+	Skipped    string   `json:"not_replayed,omitempty"`
+	Blocks     []Block  `json:"first_blocks"` // the first problem block per group, in log order
+	Transcript []string `json:"transcript,omitempty"`
 }
 
 // DataQuality lists everything that limits the analysis.

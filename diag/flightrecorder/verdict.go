@@ -6,8 +6,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
 )
 
 // frTraceNote compares our verdict on a group with fr_trace's first block.
@@ -71,7 +69,7 @@ func whyDifferent(n *FRTraceNote, pr *PGReport) string {
 		return "fr_trace pairs batched send/recv through the peer's first op and stops at the peer's own send, which fails valid bidirectional batches; here sends and receives are paired per direction"
 	case n.Verdict == pr.Verdict && !slices.Equal(n.CulpritRanks, nonNil(pr.CulpritRanks)):
 		return fmt.Sprintf("fr_trace blames every rank that differs from the first rank it reads (%s); here the minority against the majority signature is blamed (%s)",
-			rankset.Format(n.CulpritRanks), rankset.Format(pr.CulpritRanks))
+			rankText(n.CulpritRanks), rankText(pr.CulpritRanks))
 	case n.Verdict == "UNDECIDED" || pr.Verdict == "UNDECIDED":
 		return "missing dumps: fr_trace cannot decide any collective of a group with a missing member; here the members with dumps are compared"
 	}
@@ -110,7 +108,7 @@ func summarize(rep *Report) string {
 	if len(bad) == 0 {
 		b.WriteString("Verdict OK: every process group matched")
 		if len(rep.Ranks.MissingDump) > 0 {
-			fmt.Fprintf(&b, " among the dumped ranks (no dump from %s)", rankset.Format(rep.Ranks.MissingDump))
+			fmt.Fprintf(&b, " among the dumped ranks (no dump from %s)", rankText(rep.Ranks.MissingDump))
 		}
 		b.WriteString(".")
 		return b.String()
@@ -118,7 +116,7 @@ func summarize(rep *Report) string {
 	top := bad[0]
 	fmt.Fprintf(&b, "Verdict %s. %s", top.Verdict, top.Finding.Line)
 	if len(top.CulpritRanks) > 0 {
-		fmt.Fprintf(&b, ". Culprit rank(s): %s", rankset.Format(top.CulpritRanks))
+		fmt.Fprintf(&b, ". Culprit rank(s): %s", rankText(top.CulpritRanks))
 	}
 	b.WriteString(".")
 	if len(bad) > 1 {

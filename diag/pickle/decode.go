@@ -86,9 +86,11 @@ func (dec *Decoder) Decode(data []byte) (*Doc, Stats, error) {
 	doc := d.doc
 	clear(doc.strs) // drop references to the previous dump's strings
 	doc.strs, doc.conts, doc.arena, doc.Root = doc.strs[:0], doc.conts[:0], doc.arena[:0], Value{}
-	if need := len(data)/2 + 16; cap(doc.arena) < need {
+	if need := min(len(data)/2, maxArenaGuess) + 16; cap(doc.arena) < need {
 		// torch writes about two bytes per container item (memo references
 		// and one-byte ints), so the arena rarely has to grow after this.
+		// Past maxArenaGuess it grows as items come: a file of long strings
+		// (rank lists) would otherwise reserve eight times its size.
 		doc.arena = make([]Value, 0, need)
 	}
 	d.data, d.pos, d.op, d.opPos, d.nvals, d.copied, d.stats = data, 0, 0, 0, 0, 0, Stats{}
@@ -100,6 +102,10 @@ func (dec *Decoder) Decode(data []byte) (*Doc, Stats, error) {
 	doc.Root = v
 	return doc, d.stats, nil
 }
+
+// maxArenaGuess caps the container items reserved before decoding (16
+// MiB of Values).
+const maxArenaGuess = 1 << 20
 
 type decoder struct {
 	doc    *Doc

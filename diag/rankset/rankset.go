@@ -12,28 +12,86 @@ import (
 
 // Format renders ranks (any order, duplicates allowed) as sorted ranges.
 // An empty set is "".
-func Format(ranks []int) string {
+func Format(ranks []int) string { return FormatMax(ranks, 0) }
+
+// FormatMax is Format within about limit bytes (0: no bound): the ranges
+// that fit, then ",… (N ranks in all)". A set with holes everywhere (a
+// million ranks, every other one) is megabytes of ranges; a report holds
+// at most limit of it. Sorted, distinct input is read in place; anything
+// else is sorted in a copy.
+func FormatMax(ranks []int, limit int) string {
 	if len(ranks) == 0 {
 		return ""
 	}
-	s := slices.Compact(slices.Sorted(slices.Values(ranks)))
-	var b strings.Builder
+	s := ranks
+	if !sortedDistinct(s) {
+		s = slices.Clone(ranks)
+		slices.Sort(s)
+		s = slices.Compact(s)
+	}
+	var b []byte
 	for i := 0; i < len(s); {
 		j := i
 		for j+1 < len(s) && s[j+1] == s[j]+1 {
 			j++
 		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
+		mark := len(b)
+		if len(b) > 0 {
+			b = append(b, ',')
 		}
-		b.WriteString(strconv.Itoa(s[i]))
+		b = strconv.AppendInt(b, int64(s[i]), 10)
 		if j > i {
-			b.WriteByte('-')
-			b.WriteString(strconv.Itoa(s[j]))
+			b = append(b, '-')
+			b = strconv.AppendInt(b, int64(s[j]), 10)
+		}
+		if limit > 0 && len(b) > limit && mark > 0 {
+			return string(b[:mark]) + fmt.Sprintf(",… (%d ranks in all)", len(s))
 		}
 		i = j + 1
 	}
-	return b.String()
+	return string(b)
+}
+
+func sortedDistinct(s []int) bool {
+	for i := 1; i < len(s); i++ {
+		if s[i] <= s[i-1] {
+			return false
+		}
+	}
+	return true
+}
+
+// Count is how many ranks a formatted set names, without expanding it:
+// "0-999999" is a million. A set cut by FormatMax or Short gives the
+// count it carries. -1 when s is not a rank set.
+func Count(s string) int {
+	if i := strings.Index(s, "… ("); i >= 0 {
+		var n int
+		if _, err := fmt.Sscanf(s[i+len("… ("):], "%d ranks in all)", &n); err == nil {
+			return n
+		}
+		return -1
+	}
+	n := 0
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(strings.TrimSpace(lo))
+		if err != nil || a < 0 {
+			return -1
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(strings.TrimSpace(hi)); err != nil || b < a {
+				return -1
+			}
+		}
+		n += b - a + 1
+	}
+	return n
 }
 
 // MaxParsed bounds how many ranks Parse expands, so "0-999999999" is an
@@ -79,19 +137,15 @@ const MaxText = 120
 // whole set; text for a person or a model shows this).
 func Short(set string) string { return ShortTo(set, MaxText) }
 
-// ShortTo is Short within max bytes (a set named again, after the line
+// ShortTo is Short within limit bytes (a set named again, after the line
 // that gave it at MaxText, needs less).
-func ShortTo(set string, max int) string {
-	if len(set) <= max {
+func ShortTo(set string, limit int) string {
+	if len(set) <= limit {
 		return set
 	}
-	cut := strings.LastIndexByte(set[:max], ',')
+	cut := strings.LastIndexByte(set[:limit], ',')
 	if cut < 0 {
 		return set
 	}
-	n := 0
-	if rs, err := Parse(set); err == nil {
-		n = len(rs)
-	}
-	return fmt.Sprintf("%s,… (%d ranks in all)", set[:cut], n)
+	return fmt.Sprintf("%s,… (%d ranks in all)", set[:cut], max(Count(set), 0))
 }

@@ -74,3 +74,29 @@ func TestShortTo(t *testing.T) {
 		t.Errorf("one range is never cut: %q", got)
 	}
 }
+
+func TestFormatMax(t *testing.T) {
+	var odd []int
+	for r := 1; r < 1<<20; r += 2 {
+		odd = append(odd, r)
+	}
+	got := FormatMax(odd, 64)
+	if len(got) > 64+40 || !strings.HasPrefix(got, "1,3,5,") || !strings.HasSuffix(got, fmt.Sprintf(",… (%d ranks in all)", len(odd))) {
+		t.Errorf("a holey set is cut: %q", got)
+	}
+	if Count(got) != len(odd) {
+		t.Errorf("Count of a cut set = %d, want %d", Count(got), len(odd))
+	}
+	if got := FormatMax([]int{7, 3, 4, 3}, 64); got != "3-4,7" {
+		t.Errorf("unsorted input: %q", got)
+	}
+	if got := FormatMax(seq(0, 999999), 8); got != "0-999999" {
+		t.Errorf("one range is never cut: %q", got)
+	}
+	if Count("0-999999,2000000") != 1000001 || Count("x") != -1 || Count("") != 0 {
+		t.Error("Count")
+	}
+	if got := ShortTo(got, 20); !strings.HasSuffix(got, fmt.Sprintf(",… (%d ranks in all)", len(odd))) {
+		t.Errorf("a cut set cut again keeps its count: %q", got)
+	}
+}

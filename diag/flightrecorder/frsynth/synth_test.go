@@ -116,3 +116,33 @@ func TestCppStackDumps(t *testing.T) {
 		t.Errorf("text:\n%s", text.String())
 	}
 }
+
+// TestSharedGroups: the rank list is written once and named by every group
+// through the memo, so the file is one list long; decoded, the groups
+// share one slice. At issue 23's size it is the 7.9 MB dump of the attack.
+func TestSharedGroups(t *testing.T) {
+	b := SharedGroups(SharedSpec{Ranks: 1000, Groups: 16, Entries: 2})
+	d, err := fr.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.PGConfig) != 16 || len(d.PGConfig[15].Ranks) != 1000 || &d.PGConfig[0].Ranks[0] != &d.PGConfig[15].Ranks[0] || len(d.Entries) != 32 {
+		t.Fatalf("%d groups, %d entries", len(d.PGConfig), len(d.Entries))
+	}
+	if one := len(rankList(rangeInts(0, 1000))); len(b) > one+8<<10 {
+		t.Errorf("%d bytes for a list of %d: the list was written per group", len(b), one)
+	}
+	ints, err := fr.Decode(SharedGroups(SharedSpec{Ranks: 1000, Groups: 4, Lists: 2, Ints: true, Stop: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := ints.PGConfig; g[0].Ranks[0] != 0 || g[1].Ranks[0] != 1 || &g[0].Ranks[0] != &g[2].Ranks[0] || ints.Entries[0].State != "completed" {
+		t.Errorf("lists of ints: %v %v", g[0].Ranks[:2], g[1].Ranks[:2])
+	}
+	if testing.Short() {
+		return
+	}
+	if n := len(SharedGroups(SharedSpec{Ranks: 1_000_000, Groups: 16})); n < 7_800_000 || n > 8_000_000 {
+		t.Errorf("issue 23's dump is 7.9 MB; this one %d bytes", n)
+	}
+}
