@@ -126,6 +126,7 @@ func (p *planted) learntNothing(t *testing.T) {
 	m.Write([]byte("probing-mcp hmac key v1"))
 	key := m.Sum(nil)
 	secrets := [][]byte{[]byte(jobToken), key, []byte(hex.EncodeToString(key)), []byte(base64.StdEncoding.EncodeToString([]byte(jobToken)))}
+	leaks := 0
 	for _, c := range got {
 		var all bytes.Buffer
 		all.WriteString(c.Method + " " + c.URI + "\nHost: " + c.Host + "\n")
@@ -133,6 +134,7 @@ func (p *planted) learntNothing(t *testing.T) {
 		all.Write(c.Body)
 		for _, s := range secrets {
 			if bytes.Contains(all.Bytes(), s) {
+				leaks++
 				t.Errorf("the token (or its key) reached the planted address in %s %s:\n%.2000s", c.Method, c.URI, all.Bytes())
 			}
 		}
@@ -140,12 +142,13 @@ func (p *planted) learntNothing(t *testing.T) {
 			for _, v := range vs {
 				lv := strings.ToLower(strings.TrimSpace(v))
 				if strings.HasPrefix(lv, "bearer") || strings.HasPrefix(lv, "basic") || strings.EqualFold(k, "X-Probing-Token") {
+					leaks++
 					t.Errorf("a credential reached the planted address: %s: %.200s", k, v)
 				}
 			}
 		}
 	}
-	t.Logf("the planted address %s got %d request(s), none with the token", p.node.Addr, len(got))
+	t.Logf("the planted address %s got %d request(s), %d with the token or a credential", p.node.Addr, len(got), leaks)
 }
 
 // daemon is a real `probing-mcp node` with the job's token, named
