@@ -7,9 +7,10 @@
 // The convention: job text is shown between ⟦ and ⟧. Inside, every
 // character that could change how the text reads is escaped: control
 // characters (\n, \t, \r, \x1b, …), Unicode format, bidi and zero-width
-// characters (\u202e, \u200b, …), invalid UTF-8 (\xNN) and the marks
-// themselves and their look-alikes (\u27e6, \u27e7, \u301a, \u301b), so a
-// quote is one line and nothing inside can close it early. A quote is
+// characters (\u202e, \u200b, …) and invalid UTF-8 (\xNN); the marks
+// themselves and their look-alikes (〚 〛) become ‹ and ›, so a quote is one
+// line, nothing inside can close it early, and a quote of a line that
+// quotes (a node's problem line) reads ⟦… ‹job text› …⟧. A quote is
 // clipped to a bound; the cut is said next to it on the side it was made:
 // ⟦head⟧…[+N bytes] or …[+N bytes]⟦tail⟧, N the bytes left out.
 // Structured (JSON) content keeps the raw value, clipped (Clip): JSON
@@ -89,6 +90,39 @@ func Clip(s string, n int) string {
 	return c
 }
 
+// Token shows a word from a closed vocabulary that job or node text
+// fills (a thread state, a capture source, a status) as is when it is one
+// (letters, digits and _.:/@+- within n bytes), else quoted: a node may
+// send anything there.
+func Token(s string, n int) string {
+	if s == "" || len(s) > n {
+		return Quote(s, n)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("_.:/@+-", c) >= 0) {
+			return Quote(s, n)
+		}
+	}
+	return s
+}
+
+// ClipTail is Clip keeping the tail (a path keeps its file's name).
+func ClipTail(s string, n int) string {
+	if len(s) <= n && utf8.ValidString(s) {
+		return s
+	}
+	i := max(0, len(s)-n)
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	c := strings.ToValidUTF8(s[i:], "\uFFFD")
+	if i > 0 {
+		c = cutMark(i) + c
+	}
+	return c
+}
+
 // Cut cuts a rendered line that may hold quotes to at most n bytes (plus
 // the closing mark and "…"): a quote cut open is closed, and an escape cut
 // in half is dropped, so the rest of the answer never reads as job text.
@@ -129,6 +163,30 @@ func halfEscape(p string) string {
 		return p[:k]
 	}
 	return p
+}
+
+// Clean escapes what a text of ours must never hold raw (control, format
+// and bidi characters, invalid UTF-8; newlines are kept, they are the
+// caller's) and keeps the marks: a net under lines that quote job text,
+// for a path or an error that reached one unquoted. It does not bound or
+// mark anything.
+func Clean(s string) string {
+	if clean(strings.ReplaceAll(s, "\n", "")) {
+		return s
+	}
+	var b strings.Builder
+	var buf [16]byte
+	for i := 0; i < len(s); {
+		r, w := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == '\n' || r == 0x27e6 || r == 0x27e7 || !hidden(r) && !(r == utf8.RuneError && w <= 1):
+			b.WriteString(s[i : i+w])
+		default:
+			b.Write(escapeRune(buf[:0], s[i:i+w], r, w))
+		}
+		i += w
+	}
+	return b.String()
 }
 
 // Marked says whether s holds a quote (tests, and callers that must not
@@ -207,7 +265,7 @@ func clean(s string) bool {
 // zero-width ones, separators other than the space, private use,
 // unassigned), the invisible ones that are letters or marks (variation
 // selectors, the grapheme joiner, Hangul fillers), and the marks and the
-// brackets that look like them.
+// brackets that look like them (shown as ‹ ›).
 func hidden(r rune) bool {
 	switch {
 	case r == 0x27e6, r == 0x27e7, r == 0x301a, r == 0x301b:
@@ -237,6 +295,12 @@ func escapeRune(dst []byte, raw string, r rune, w int) []byte {
 			return appendHex(dst, byte(r))
 		}
 		return append(dst, byte(r))
+	}
+	switch r {
+	case 0x27e6, 0x301a:
+		return append(dst, "‹"...)
+	case 0x27e7, 0x301b:
+		return append(dst, "›"...)
 	}
 	if !hidden(r) {
 		return append(dst, raw...)

@@ -20,7 +20,8 @@ func TestQuote(t *testing.T) {
 		{"", "⟦⟧", 64},
 		{"a\nb\tc\rd\x1be\x7f", `⟦a\nb\tc\rd\x1be\x7f⟧`, 64},
 		{"ab\u202ecd\u2066\u2069\u200b\u200d\ufeff", `⟦ab\u202ecd\u2066\u2069\u200b\u200d\ufeff⟧`, 64},
-		{"x⟧ y⟦ 〛", `⟦x\u27e7 y\u27e6 \u301b⟧`, 64},
+		{"x⟧ y⟦ 〛", "⟦x› y‹ ›⟧", 64},
+		{"a " + jobtext.Quote("b", 8) + " c", "⟦a ‹b› c⟧", 64}, // a quote of a line that quotes
 		{"bad\xff\xfe", `⟦bad\xff\xfe⟧`, 64},
 		{"tag\U000e0041", `⟦tag\U000e0041⟧`, 64},
 		{"é ü 中文 emoji 🙂", "⟦é ü 中文 emoji 🙂⟧", 64},
@@ -75,11 +76,31 @@ func TestEscapeClip(t *testing.T) {
 	if got := jobtext.Clip("中文字", 4); got != "中…[+6 bytes]" {
 		t.Errorf("jobtext.Clip cut: %q", got)
 	}
+	if got := jobtext.ClipTail("/a/b/中文.py", 9); got != "…[+5 bytes]中文.py" {
+		t.Errorf("ClipTail: %q", got)
+	}
 	if got := jobtext.Clip("a\xffb", 64); got != "a\uFFFDb" {
 		t.Errorf("jobtext.Clip invalid: %q", got)
 	}
 	if got := jobtext.Clip(Hostile(), jobtext.Message); len(got) > jobtext.Message+20 {
 		t.Errorf("jobtext.Clip bound: %d", len(got))
+	}
+}
+
+func TestClean(t *testing.T) {
+	for in, want := range map[string]string{"plain ⟦x⟧ line": "plain ⟦x⟧ line", "a\nb\x1b[31m\u202e\r": "a\nb" + `\x1b[31m\u202e\r`, "〚x\xff": `‹x\xff`} {
+		if got := jobtext.Clean(in); got != want {
+			t.Errorf("Clean(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestToken(t *testing.T) {
+	for in, want := range map[string]string{"S": "S", "faulthandler": "faulthandler", "node-1.example:9781": "node-1.example:9781",
+		"": "⟦⟧", "a b": "⟦a b⟧", "x\n": `⟦x\n⟧`, strings.Repeat("a", 40): "⟦" + strings.Repeat("a", 32) + "⟧…[+8 bytes]"} {
+		if got := jobtext.Token(in, 32); got != want {
+			t.Errorf("Token(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 
