@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Options tune Analyze.
@@ -119,7 +120,7 @@ func analyzeGuarded(ctx context.Context, guard *memGuard, dumps []*Dump, opt Opt
 	dq := &rep.DataQuality
 	for _, d := range dumps {
 		for _, w := range d.Warnings {
-			dq.Warnings = append(dq.Warnings, fmt.Sprintf("rank %d (%s): %s", d.Rank, d.Path, w))
+			dq.Warnings = append(dq.Warnings, fmt.Sprintf("rank %d (%s): %s", d.Rank, jobtext.QuoteTail(d.Path, jobtext.Path), w))
 		}
 	}
 	a := newAnalysis(ctx, dumps, dq, lim)
@@ -142,9 +143,9 @@ func analyzeGuarded(ctx context.Context, guard *memGuard, dumps []*Dump, opt Opt
 				have = append(have, fmt.Sprintf("and %d more", len(a.groups.order)-i))
 				break
 			}
-			h := g.name
+			h := jobtext.Quote(g.name, jobtext.Name)
 			if g.desc != "" && g.desc != g.name {
-				h += " (" + g.desc + ")"
+				h += " (" + jobtext.Quote(g.desc, jobtext.Name) + ")"
 			}
 			have = append(have, h)
 		}
@@ -403,7 +404,7 @@ func (a *analysis) inferGroups(ctx context.Context) {
 		for _, r := range members {
 			a.groups.guidOf[nameRank{k.name, r}] = g
 		}
-		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("pg %q (%s) is not in pg_config; members inferred from %s: %s", k.name, k.desc, how, rankset.Format(members)))
+		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("%s is not in pg_config; members inferred from %s: %s", PGLabel(k.name, k.desc), how, rankset.Format(members)))
 	}
 }
 
@@ -459,7 +460,7 @@ func (a *analysis) split(ctx context.Context) {
 				}
 			}
 			if cur.g == nil {
-				unresolved[fmt.Sprintf("rank %d: pg %q", d.Rank, e.PGName)]++
+				unresolved[fmt.Sprintf("rank %d: pg %s", d.Rank, jobtext.Quote(e.PGName, jobtext.Name))]++
 				continue
 			}
 			cur.pgid = e.PGID
@@ -495,7 +496,7 @@ func (a *analysis) split(ctx context.Context) {
 		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("%s: %d entries of a group that no dump registers for this rank; skipped", k, unresolved[k]))
 	}
 	for name, ranks := range a.unknownOp {
-		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("op %q (ranks %s) is unknown to fr_trace (it aborts there); compared by name, sizes and dtypes", name, rankset.Format(ranks)))
+		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("op %s (ranks %s) is unknown to fr_trace (it aborts there); compared by name, sizes and dtypes", jobtext.Quote(name, jobtext.Name), rankset.Format(ranks)))
 	}
 	slices.Sort(a.dq.Warnings[len(a.dq.Warnings)-len(a.unknownOp):])
 }
@@ -528,8 +529,8 @@ func (a *analysis) rankGroupOf(e *Entry, rank int) *rankGroup {
 	if _, ok := a.groups.guidOf[nameRank{e.PGName, rank}]; !ok {
 		a.groups.guidOf[nameRank{e.PGName, rank}] = g
 		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf(
-			"rank %d: entries name pg %q, which its pg_config lacks; used the group its peers registered (ranks %s)",
-			rank, e.PGName, rankset.Format(g.members)))
+			"rank %d: entries name pg %s, which its pg_config lacks; used the group its peers registered (ranks %s)",
+			rank, jobtext.Quote(e.PGName, jobtext.Name), rankset.Format(g.members)))
 	}
 	if a.pgid[g] == nil {
 		a.pgid[g] = map[int]int64{}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // WriteText renders the report for a human at a terminal: the verdict
@@ -35,7 +36,7 @@ func (r *Report) WriteText(w io.Writer, verbose bool) error {
 		p.f("\n%d more process group(s) OK (all collectives matched; --verbose lists them).\n", healthy)
 	}
 	if ft := r.FRTrace; ft.Aborted != "" {
-		p.f("\nfr_trace would stop: %s", ft.Aborted)
+		p.f("\nfr_trace would stop: %s", jobtext.Quote(ft.Aborted, jobtext.Line))
 		if ft.UsedAllowIncomplete {
 			p.f(" (with --allow-incomplete-ranks it goes on; its verdicts are shown per group)")
 		}
@@ -44,14 +45,14 @@ func (r *Report) WriteText(w io.Writer, verbose bool) error {
 	if verbose && len(r.FRTrace.Transcript) > 0 {
 		p.f("\nfr_trace transcript:\n")
 		for _, l := range r.FRTrace.Transcript {
-			p.f("  %s\n", l)
+			p.f("  %s\n", jobtext.Quote(l, 1<<10)) // fr_trace's output, the dump's text in it
 		}
 	}
 	dq := r.DataQuality
 	if len(dq.Files) > 0 || len(dq.Warnings) > 0 {
 		p.f("\nData quality:\n")
 		for _, fp := range dq.Files {
-			p.f("  %s: %s\n", fp.Path, fp.Problem)
+			p.f("  %s\n", fp.Text())
 		}
 		for i, wn := range dq.Warnings {
 			if i == 10 && !verbose {
@@ -76,13 +77,9 @@ func (p *printer) f(format string, args ...any) {
 }
 
 func (p *printer) group(pr PGReport) {
-	label := "pg " + pr.PGName
-	if pr.PGDesc != "" && pr.PGDesc != "undefined" {
-		label += " (" + pr.PGDesc + ")"
-	}
-	p.f("\n%s  ranks %s  %s", label, pr.MembersText, pr.Verdict)
+	p.f("\n%s  ranks %s  %s", PGLabel(pr.PGName, pr.PGDesc), pr.MembersText, pr.Verdict)
 	if pr.Verdict != VerdictOK && pr.CollectiveSeqID >= 0 {
-		p.f(" at #%d %s", pr.CollectiveSeqID, pr.ProfilingName)
+		p.f(" at #%d %s", pr.CollectiveSeqID, jobtext.Quote(pr.ProfilingName, jobtext.Name))
 	}
 	p.f("  [%s, confidence %s]\n", pr.Finding.Kind, pr.Finding.Confidence)
 	p.f("  %s\n", pr.Finding.Line)
@@ -120,7 +117,7 @@ func (p *printer) group(pr PGReport) {
 		if n.Agrees {
 			p.f("  fr_trace agrees")
 			if n.Header != "" {
-				p.f(": %q", n.Header)
+				p.f(": %s", jobtext.Quote(n.Header, jobtext.Line))
 			}
 			p.f("\n")
 		} else {
@@ -128,12 +125,12 @@ func (p *printer) group(pr PGReport) {
 			if len(n.CulpritRanks) > 0 {
 				p.f(" (culprits %s)", rankset.Format(n.CulpritRanks))
 			}
-			p.f(": %s\n", n.Why)
+			p.f(": %s\n", jobtext.Quote(n.Why, jobtext.Line)) // fr_trace's words, with the dump's text
 		}
 	}
 	for _, e := range pr.Finding.Evidence {
 		if !strings.HasPrefix(e, "Not all ranks") && !strings.HasPrefix(e, "Collective sequence") {
-			p.f("  note: %s\n", e)
+			p.f("  note: %s\n", jobtext.Quote(e, jobtext.Line)) // fr_trace's words, with the dump's text
 		}
 	}
 }
@@ -150,7 +147,7 @@ func writeFrames(p *printer, frames []Frame, n int) {
 			p.f("    ... %d more frames\n", len(frames)-n)
 			return
 		}
-		p.f("    %s\n", f)
+		p.f("    %s\n", f.Text())
 	}
 }
 
