@@ -22,6 +22,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Kinds of peer failure.
@@ -154,7 +155,7 @@ func (c *Client) Do(ctx context.Context, n cluster.Node, method, path string, re
 		}
 		msg := "no explanation"
 		if json.Unmarshal(b, &ae) == nil && ae.Error != "" {
-			msg = bound(ae.Error, 300)
+			msg = jobtext.Quote(ae.Error, jobtext.Line) // the node's words
 		}
 		if res.StatusCode == http.StatusForbidden {
 			// A daemon without a token refuses another user's coordinator;

@@ -13,7 +13,48 @@ import (
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
+
+// A node's answer is its text, the job's text it passes on included: the
+// coordinator quotes what a node composed (a problem line, a rank's
+// ending) as a whole, so that nothing a node sends reads as the
+// coordinator's own words (jobtext).
+
+// nodeWords names a node in a line: its host quoted, its address.
+func nodeWords(n cluster.Node) string {
+	return jobtext.Quote(n.Host, jobtext.Name) + " (" + addrWords(n.Addr) + ")"
+}
+
+// addrWords is an address as is when it is one, else quoted.
+func addrWords(a string) string { return jobtext.Token(a, jobtext.Name) }
+
+// ranksWords is a rank set membership was told: as is when it is one,
+// else quoted (the store's text).
+func ranksWords(s string) string {
+	if _, err := rankset.Parse(s); err != nil {
+		return jobtext.Quote(s, jobtext.Name)
+	}
+	return s
+}
+
+// nodeSaid is a line a node composed, quoted, after its node's name.
+func nodeSaid(n cluster.Node, line string) string {
+	return jobtext.Quote(n.Host, jobtext.Name) + " said: " + jobtext.Quote(line, jobtext.Line)
+}
+
+// nodeText quotes the lines a node composed for a rank (how it ended,
+// why its stack or agent failed): read as the node's text, not ours. The
+// codes the diagnosis reads (AgentErr's "timeout") are kept when plain.
+func nodeText(e *evidence.RankEvidence) {
+	if e.Ending != "" {
+		e.Ending = jobtext.Quote(e.Ending, jobtext.Line)
+	}
+	if e.StackErr != "" {
+		e.StackErr = jobtext.Quote(e.StackErr, jobtext.Message)
+	}
+	e.AgentErr = jobtext.Token(e.AgentErr, jobtext.Message)
+}
 
 // ranksOf are a node's ranks as membership or its last answer said.
 func ranksOf(n cluster.Node) []int {
@@ -44,12 +85,12 @@ func (o *owners) claim(n cluster.Node, ranks []int) []int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(lies) > 0 {
-		o.lies = append(o.lies, fmt.Sprintf("%s (%s) answered for ranks %s, which membership registered to no rank of it (%s): dropped", n.Host, n.Addr, rankset.Format(lies), n.Ranks))
+		o.lies = append(o.lies, fmt.Sprintf("%s answered for ranks %s, which membership registered to no rank of it (%s): dropped", nodeWords(n), rankset.Format(lies), ranksWords(n.Ranks)))
 	}
 	var kept []int
 	for _, r := range ok {
 		if prev, dup := o.by[r]; dup && prev != n.Addr {
-			o.conflicts = append(o.conflicts, fmt.Sprintf("rank %d is claimed by two nodes, %s and %s: the first is used", r, prev, n.Addr))
+			o.conflicts = append(o.conflicts, fmt.Sprintf("rank %d is claimed by two nodes, %s and %s: the first is used", r, addrWords(prev), addrWords(n.Addr)))
 			continue
 		}
 		o.by[r] = n.Addr
@@ -91,7 +132,7 @@ func (j *Job) Stacks(ctx context.Context, ranks string) ([]stacks.Process, Cover
 			procs = append(procs, p)
 		}
 		for _, pr := range rep.Problems {
-			problems = append(problems, n.Host+": "+pr)
+			problems = append(problems, nodeSaid(n, pr))
 		}
 		return nil
 	})
@@ -139,7 +180,7 @@ func (j *Job) FlightRecorder(ctx context.Context, ranks string, onlyActive bool)
 			dumps = append(dumps, d)
 		}
 		for _, pr := range rep.Problems {
-			problems = append(problems, n.Host+": "+pr)
+			problems = append(problems, nodeSaid(n, pr))
 		}
 		return nil
 	})
@@ -193,6 +234,7 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 		for _, r := range kept {
 			e := b.Ranks[r]
 			e.Node = n.Addr
+			nodeText(e)
 			merged.Ranks[r] = e
 		}
 		for _, c := range b.Comm {
@@ -216,10 +258,10 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 			merged.GPU = append(merged.GPU, g)
 		}
 		for _, p := range b.Problems {
-			merged.Problems = append(merged.Problems, n.Host+": "+p)
+			merged.Problems = append(merged.Problems, nodeSaid(n, p))
 		}
 		for _, c := range b.Conflicts {
-			merged.Conflicts = append(merged.Conflicts, n.Host+": "+c)
+			merged.Conflicts = append(merged.Conflicts, nodeSaid(n, c))
 		}
 		return nil
 	})
@@ -227,11 +269,11 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 		rs := ranksOf(m.Node)
 		for _, r := range rs {
 			if merged.Ranks[r] == nil {
-				merged.Unreachable[r] = fmt.Sprintf("its node %s (%s) did not answer: %s: %s", m.Node.Host, m.Node.Addr, m.Err.Kind, m.Err.Msg)
+				merged.Unreachable[r] = fmt.Sprintf("its node %s did not answer: %s: %s", nodeWords(m.Node), m.Err.Kind, m.Err.Msg)
 			}
 		}
 		if len(rs) == 0 {
-			merged.Problems = append(merged.Problems, fmt.Sprintf("%s (%s) never answered, so which ranks it holds is not known", m.Node.Host, m.Node.Addr))
+			merged.Problems = append(merged.Problems, fmt.Sprintf("%s never answered, so which ranks it holds is not known", nodeWords(m.Node)))
 		}
 	}
 	best, n := 0, -1

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mattn/go-sqlite3"
 
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/storage/jsonrow"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -181,15 +182,15 @@ func Query(ctx context.Context, nodes []Node, sqlText string, limit int, opt Opt
 				return
 			}
 			if total+len(rep.Rows) > opt.MaxRows {
-				notes = append(notes, fmt.Sprintf("%s.%s from %s left out: the copy already holds %d rows (the cap is %d); narrow the query with a WHERE on timestamp or _rank", ti.schema, ti.name, n.ID(), total, opt.MaxRows))
+				notes = append(notes, fmt.Sprintf("%s.%s from %s left out: the copy already holds %d rows (the cap is %d); narrow the query with a WHERE on timestamp or _rank", ti.schema, ti.name, jobtext.Token(n.ID(), jobtext.Name), total, opt.MaxRows))
 				return
 			}
 			total += len(rep.Rows)
 			if rep.Truncated {
-				notes = append(notes, fmt.Sprintf("%s.%s on %s: only its first %d rows were copied (cap per node); counts and sums are lower bounds", ti.schema, ti.name, n.ID(), len(rep.Rows)))
+				notes = append(notes, fmt.Sprintf("%s.%s on %s: only its first %d rows were copied (cap per node); counts and sums are lower bounds", ti.schema, ti.name, jobtext.Token(n.ID(), jobtext.Name), len(rep.Rows)))
 			}
 			for _, p := range rep.Problems {
-				notes = append(notes, n.ID()+": "+p)
+				notes = append(notes, jobtext.Token(n.ID(), jobtext.Name)+" said: "+jobtext.Quote(p, jobtext.Line)) // the node's words
 			}
 			parts = append(parts, part{ti, n, rep})
 		})
@@ -200,7 +201,7 @@ func Query(ctx context.Context, nodes []Node, sqlText string, limit int, opt Opt
 	answered := len(nodes) - len(failed)
 	var missing []string
 	for id, why := range failed {
-		missing = append(missing, id+": "+why)
+		missing = append(missing, jobtext.Token(id, jobtext.Name)+": "+why)
 	}
 	sort.Strings(missing)
 	if opt.Strict && len(failed) > 0 {

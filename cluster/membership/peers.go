@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/cluster"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // MaxNodes bounds every list this package builds: far above any job that
@@ -63,11 +64,11 @@ func checkHostPort(a string) (string, error) {
 		return "", fmt.Errorf("no host")
 	}
 	if strings.ContainsAny(host, " \t/\\@?#") {
-		return "", fmt.Errorf("host %q has characters no host name has", host)
+		return "", fmt.Errorf("host %s has characters no host name has", jobtext.Quote(host, jobtext.Name))
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil || p < 1 || p > 65535 {
-		return "", fmt.Errorf("port %q is not 1..65535", port)
+		return "", fmt.Errorf("port %s is not 1..65535", jobtext.Quote(port, 16))
 	}
 	return host, nil
 }
