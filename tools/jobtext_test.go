@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/fanout"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext/jobtexttest"
 	"github.com/probing-mcp/probing-mcp/storage"
@@ -115,4 +117,19 @@ func TestGetStacksHostile(t *testing.T) {
 	nodes := ListClusterNodesResult{Summary: "2 node(s): 1 answered, 1 did not.", Coverage: res.Coverage,
 		Nodes: []fanout.NodeStatus{{Node: cluster.Node{Host: h, Addr: h, Ranks: h}, Status: h, Why: "refused: " + jobtext.Quote(h, jobtext.Line)}}}
 	jobtexttest.Check(t, "list_cluster_nodes", nodes.ModelText(), 4<<10)
+}
+
+// TestGPUStatusHostile: a node's host, its GPUs' names, a process's name
+// in an Xid event and a node's reason for having no GPU data are a
+// node's text: quoted in gpu_status.
+func TestGPUStatusHostile(t *testing.T) {
+	h := jobtexttest.Hostile()
+	now := time.Now()
+	snaps := spinGPUs(2, 0, now)
+	snaps[1].Name = h
+	r := gpu.NewReport(h, gpu.Status{State: gpu.StateOK, Devices: 2}, snaps, []gpu.XidEvent{{Kind: "xid", Xid: 79, Meaning: gpu.XidMeaning(79), GPU: 1, PID: 7, Process: h, Source: "kmsg", Time: now}}, 0)
+	reps := []gpu.Report{r, {Host: h, Source: gpu.SourceNone, Status: gpu.Status{State: gpu.StateNoDriver, Reason: h}}}
+	res := GPUStatusResult{now: now, Summary: mergeGPUs(reps, now, gpu.MaxSummary)}
+	res.Nodes, res.NodesTotal = gpuNodes(reps, now)
+	jobtexttest.Check(t, "gpu_status", res.ModelText(), maxGPUText)
 }

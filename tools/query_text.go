@@ -156,7 +156,7 @@ func (d describeAnswer) ModelText() string {
 		if tbl := get("table_schema") + "." + get("table_name"); tbl != last {
 			line, last = tbl+":\n", tbl
 		}
-		line += "  " + get("column_name") + " " + get("data_type")
+		line += "  " + jobtext.Token(get("column_name"), jobtext.Name) + " " + get("data_type") // a ring's header names its columns
 		if u := get("unit"); u != "" {
 			line += " [" + u + "]"
 		}
