@@ -189,10 +189,6 @@ func Clean(s string) string {
 	return b.String()
 }
 
-// Marked says whether s holds a quote (tests, and callers that must not
-// quote twice).
-func Marked(s string) bool { return strings.Contains(s, Open) }
-
 func cutMark(n int) string { return "…[+" + strconv.Itoa(n) + " bytes]" }
 
 // head escapes s from its start until n bytes of escaped text; rest is how
