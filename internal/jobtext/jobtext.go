@@ -62,8 +62,8 @@ func QuoteTail(s string, n int) string {
 }
 
 // Escape returns s escaped as inside a quote, its head within n bytes,
-// unmarked ("…" at a cut): for a person's terminal, where the marks would
-// be noise but escape sequences still act.
+// unmarked ("…" at a cut): for words of ours that may carry the job's
+// bytes (an os error's), where a quote would mark them as the job's.
 func Escape(s string, n int) string {
 	body, rest := head(s, n)
 	if rest > 0 {
