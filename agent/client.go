@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
@@ -135,7 +136,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body []byte, conte
 		return nil, &Error{PID: c.PID, Kind: "malformed", Msg: fmt.Sprintf("reply larger than %d bytes", c.MaxReply)}
 	}
 	if resp.StatusCode/100 != 2 {
-		return nil, &Error{PID: c.PID, Kind: "http", Status: resp.StatusCode, Msg: fmt.Sprintf("agent answered %d: %s", resp.StatusCode, errorText(b))}
+		return nil, &Error{PID: c.PID, Kind: "http", Status: resp.StatusCode, Msg: fmt.Sprintf("agent answered %d: %s", resp.StatusCode, jobtext.Quote(errorText(b), jobtext.Line))}
 	}
 	return b, nil
 }
@@ -151,7 +152,7 @@ func (c *Client) GetJSON(ctx context.Context, path string, v any) error {
 
 func (c *Client) decode(b []byte, v any) error {
 	if err := json.Unmarshal(b, v); err != nil {
-		return &Error{PID: c.PID, Kind: "malformed", Msg: fmt.Sprintf("reply is not the JSON expected (%v): %.200q", err, b)}
+		return &Error{PID: c.PID, Kind: "malformed", Msg: fmt.Sprintf("reply is not the JSON expected (%v): %s", err, jobtext.Quote(string(b), 200))}
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ load_batch(3)
 		t.Fatalf("dead rank: %+v", a)
 	}
 	got := a.Ending.Summary(false)
-	for _, want := range []string{"exited with code 1", "after ZeroDivisionError: division by zero", "(load_batch)"} {
+	for _, want := range []string{"exited with code 1", "after ⟦ZeroDivisionError: division by zero⟧", "(⟦load_batch⟧)"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("summary %q lacks %q", got, want)
 		}
@@ -63,7 +63,7 @@ raise RuntimeError("lost the data loader")
 		a := q.agent(t)
 		if a != nil && a.Ending != nil && a.Ending.MainThreadExit != nil {
 			got := a.Ending.Summary(a.Alive)
-			if !a.Alive || !strings.Contains(got, "its main thread died of RuntimeError: lost the data loader while 1 non-daemon thread(s) kept the process alive (keeper)") {
+			if !a.Alive || !strings.Contains(got, "its main thread died of ⟦RuntimeError: lost the data loader⟧ while 1 non-daemon thread(s) kept the process alive (⟦keeper⟧)") {
 				t.Errorf("alive %v, summary %q", a.Alive, got)
 			}
 			break

@@ -42,11 +42,11 @@ func TestCapturedCategories(t *testing.T) {
 		name, state, category, culprits, collateral, confidence, function string
 		says                                                              []string
 	}{
-		{"deadlock", StateStalled, CatDeadlock, "1", "0", High, "update_stats", []string{"deadlock: 2 threads", "lock stats_lock", "lock log_lock", `held by thread "log-flusher"`}},
+		{"deadlock", StateStalled, CatDeadlock, "1", "0", High, "update_stats", []string{"deadlock: 2 threads", "lock ⟦stats_lock⟧", "lock ⟦log_lock⟧", `held by thread ⟦log-flusher⟧`}},
 		{"deadlock_rlock", StateStalled, CatDeadlock, "1", "0", High, "update_stats", []string{"deadlock: 2 threads", "RLock", "held by thread"}},
 		{"gil_held", StateStalled, CatGILHeld, "1", "0", High, "native_wait", []string{"did not answer in time", "faulthandler", "not waiting for the GIL"}},
 		{"gil_held_thread", StateStalled, CatGILHeld, "1", "0", Medium, "native_wait", []string{"did not answer in time", "its main thread waits on a futex", "likely holder"}},
-		{"main_thread_dead", StateStalled, CatMainThreadDead, "1", "0", High, "load_batch", []string{"died of ValueError: corrupt record in shard 7", `"heartbeat"`, "threading._shutdown"}},
+		{"main_thread_dead", StateStalled, CatMainThreadDead, "1", "0", High, "load_batch", []string{"died of ⟦ValueError: corrupt record in shard 7", `⟦heartbeat⟧`, "threading._shutdown"}},
 		{"mismatch", StateStalled, CatMismatch, "2", "0-1", High, "broadcast_params", []string{"rank 2 called broadcast", "ranks 0-1 called all_reduce"}},
 		{"dead_rank", StateDead, CatDeadRank, "2", "0-1", High, "train_step", []string{"rank 2 died first", "RuntimeError: simulated device failure", "later", "ConnectionError"}},
 	} {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
@@ -18,7 +19,8 @@ import (
 // a child process (an upload command that never returns), or its own
 // read or open of a file or a FIFO. The category stays cpu_stall: these
 // are where the stall is, said in its evidence and in how to confirm it.
-// The command lines and paths are the job's data: quoted, clipped.
+// The command lines and paths are the job's data: quoted, clipped
+// (jobtext).
 func subCauses(hs []Hypothesis, in Input) []Hypothesis {
 	for i, h := range hs {
 		if h.Category != CatCPUStall || len(h.culprits) == 0 {
@@ -119,8 +121,7 @@ func waitWords(f *RankFacts) (line, confirm, short string) {
 	}
 	short = fmt.Sprintf("waiting for its %s pid %d", kind, c.PID)
 	if kind == "child process" && c.Cmdline != "" {
-		cmd, cut := procfacts.Clip(c.Cmdline, 40)
-		short += fmt.Sprintf(" (%q%s)", cmd, ellipsis(cut || c.CmdTruncated))
+		short += " (" + jobtext.Quote(c.Cmdline, 40) + ellipsis(c.CmdTruncated) + ")"
 	}
 	if c.IO != nil && c.IO.Kind != "child" && c.IO.Kind != "" {
 		short += ", blocked " + ioShort(c.IO)
@@ -175,9 +176,9 @@ func childWords(c evidence.SubProcess, kind string) string {
 		fmt.Fprintf(&b, " (a grandchild, under pid %d)", c.PPID)
 	}
 	if kind == "child process" && c.Cmdline != "" {
-		fmt.Fprintf(&b, ", command %q%s (job data)", c.Cmdline, ellipsis(c.CmdTruncated))
+		fmt.Fprintf(&b, ", command %s%s", jobtext.Quote(c.Cmdline, jobtext.Line), ellipsis(c.CmdTruncated))
 	}
-	fmt.Fprintf(&b, " (state %s%s", c.State, wchanWords(c.WChan))
+	fmt.Fprintf(&b, " (state %s%s", jobtext.Token(c.State, 16), wchanWords(c.WChan))
 	if c.IdleS >= 1 {
 		fmt.Fprintf(&b, ", asleep for the last %s", secs(c.IdleS))
 	}
@@ -204,7 +205,7 @@ func ioWords(io *procfacts.IOWait) string {
 		verb = "opening"
 	}
 	if io.Path == "" {
-		return fmt.Sprintf("%s a file (%s) whose name could not be read", verb, io.Syscall)
+		return fmt.Sprintf("%s a file (%s) whose name could not be read", verb, jobtext.Token(io.Syscall, jobtext.Name))
 	}
 	cut := ellipsis(io.Truncated)
 	what := ""
@@ -216,7 +217,7 @@ func ioWords(io *procfacts.IOWait) string {
 	case io.Kind == "file":
 		what = ", a file: the read does not return (a slow or hung file system?)"
 	}
-	return fmt.Sprintf("%s %q%s (%s)%s", verb, io.Path, cut, io.Syscall, what)
+	return fmt.Sprintf("%s %s%s (%s)%s", verb, jobtext.QuoteTail(io.Path, jobtext.Path), cut, jobtext.Token(io.Syscall, jobtext.Name), what)
 }
 
 // ioShort is "opening FIFO "name"" for the summary: the base name only,
@@ -233,8 +234,7 @@ func ioShort(io *procfacts.IOWait) string {
 	if io.Path == "" {
 		return verb + " a " + kind
 	}
-	name, cut := procfacts.Clip(path.Base(io.Path), 40)
-	return fmt.Sprintf("%s %s %q%s", verb, kind, name, ellipsis(cut || io.Truncated))
+	return fmt.Sprintf("%s %s %s%s", verb, jobtext.Token(kind, jobtext.Name), jobtext.Quote(path.Base(io.Path), 40), ellipsis(io.Truncated))
 }
 
 func ellipsis(cut bool) string {

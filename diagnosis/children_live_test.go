@@ -28,9 +28,9 @@ func TestLiveSubCauses(t *testing.T) {
 		says             []string
 	}{
 		{"loader_worker", python, nil, []string{"waits for its worker process", "opening", "shard-1.fifo", "a FIFO", "wait_for_partner"}},
-		{"spawn_worker", python, []string{"PROBING=2"}, []string{"waits for its worker process", "shard-1.fifo", "(read_sample) (its agent)"}},
+		{"spawn_worker", python, []string{"PROBING=2"}, []string{"waits for its worker process", "shard-1.fifo", "(⟦read_sample⟧) (its agent)"}},
 		{"torch_loader", testpython.Torch(), nil, []string{"waits for its DataLoader workers", "shard-1.fifo", "a FIFO"}},
-		{"upload_stuck", python, nil, []string{"waits for its child process: pid", `command "sleep 3600" (job data)`, "; up "}},
+		{"upload_stuck", python, nil, []string{"waits for its child process: pid", `command ⟦sleep 3600⟧`, "; up "}},
 		{"fifo_read", python, nil, []string{"rank 1's main thread is blocked", "opening", "shard-1.fifo", "a FIFO"}},
 	} {
 		t.Run(c.scenario, func(t *testing.T) {

@@ -41,11 +41,11 @@ func TestSubCauseDataLoaderWorker(t *testing.T) {
 	if h.Category != CatCPUStall || h.Culprits != "2" {
 		t.Fatalf("%+v", h)
 	}
-	if !strings.Contains(rep.Summary, `(train_epoch), waiting for its DataLoader worker pid 4242, blocked opening FIFO "shard \"3\".bin";`) {
+	if !strings.Contains(rep.Summary, `(⟦train_epoch⟧), waiting for its DataLoader worker pid 4242, blocked opening FIFO ⟦shard "3".bin⟧;`) {
 		t.Errorf("summary: %s", rep.Summary)
 	}
 	text := evidenceText(h)
-	for _, w := range []string{"rank 2's main thread waits for its DataLoader workers: pid 4242", "wait_for_partner", `opening "/data/shard \"3\".bin"`, "a FIFO", "in wait_for_partner, asleep for the last 95 s; up 95 s, 0.4 s of CPU"} {
+	for _, w := range []string{"rank 2's main thread waits for its DataLoader workers: pid 4242", "wait_for_partner", `opening ⟦/data/shard "3".bin⟧`, "a FIFO", "in wait_for_partner, asleep for the last 95 s; up 95 s, 0.4 s of CPU"} {
 		if !strings.Contains(text, w) {
 			t.Errorf("evidence does not say %q:\n%s", w, text)
 		}
@@ -73,10 +73,10 @@ func TestSubCauseChildProcess(t *testing.T) {
 	rep := Diagnose(in)
 	h := rep.Hypotheses[0]
 	text := evidenceText(h)
-	if !strings.Contains(rep.Summary, `(upload_checkpoint), waiting for its child process pid 5151 ("/tmp/upload.sh /ckpt/step-10.pt\n; rm -rf"…);`) {
+	if !strings.Contains(rep.Summary, `(⟦upload_checkpoint⟧), waiting for its child process pid 5151 (⟦/tmp/upload.sh /ckpt/step-10.pt\n; rm -r⟧…[+1 bytes]…);`) {
 		t.Errorf("summary: %s", rep.Summary)
 	}
-	for _, w := range []string{"rank 0's main thread waits for its child process: pid 5151", `command "/tmp/upload.sh /ckpt/step-10.pt\n; rm -rf"… (job data)`, "; up 41 s", "also pid 5150 (its other children, no wait of their own seen); 2 more not read"} {
+	for _, w := range []string{"rank 0's main thread waits for its child process: pid 5151", `command ⟦/tmp/upload.sh /ckpt/step-10.pt\n; rm -rf⟧…`, "; up 41 s", "also pid 5150 (its other children, no wait of their own seen); 2 more not read"} {
 		if !strings.Contains(text, w) {
 			t.Errorf("evidence does not say %q:\n%s", w, text)
 		}
@@ -97,8 +97,8 @@ func TestSubCauseShellCommand(t *testing.T) {
 			{Child: procfacts.Child{PID: 601, PPID: 600, Cmdline: "aws s3 cp x s3://y", State: "S", WChan: "do_epoll_wait", AgeS: 30, Depth: 2}},
 		}}
 	text := evidenceText(Diagnose(in).Hypotheses[0])
-	for _, w := range []string{`pid 600, command "/bin/sh -c aws s3 cp x s3://y" (job data) (state S, in do_wait; up 30 s, 0.0 s of CPU) waiting for its own child`,
-		`pid 601 (a grandchild, under pid 600), command "aws s3 cp x s3://y" (job data)`} {
+	for _, w := range []string{`pid 600, command ⟦/bin/sh -c aws s3 cp x s3://y⟧ (state S, in do_wait; up 30 s, 0.0 s of CPU) waiting for its own child`,
+		`pid 601 (a grandchild, under pid 600), command ⟦aws s3 cp x s3://y⟧`} {
 		if !strings.Contains(text, w) {
 			t.Errorf("evidence does not say %q:\n%s", w, text)
 		}
@@ -123,13 +123,13 @@ func TestSubCauseOwnRead(t *testing.T) {
 	in.Ranks[0].Waits = &evidence.Waits{IO: &procfacts.IOWait{Syscall: "read", Path: "/data/x", Kind: "file"}}
 	rep := Diagnose(in)
 	text := evidenceText(rep.Hypotheses[0])
-	if !strings.Contains(text, `rank 1's main thread is blocked (state S) reading "/data/shard-1.bin" (read), a FIFO`) {
+	if !strings.Contains(text, `rank 1's main thread is blocked (state S) reading ⟦/data/shard-1.bin⟧ (read), a FIFO`) {
 		t.Errorf("%s", text)
 	}
 	if strings.Contains(text, "/data/x") {
 		t.Errorf("a victim's read explained:\n%s", text)
 	}
-	if !strings.Contains(rep.Summary, `(read_shard), blocked reading FIFO "shard-1.bin";`) {
+	if !strings.Contains(rep.Summary, `(⟦read_shard⟧), blocked reading FIFO ⟦shard-1.bin⟧;`) {
 		t.Errorf("summary: %s", rep.Summary)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // withDeadSnapshots weighs the Flight Recorder of ranks that died of a
@@ -38,7 +39,7 @@ func withDeadSnapshots(hs []Hypothesis, in Input) []Hypothesis {
 		}
 		top.Evidence = append(top.Evidence, Evidence{"flight_recorder", fmt.Sprintf(
 			"group %s (pg %s): the Flight Recorder that %s left as they died of the timeout agree through #%d; %s left none: the recorder backs the waiters, it cannot see the culprit",
-			pg.MembersText, pg.PGName, rankWords(waited), f.Seq, rankWords(pg.MissingDumps))})
+			pg.MembersText, jobtext.Quote(pg.PGName, jobtext.Name), rankWords(waited), f.Seq, rankWords(pg.MissingDumps))})
 		return hs
 	}
 	return hs

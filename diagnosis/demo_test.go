@@ -56,7 +56,7 @@ func TestDiagnoseLiveDemoJob(t *testing.T) {
 		h.Where == nil || h.Where.Function != "fake_data_loader" || h.Confidence != diagnosis.High {
 		t.Fatalf("%s\n%+v", rep.Summary, h)
 	}
-	if !strings.HasPrefix(rep.Summary, "rank 2 is the culprit (cpu_stall, high confidence) at socket_rank.py:") {
+	if !strings.HasPrefix(rep.Summary, "rank 2 is the culprit (cpu_stall, high confidence) at ⟦socket_rank.py⟧:") {
 		t.Errorf("summary %q", rep.Summary)
 	}
 	t.Log(rep.Summary)

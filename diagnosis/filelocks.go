@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // fileLocks follows a CPU-side culprit's file lock to its holder
@@ -39,7 +40,7 @@ func fileLocks(hs []Hypothesis, in Input, m Model) []Hypothesis {
 				owner = f.Rank
 			}
 		}
-		waiters := fmt.Sprintf("%s blocked taking a file lock (%s, file %s)", rankWords(h.culprits)+plural(len(h.culprits), " is", " are"), kind, file)
+		waiters := fmt.Sprintf("%s blocked taking a file lock (%s, file %s)", rankWords(h.culprits)+plural(len(h.culprits), " is", " are"), jobtext.Token(kind, jobtext.Name), jobtext.QuoteTail(file, jobtext.Path))
 		if owner < 0 || slices.Contains(h.culprits, owner) {
 			hs[i].Evidence = append(hs[i].Evidence, Evidence{"proc", fmt.Sprintf("%s that pid %d holds, no rank of this job (/proc/locks)", waiters, holder)})
 			continue

@@ -6,6 +6,7 @@ import (
 
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // withFlightRecorder weighs the Flight Recorder's analysis against the
@@ -34,8 +35,8 @@ func withFlightRecorder(hs []Hypothesis, in Input) []Hypothesis {
 				continue
 			}
 			h := Hypothesis{Category: CatMismatch, culprits: culprits, Confidence: Medium,
-				Evidence: []Evidence{{"flight_recorder", fmt.Sprintf("group %s (pg %s): %s", pg.MembersText, pg.PGName, f.Line)}},
-				Confirm:  fmt.Sprintf("snapshot_flight_recorder: compare the sizes and dtypes of #%d on every member of pg %s", f.Seq, pg.PGName),
+				Evidence: []Evidence{{"flight_recorder", fmt.Sprintf("group %s (pg %s): %s", pg.MembersText, jobtext.Quote(pg.PGName, jobtext.Name), f.Line)}},
+				Confirm:  fmt.Sprintf("snapshot_flight_recorder: compare the sizes and dtypes of #%d on every member of pg %s", f.Seq, jobtext.Quote(pg.PGName, jobtext.Name)),
 				Refute:   "the members' entries for that sequence number agree"}
 			if f.Confidence == High {
 				h.Confidence = High
@@ -76,7 +77,7 @@ func withFlightRecorder(hs []Hypothesis, in Input) []Hypothesis {
 				// group view is all there is, and it cannot see across
 				// groups.
 				h := Hypothesis{Category: CatMissing, culprits: culprits, Confidence: Medium,
-					Evidence: []Evidence{{"flight_recorder", fmt.Sprintf("group %s (pg %s): %s", pg.MembersText, pg.PGName, f.Line)},
+					Evidence: []Evidence{{"flight_recorder", fmt.Sprintf("group %s (pg %s): %s", pg.MembersText, jobtext.Quote(pg.PGName, jobtext.Name), f.Line)},
 						{"flight_recorder", "from the Flight Recorder alone (the rings show no collective waiting): a rank waiting in another group can look missing from this one"}},
 					Confirm: fmt.Sprintf("get_stacks {\"ranks\":\"%s\"}: where the missing rank is", rankset.Format(culprits)),
 					Refute:  "its stack is inside a collective of another group that others have not entered"}
@@ -96,7 +97,7 @@ func withFlightRecorder(hs []Hypothesis, in Input) []Hypothesis {
 				continue
 			}
 			top := &hs[0]
-			line := fmt.Sprintf("group %s (pg %s): %s", pg.MembersText, pg.PGName, f.Line)
+			line := fmt.Sprintf("group %s (pg %s): %s", pg.MembersText, jobtext.Quote(pg.PGName, jobtext.Name), f.Line)
 			switch {
 			case slices.Equal(top.culprits, culprits):
 				top.Evidence = append(top.Evidence, Evidence{"flight_recorder", line + " (agrees)"})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 const (
@@ -405,7 +406,7 @@ func onHost(h string) string {
 	if h == "" {
 		return ""
 	}
-	return " on " + h
+	return " on " + jobtext.Quote(h, jobtext.Name)
 }
 
 // sigOf is the rank's own GPU's signature when its sample is usable.

@@ -135,7 +135,7 @@ func TestGPUEvidence(t *testing.T) {
 			return in
 		},
 		want: want{cat: CatGPUFault, culprits: "5", conf: High, collateral: "0-4,6-7",
-			evidence: []string{"[gpu] rank 5's GPU 5 on node-a: Xid 79 (GPU has fallen off the bus) at ", ", 2.0s after the job's last progress", "(and 1 more fault event(s) on it)", "every member of group"},
+			evidence: []string{"[gpu] rank 5's GPU 5 on ⟦node-a⟧: Xid 79 (GPU has fallen off the bus) at ", ", 2.0s after the job's last progress", "(and 1 more fault event(s) on it)", "every member of group"},
 			absent:   []string{CatAllIn}},
 	}, {
 		name: "xid before the stall",
@@ -146,7 +146,7 @@ func TestGPUEvidence(t *testing.T) {
 			return in
 		},
 		want: want{cat: CatGPUFault, culprits: "2", conf: High,
-			evidence: []string{"rank 2's GPU 2 on node-a: Xid 48 (double-bit ECC error: uncorrectable GPU memory error) at ", ", 1.0s before the stall"},
+			evidence: []string{"rank 2's GPU 2 on ⟦node-a⟧: Xid 48 (double-bit ECC error: uncorrectable GPU memory error) at ", ", 1.0s before the stall"},
 			absent:   []string{CatAllIn}},
 	}, {
 		// An Xid from before the job's first record is an earlier run's:
@@ -160,7 +160,7 @@ func TestGPUEvidence(t *testing.T) {
 		},
 		want: want{cat: CatAllIn, culprits: "0-7", conf: Medium, absent: []string{CatGPUFault},
 			evidence: []string{"spin at 100% util"},
-			dq:       []string{"rank 5's GPU 5 on node-a: Xid 79 (GPU has fallen off the bus) at ", "before the job's first record here", "not weighed"}},
+			dq:       []string{"rank 5's GPU 5 on ⟦node-a⟧: Xid 79 (GPU has fallen off the bus) at ", "before the job's first record here", "not weighed"}},
 	}, {
 		// The kernel log's time since boot could not be converted: the
 		// event counts, at medium confidence, and says so.
@@ -172,7 +172,7 @@ func TestGPUEvidence(t *testing.T) {
 			return in
 		},
 		want: want{cat: CatGPUFault, culprits: "5", conf: Medium,
-			evidence: []string{"rank 5's GPU 5 on node-a: Xid 79 (GPU has fallen off the bus) at an unknown time"}, absent: []string{CatAllIn}},
+			evidence: []string{"rank 5's GPU 5 on ⟦node-a⟧: Xid 79 (GPU has fallen off the bus) at an unknown time"}, absent: []string{CatAllIn}},
 	}, {
 		// The GPUs list no process (a container hides the pids); the
 		// ranks' local ranks are the GPU indices one to one: mapped, as
@@ -186,7 +186,7 @@ func TestGPUEvidence(t *testing.T) {
 			return in
 		},
 		want: want{cat: CatGPUFault, culprits: "5", conf: Medium,
-			evidence: []string{"rank 5's GPU 5 on node-a: Xid 79", "assumed by local rank"}, absent: []string{CatAllIn}},
+			evidence: []string{"rank 5's GPU 5 on ⟦node-a⟧: Xid 79", "assumed by local rank"}, absent: []string{CatAllIn}},
 	}, {
 		// No processes and no local ranks: nothing maps, nothing is
 		// guessed, and the fault is said as a GPU of no known rank.
@@ -201,7 +201,7 @@ func TestGPUEvidence(t *testing.T) {
 			return in
 		},
 		want: want{cat: CatAllIn, culprits: "0-7", conf: Medium, absent: []string{CatGPUFault},
-			dq: []string{"not its GPU indices one to one", "GPU 5 on node-a: Xid 79", "no rank of this job is known on it"}},
+			dq: []string{"not its GPU indices one to one", "GPU 5 on ⟦node-a⟧: Xid 79", "no rank of this job is known on it"}},
 	}, {
 		// Rank 5 died; its process is no longer on GPU 5, the others are
 		// on the GPU of their local rank: GPU 5 is assumed its, and the
@@ -222,7 +222,7 @@ func TestGPUEvidence(t *testing.T) {
 			return in
 		},
 		want: want{cat: CatGPUFault, culprits: "5", conf: Medium, collateral: "0-4,6-7",
-			evidence: []string{"rank 5's GPU 5 on node-a: Xid 79", "assumed by local rank", "CUDA error"}, absent: []string{CatDeadRank}},
+			evidence: []string{"rank 5's GPU 5 on ⟦node-a⟧: Xid 79", "assumed by local rank", "CUDA error"}, absent: []string{CatDeadRank}},
 	}, {
 		// The kernel log names the faulting process: the rank of that
 		// pid, without any assumption.
@@ -243,7 +243,7 @@ func TestGPUEvidence(t *testing.T) {
 			return in
 		},
 		want: want{cat: CatGPUFault, culprits: "5", conf: High,
-			evidence: []string{"rank 5's GPU 5 on node-a: Xid 31 (GPU memory page fault"}, absent: []string{CatDeadRank}},
+			evidence: []string{"rank 5's GPU 5 on ⟦node-a⟧: Xid 31 (GPU memory page fault"}, absent: []string{CatDeadRank}},
 	}, {
 		// Rank 2 died after rank 5's GPU failed: its death may follow
 		// from the fault, so the dead rank is held one step lower.
@@ -259,7 +259,7 @@ func TestGPUEvidence(t *testing.T) {
 			return in
 		},
 		want: want{cat: CatGPUFault, culprits: "5", conf: High,
-			second: &struct{ cat, conf, evidence string }{CatDeadRank, Medium, "but rank 5's GPU 5 on node-a failed at "}},
+			second: &struct{ cat, conf, evidence string }{CatDeadRank, Medium, "but rank 5's GPU 5 on ⟦node-a⟧ failed at "}},
 	}, {
 		name: "all-in with every GPU spinning",
 		build: func() Input {
@@ -284,7 +284,7 @@ func TestGPUEvidence(t *testing.T) {
 			return in
 		},
 		want: want{cat: CatCPUStall, culprits: "3", conf: Medium, collateral: "0-2,4-7",
-			evidence: []string{"[gpu] rank 3's GPU 3 on node-a is idle at 0% util, 60 W of 700 W while the GPUs of ranks 0-2,4-7 spin", "[comm_rings] but the rings record rank 3 inside the collective"},
+			evidence: []string{"[gpu] rank 3's GPU 3 on ⟦node-a⟧ is idle at 0% util, 60 W of 700 W while the GPUs of ranks 0-2,4-7 spin", "[comm_rings] but the rings record rank 3 inside the collective"},
 			second:   &struct{ cat, conf, evidence string }{CatAllIn, Low, "but rank 3's GPU is idle while the GPUs of ranks 0-2,4-7 spin"}},
 	}, {
 		name: "cpu_stall culprit idle while the waiters spin",
@@ -300,7 +300,7 @@ func TestGPUEvidence(t *testing.T) {
 		},
 		// Medium stays medium: no stack to go with it.
 		want: want{cat: CatCPUStall, culprits: "3", conf: Medium,
-			evidence: []string{"[gpu] rank 3's GPU 3 on node-a is idle at 0% util, 60 W of 700 W while the GPUs of ranks 0-2,4-7 spin at 100% util, 70-72 W of 700 W: it never launched the collective they wait in"}},
+			evidence: []string{"[gpu] rank 3's GPU 3 on ⟦node-a⟧ is idle at 0% util, 60 W of 700 W while the GPUs of ranks 0-2,4-7 spin at 100% util, 70-72 W of 700 W: it never launched the collective they wait in"}},
 	}, {
 		name: "cpu_stall culprit whose GPU computes",
 		build: func() Input {
@@ -315,7 +315,7 @@ func TestGPUEvidence(t *testing.T) {
 			return in
 		},
 		want: want{cat: CatCPUStall, culprits: "3", conf: Medium, // high with its stack, one step lower
-			evidence: []string{"[gpu] but rank 3's GPU 3 on node-a computes at 98% util, 650 W of 700 W: a long GPU computation", "(confidence lowered)"}},
+			evidence: []string{"[gpu] but rank 3's GPU 3 on ⟦node-a⟧ computes at 98% util, 650 W of 700 W: a long GPU computation", "(confidence lowered)"}},
 	}, {
 		name: "cpu_stall culprit spinning like its waiters",
 		build: func() Input {
@@ -324,7 +324,7 @@ func TestGPUEvidence(t *testing.T) {
 			return in
 		},
 		want: want{cat: CatCPUStall, culprits: "3", conf: Low,
-			evidence: []string{"but rank 3's GPU 3 on node-a spins at 100% util", "like the GPUs waiting for it"}},
+			evidence: []string{"but rank 3's GPU 3 on ⟦node-a⟧ spins at 100% util", "like the GPUs waiting for it"}},
 	}, {
 		// The sample is old (the sampler stopped after the stall): used,
 		// with its age.
@@ -368,7 +368,7 @@ func TestGPUEvidence(t *testing.T) {
 			return in
 		},
 		want: want{cat: CatAllIn, culprits: "0-7", conf: Medium, absent: []string{CatGPUFault},
-			evidence: []string{"the GPUs of ranks 0-7 spin"}, dq: []string{"GPU 1 on node-c: Xid 79"}},
+			evidence: []string{"the GPUs of ranks 0-7 spin"}, dq: []string{"GPU 1 on ⟦node-c⟧: Xid 79"}},
 	}, {
 		// Rank 5's own node lists it on no GPU: node-c's rank 5 is still
 		// another job's, not a guess for this one.
@@ -450,7 +450,7 @@ func TestGPUFaultOnAMovingJob(t *testing.T) {
 		t.Fatalf("%s", rep.Text())
 	}
 	if !slices.ContainsFunc(rep.DataQuality, func(s string) bool {
-		return strings.HasPrefix(s, "GPU fault while the job moves (no hang: the GPU needs attention): rank 3's GPU 3 on node-a: Xid 79") &&
+		return strings.HasPrefix(s, "GPU fault while the job moves (no hang: the GPU needs attention): rank 3's GPU 3 on ⟦node-a⟧: Xid 79") &&
 			!strings.Contains(s, "stall")
 	}) {
 		t.Errorf("%q", rep.DataQuality)
@@ -514,7 +514,7 @@ func TestGPUFault4096Ranks(t *testing.T) {
 	if os.Getenv("SCRATCH") != "" {
 		t.Log(len(text), text)
 	}
-	if len(text) > 6000 || !strings.Contains(text, "rank 2053's GPU 5 on node-256: Xid 79 (GPU has fallen off the bus)") {
+	if len(text) > 6000 || !strings.Contains(text, "rank 2053's GPU 5 on ⟦node-256⟧: Xid 79 (GPU has fallen off the bus)") {
 		t.Errorf("%d bytes:\n%s", len(text), text)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // hangXid: the Xids that stop a rank's work on its GPU. The GPU's own
@@ -408,7 +409,7 @@ func hostOr(h string) string {
 	if h == "" {
 		return "this node"
 	}
-	return h
+	return jobtext.Quote(h, jobtext.Name)
 }
 
 // lower is one confidence step down.

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Bounds of the default answer: what a model reads first must stay small
@@ -27,6 +28,14 @@ func (r *Report) Bound() {
 		r.Ranks = r.Ranks[:MaxRankGroups]
 		r.Omitted = append(r.Omitted, fmt.Sprintf("%d rank groups (detail \"ranks\" lists every rank, paged)", n))
 	}
+	for i := range r.Hypotheses {
+		// The culprit's frame is the job's text: clipped in the JSON too
+		// (after its source line was read through the whole path).
+		if w := r.Hypotheses[i].Where; w != nil {
+			r.Hypotheses[i].Where = &Where{File: jobtext.ClipTail(w.File, jobtext.Path), Line: w.Line,
+				Function: jobtext.Clip(w.Function, jobtext.Func), Source: jobtext.Clip(w.Source, jobtext.Line)}
+		}
+	}
 	if n := len(r.DataQuality) - MaxDataLines; n > 0 {
 		r.DataQuality = append(r.DataQuality[:MaxDataLines:MaxDataLines], fmt.Sprintf("… and %d more data-quality notes", n))
 	}
@@ -39,10 +48,8 @@ func (r *Report) Text() string {
 	line := func(format string, args ...any) {
 		s := fmt.Sprintf(format, args...)
 		body := strings.TrimLeft(s, " ")
-		s = s[:len(s)-len(body)] + oneLine(body)
-		if len(s) > maxTextLine {
-			s = s[:maxTextLine] + "…"
-		}
+		s = s[:len(s)-len(body)] + jobtext.Clean(oneLine(body))
+		s = jobtext.Cut(s, maxTextLine) // a quote cut open is closed
 		b.WriteString(s)
 		b.WriteByte('\n')
 	}
@@ -63,9 +70,9 @@ func (r *Report) Text() string {
 		}
 		line("%s", head)
 		if w := h.Where; w != nil {
-			line("   where: %s:%d in %s", w.File, w.Line, w.Function)
+			line("   where: %s:%d in %s", jobtext.QuoteTail(w.File, jobtext.Path), w.Line, jobtext.Quote(w.Function, jobtext.Func))
 			if w.Source != "" {
-				line("          %s", w.Source)
+				line("          %s", jobtext.Quote(strings.TrimSpace(w.Source), jobtext.Line))
 			}
 		}
 		for _, e := range h.Evidence {

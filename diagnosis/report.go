@@ -13,6 +13,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
@@ -120,8 +121,10 @@ type Where struct {
 	Source string `json:"source,omitempty"`
 }
 
+// String names the place in a line: the file and function are the job's
+// text, quoted.
 func (w *Where) String() string {
-	return fmt.Sprintf("%s:%d (%s)", path.Base(w.File), w.Line, w.Function)
+	return fmt.Sprintf("%s:%d (%s)", jobtext.QuoteTail(path.Base(w.File), jobtext.Name), w.Line, jobtext.Quote(w.Function, jobtext.Func))
 }
 
 // Hypothesis is one explanation, with its proof and how to test it.
@@ -626,9 +629,9 @@ func frameWords(t *stacks.Thread) string {
 		return w.String()
 	}
 	if len(t.Frames) > 0 {
-		return t.Frames[0].String()
+		return t.Frames[0].Text()
 	}
-	return "no Python frame (state " + t.State + ")"
+	return "no Python frame (state " + jobtext.Token(t.State, 16) + ")"
 }
 
 func summary(h Hypothesis, js JobState) string {

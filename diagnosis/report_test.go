@@ -90,7 +90,7 @@ func TestDiagnoseCPUStallWhere(t *testing.T) {
 	if h.Category != CatCPUStall || h.Culprits != "3" || h.Confidence != High || h.Where == nil || h.Where.Line != 63 {
 		t.Fatalf("%+v", h)
 	}
-	if !strings.Contains(rep.Summary, "at train.py:63 (fake_data_loader)") {
+	if !strings.Contains(rep.Summary, "at ⟦train.py⟧:63 (⟦fake_data_loader⟧)") {
 		t.Errorf("summary %q", rep.Summary)
 	}
 	// The stack says it is inside torch's collective: the rings and the

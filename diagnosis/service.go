@@ -2,10 +2,14 @@ package diagnosis
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"strings"
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
@@ -58,7 +62,7 @@ func Run(ctx context.Context, opt RunOptions) Report {
 		}
 		src, err := sourceLine(h.Where.File, h.Where.Line, owner)
 		if err != nil {
-			rep.DataQuality = append(rep.DataQuality, fmt.Sprintf("source line of %s not shown: %v", h.Where, err))
+			rep.DataQuality = append(rep.DataQuality, fmt.Sprintf("source line of %s not shown: %s", h.Where, pathless(err, h.Where.File)))
 			continue
 		}
 		h.Where.Source = src
@@ -91,4 +95,14 @@ func wantsSamples(rep Report) bool {
 		}
 	}
 	return false
+}
+
+// pathless is err's text with the job's path (said quoted beside it) left
+// out: an os error repeats the path raw.
+func pathless(err error, path string) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Op + ": " + pe.Err.Error()
+	}
+	return jobtext.Clean(strings.ReplaceAll(err.Error(), path, "the file"))
 }

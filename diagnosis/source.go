@@ -33,7 +33,7 @@ func sourceLine(file string, n int, owner procfacts.Owner) (string, error) {
 		return "", fmt.Errorf("line %d out of range", n)
 	}
 	if !filepath.IsAbs(file) {
-		return "", fmt.Errorf("%q is not an absolute path", file)
+		return "", errors.New("not an absolute path")
 	}
 	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
@@ -45,10 +45,10 @@ func sourceLine(file string, n int, owner procfacts.Owner) (string, error) {
 		return "", err
 	}
 	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("%s is not a regular file", file)
+		return "", errors.New("not a regular file")
 	}
 	if !readableBy(fi, owner) {
-		return "", fmt.Errorf("%s is not readable by the job's user (uid %d)", file, owner.UID)
+		return "", fmt.Errorf("not readable by the job's user (uid %d)", owner.UID)
 	}
 	r := bufio.NewReader(io.LimitReader(f, maxSourceBytes))
 	for i := 1; ; i++ {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Who waits for whom when the rings place no rank inside a collective (a
@@ -117,7 +118,7 @@ func stackWaits(m *Model, in Input) string {
 		for _, r := range ranks {
 			in_[r] = place
 		}
-		how = "asleep in the kernel in one call (" + place + ") while the others are elsewhere"
+		how = "asleep in the kernel in one call (" + jobtext.Quote(place, jobtext.Line) + ") while the others are elsewhere"
 	}
 	members := make([]int, 0, len(m.Ranks))
 	for r := range m.Ranks {
@@ -312,7 +313,7 @@ func mergeSameWait(hs []Hypothesis, in Input) []Hypothesis {
 		h.collateral = slices.DeleteFunc(slices.Compact(coll), func(r int) bool { return slices.Contains(h.culprits, r) })
 		h.Collateral = rankset.Format(h.collateral)
 		h.Evidence = []Evidence{{"stacks", fmt.Sprintf("ranks %s are all blocked in the same call (%s): they wait for one thing (a lock, a file, a server) that someone else holds, perhaps a rank that waits for them (a deadlock); none of them is shown to be the cause",
-			rankset.Format(h.culprits), k)}}
+			rankset.Format(h.culprits), jobtext.Quote(k, jobtext.Line))}}
 		if len(h.collateral) > 0 {
 			h.Evidence = append(h.Evidence, Evidence{"comm_rings", fmt.Sprintf("%s wait for them in collectives", rankWords(h.collateral))})
 		}

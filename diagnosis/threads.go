@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
@@ -79,7 +80,7 @@ func mainThreadDead(f *RankFacts) *threadFinding {
 	case exc != nil:
 		how = "died of " + excWords(exc)
 	case mte != nil && mte.Exception != nil:
-		how = "died of " + mte.Exception.Type + ": " + firstLine(mte.Exception.Message)
+		how = "died of " + exceptionQuote(mte.Exception.Type, mte.Exception.Message)
 	case mte != nil && mte.Outcome == "sys.exit":
 		how = "called sys.exit"
 	case mte != nil:
@@ -102,14 +103,14 @@ func mainThreadDead(f *RankFacts) *threadFinding {
 		if t.IsMain || t.Daemon {
 			continue
 		}
-		lingering = append(lingering, fmt.Sprintf("%q at %s", t.Name, frameWords(t)))
+		lingering = append(lingering, fmt.Sprintf("%s at %s", threadName(t.Name), frameWords(t)))
 		if tf.Thread == nil {
 			tf.Thread = t
 		}
 	}
 	if len(lingering) == 0 && mte != nil {
 		for _, t := range mte.ThreadsAlive {
-			lingering = append(lingering, fmt.Sprintf("%q", t.Name))
+			lingering = append(lingering, threadName(t.Name))
 		}
 	}
 	switch {
@@ -179,9 +180,9 @@ func deadlock(f *RankFacts) *threadFinding {
 		return nil
 	}
 	waits := func(t *stacks.Thread) string {
-		s := fmt.Sprintf("thread %q waits to acquire %s %s at %s", t.Name, lockKind(t.LockWait), t.LockWait.Lock, frameWords(t))
+		s := fmt.Sprintf("thread %s waits to acquire %s %s at %s", threadName(t.Name), lockKind(t.LockWait), jobtext.Quote(t.LockWait.Lock, jobtext.Name), frameWords(t))
 		if t.WChan != "" {
-			s += " (asleep in " + t.WChan + ")"
+			s += " (asleep in " + jobtext.Token(t.WChan, jobtext.Name) + ")"
 		}
 		return s
 	}
@@ -189,9 +190,9 @@ func deadlock(f *RankFacts) *threadFinding {
 		o := holderOf(t)
 		switch {
 		case o != nil && o.LockWait != nil && o.LockWait.Locked:
-			return fmt.Sprintf("it is held by thread %q, itself waiting", o.Name)
+			return fmt.Sprintf("it is held by thread %s, itself waiting", threadName(o.Name))
 		case o != nil:
-			return fmt.Sprintf("it is held by thread %q, at %s", o.Name, frameWords(o))
+			return fmt.Sprintf("it is held by thread %s, at %s", threadName(o.Name), frameWords(o))
 		case t.LockWait.Owner != 0:
 			return fmt.Sprintf("it is held by thread id %d, not among the captured threads", t.LockWait.Owner)
 		}
@@ -208,7 +209,7 @@ func deadlock(f *RankFacts) *threadFinding {
 				tf := &threadFinding{Category: CatDeadlock, Strong: true, Thread: mainOr(f, cycle)}
 				var parts []string
 				for _, c := range cycle {
-					parts = append(parts, fmt.Sprintf("%s, held by thread %q%s", waits(c), holderOf(c).Name, heldAs(holderOf(c), c.LockWait)))
+					parts = append(parts, fmt.Sprintf("%s, held by thread %s%s", waits(c), threadName(holderOf(c).Name), heldAs(holderOf(c), c.LockWait)))
 				}
 				tf.Evidence = []Evidence{{"stacks", fmt.Sprintf("deadlock: %d threads of rank %d wait for each other's locks: %s", len(cycle), f.Rank, strings.Join(parts, "; "))}}
 				tf.Confirm = fmt.Sprintf("get_stacks {\"ranks\":\"%d\"} again: the same threads on the same lock lines", f.Rank)
@@ -268,7 +269,7 @@ func asleep(t *stacks.Thread) bool {
 func heldAs(holder *stacks.Thread, w *stacks.LockWait) string {
 	for _, h := range holder.LocksHeld {
 		if h.LockID == w.LockID && h.Lock != w.Lock {
-			return " (its " + h.Lock + ")"
+			return " (its " + jobtext.Quote(h.Lock, jobtext.Name) + ")"
 		}
 	}
 	return ""
@@ -349,7 +350,7 @@ func gilHeld(f *RankFacts) *threadFinding {
 		case t.IsMain:
 			osMain = t
 		case t.State == "R" || !strings.Contains(t.WChan, "futex"):
-			others = append(others, fmt.Sprintf("tid %d %q (state %s%s)", t.NativeID, t.Name, t.State, wchanWords(t.WChan)))
+			others = append(others, fmt.Sprintf("tid %d %s (state %s%s)", t.NativeID, threadName(t.Name), jobtext.Token(t.State, 16), wchanWords(t.WChan)))
 		default:
 			futexes++
 		}
@@ -375,12 +376,12 @@ func gilHeld(f *RankFacts) *threadFinding {
 		if main != nil {
 			where = " in " + frameWords(main)
 		}
-		tf.Evidence = append(tf.Evidence, Evidence{"proc", fmt.Sprintf("but /proc shows its main thread asleep%s (state %s%s), a wait Python usually makes without the GIL: only a C call that sleeps holding it fits both, and a slow agent on a loaded node explains the timeout as well", where, osMain.State, wchanWords(osMain.WChan))})
+		tf.Evidence = append(tf.Evidence, Evidence{"proc", fmt.Sprintf("but /proc shows its main thread asleep%s (state %s%s), a wait Python usually makes without the GIL: only a C call that sleeps holding it fits both, and a slow agent on a loaded node explains the timeout as well", where, jobtext.Token(osMain.State, 16), wchanWords(osMain.WChan))})
 	case holdsMain && main != nil:
 		tf.Strong, tf.Thread = true, main
-		tf.Evidence = append(tf.Evidence, Evidence{"stacks", fmt.Sprintf("the GIL-free faulthandler dump shows its main thread in %s, a native call that does not release the GIL; /proc: state %s%s, not waiting for the GIL", frameWords(main), osMain.State, wchanWords(osMain.WChan))})
+		tf.Evidence = append(tf.Evidence, Evidence{"stacks", fmt.Sprintf("the GIL-free faulthandler dump shows its main thread in %s, a native call that does not release the GIL; /proc: state %s%s, not waiting for the GIL", frameWords(main), jobtext.Token(osMain.State, 16), wchanWords(osMain.WChan))})
 	case holdsMain:
-		tf.Evidence = append(tf.Evidence, Evidence{"proc", fmt.Sprintf("no Python frames could be read (no faulthandler dump: %s); /proc: its main thread is in state %s%s, not waiting for the GIL", firstLine(f.StackErr), osMain.State, wchanWords(osMain.WChan))})
+		tf.Evidence = append(tf.Evidence, Evidence{"proc", fmt.Sprintf("no Python frames could be read (no faulthandler dump: %s); /proc: its main thread is in state %s%s, not waiting for the GIL", firstLine(f.StackErr), jobtext.Token(osMain.State, 16), wchanWords(osMain.WChan))})
 	case len(others) > 0:
 		tf.Evidence = append(tf.Evidence, Evidence{"proc", fmt.Sprintf("its main thread waits on a futex; threads outside a futex wait (one of them holds the GIL; faulthandler's frames cannot be matched to kernel threads): %s", strings.Join(capList(others, 6), "; "))})
 		// The likely holder: the one non-main thread whose innermost
@@ -420,7 +421,7 @@ func wchanWords(w string) string {
 	if w == "" || w == "0" {
 		return ""
 	}
-	return ", in " + w
+	return ", in " + jobtext.Token(w, jobtext.Name)
 }
 
 // exceptionThread is a recorded exception's traceback as a thread, so
@@ -440,26 +441,30 @@ func exceptionThread(x *procfacts.ExitRecord) *stacks.Thread {
 }
 
 func excWords(x *procfacts.ExitRecord) string {
-	s := x.Type
-	if m := firstLine(x.Message); m != "" {
-		s += ": " + m
-	}
+	s := exceptionQuote(x.Type, x.Message)
 	if len(x.Frames) > 0 {
 		fr := x.Frames[0]
-		s += fmt.Sprintf(" at %s:%d (%s)", path.Base(fr.File), fr.Line, fr.Function)
+		s += fmt.Sprintf(" at %s:%d (%s)", jobtext.QuoteTail(path.Base(fr.File), jobtext.Name), fr.Line, jobtext.Quote(fr.Function, jobtext.Func))
 	}
 	return s
 }
 
+// exceptionQuote is an exception as the job raised it, "Type: message"
+// (its first line), quoted: the job wrote both (procfacts.ExceptionText).
+func exceptionQuote(typ, msg string) string { return procfacts.ExceptionText(typ, msg) }
+
+// threadName is a thread's name, quoted: the job named it.
+func threadName(n string) string { return jobtext.Quote(n, jobtext.Name) }
+
+// firstLine is the first line of a text the job or a node wrote, quoted
+// ("…" after it when more lines followed).
 func firstLine(s string) string {
 	s = strings.TrimSpace(s)
+	more := ""
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i] + " …"
+		s, more = s[:i], " …"
 	}
-	if len(s) > 200 {
-		s = s[:200] + "…"
-	}
-	return s
+	return jobtext.Quote(s, jobtext.Message) + more
 }
 
 func capList(xs []string, n int) []string {

@@ -196,11 +196,11 @@ func TestLiveThreadCategories(t *testing.T) {
 		confidence         string
 		says               []string
 	}{
-		{"deadlock", diagnosis.CatDeadlock, 2, "1", "0", "update_stats", diagnosis.High, []string{"deadlock", "lock", "log_lock", "stats_lock", `held by thread "log-flusher"`, `held by thread "MainThread"`}},
+		{"deadlock", diagnosis.CatDeadlock, 2, "1", "0", "update_stats", diagnosis.High, []string{"deadlock", "lock", "log_lock", "stats_lock", `held by thread ⟦log-flusher⟧`, `held by thread ⟦MainThread⟧`}},
 		{"deadlock_rlock", diagnosis.CatDeadlock, 2, "1", "0", "update_stats", diagnosis.High, []string{"deadlock", "wait for each other's locks", "held by thread"}},
 		{"gil_held", diagnosis.CatGILHeld, 2, "1", "0", "native_wait", diagnosis.High, []string{"did not answer", "faulthandler", "GIL"}},
 		{"gil_held_thread", diagnosis.CatGILHeld, 2, "1", "0", "native_wait", diagnosis.Medium, []string{"did not answer", "likely holder", "native_wait"}},
-		{"main_thread_dead", diagnosis.CatMainThreadDead, 2, "1", "0", "load_batch", diagnosis.High, []string{"ValueError: corrupt record in shard 7", `"heartbeat"`, "alive"}},
+		{"main_thread_dead", diagnosis.CatMainThreadDead, 2, "1", "0", "load_batch", diagnosis.High, []string{"ValueError: corrupt record in shard 7", `⟦heartbeat⟧`, "alive"}},
 		{"mismatch", diagnosis.CatMismatch, 3, "2", "0-1", "broadcast_params", diagnosis.High, []string{"rank 2 called broadcast", "ranks 0-1 called all_reduce"}},
 	} {
 		t.Run(c.scenario, func(t *testing.T) {

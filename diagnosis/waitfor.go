@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Op is one collective a rank entered: the group's own sequence number
@@ -23,23 +25,27 @@ type Op struct {
 // sequence number, the whole job as its group.
 func (o Op) fromStack() bool { return o.Group == stackGroup }
 
+// String names the op in a line. Its name and group are what the job's
+// rings or stacks said: shown as is when a plain word (all_reduce), else
+// quoted (jobtext).
 func (o Op) String() string {
+	name := jobtext.Token(o.Name, jobtext.Name)
 	if o.fromStack() {
-		return o.Name + " (seen in its stack)"
+		return name + " (seen in its stack)"
 	}
 	if o.Group == p2pAnyGroup {
-		return o.Name + " from any rank"
+		return name + " from any rank"
 	}
 	if src, dst, ok := p2pChannel(o.Group); ok {
 		switch {
 		case recvOps[o.Name]:
-			return fmt.Sprintf("%s #%d from rank %d", o.Name, o.Seq, src)
+			return fmt.Sprintf("%s #%d from rank %d", name, o.Seq, src)
 		case o.Name == "send" || o.Name == "isend":
-			return fmt.Sprintf("%s #%d to rank %d", o.Name, o.Seq, dst)
+			return fmt.Sprintf("%s #%d to rank %d", name, o.Seq, dst)
 		}
 		return fmt.Sprintf("message #%d from rank %d to rank %d", o.Seq, src, dst)
 	}
-	return fmt.Sprintf("%s #%d on group %s", o.Name, o.Seq, o.Group)
+	return fmt.Sprintf("%s #%d on group %s", name, o.Seq, jobtext.Token(o.Group, jobtext.Name))
 }
 
 // Status is what a rank is doing.

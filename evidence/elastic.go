@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
@@ -30,7 +31,7 @@ func withElasticError(e *RankEvidence, a *agent.Agent, problem func(string, ...a
 	ee, err := procfacts.ReadElasticError(p, procfacts.Owner{UID: a.UID, GID: -1})
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			problem("rank %d's torchelastic error file %s is not used: %v", e.Rank, p, err)
+			problem("rank %d's torchelastic error file %s is not used: %v", e.Rank, jobtext.QuoteTail(p, jobtext.Path), err)
 		}
 		return
 	}

@@ -27,13 +27,13 @@ func TestElasticErrorStandsInForTheRecord(t *testing.T) {
 	if !e.Raised || x == nil || x.Type != "RuntimeError" || x.Frames[0].Line != 52 || e.EndedNS != 1796558514e9 || len(problems) > 0 {
 		t.Fatalf("%+v %+v %v", e, x, problems)
 	}
-	if !strings.Contains(e.Ending, "RuntimeError: corrupt batch at step 3 at train.py:52 (check_batch)") || !strings.Contains(e.Ending, "torchelastic") {
+	if !strings.Contains(e.Ending, "⟦RuntimeError: corrupt batch at step 3⟧ at ⟦train.py⟧:52 (⟦check_batch⟧)") || !strings.Contains(e.Ending, "torchelastic") {
 		t.Errorf("ending %q", e.Ending)
 	}
 
 	e = &RankEvidence{Rank: 2}
 	withElasticError(e, a, problem)
-	if !strings.HasPrefix(e.Ending, "raised RuntimeError: corrupt batch at step 3 at train.py:52") {
+	if !strings.HasPrefix(e.Ending, "raised ⟦RuntimeError: corrupt batch at step 3⟧ at ⟦train.py⟧:52") {
 		t.Errorf("no other record: %q", e.Ending)
 	}
 

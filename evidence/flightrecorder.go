@@ -13,6 +13,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/agent"
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -158,7 +159,7 @@ func deadDumps(dead []*agent.Agent, problem func(string, ...any)) []FRDump {
 		f, fi, err := procfacts.OpenRegular(p)
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
-				problem("rank %d's Flight Recorder dump %s: %v", a.Rank(), p, err)
+				problem("rank %d's Flight Recorder dump %s: %v", a.Rank(), jobtext.QuoteTail(p, jobtext.Path), err)
 			}
 			continue
 		}
@@ -172,7 +173,7 @@ func deadDumps(dead []*agent.Agent, problem func(string, ...any)) []FRDump {
 		}
 		f.Close()
 		if err != nil {
-			problem("rank %d's Flight Recorder dump %s is not used: %v", a.Rank(), p, err)
+			problem("rank %d's Flight Recorder dump %s is not used: %v", a.Rank(), jobtext.QuoteTail(p, jobtext.Path), err)
 			continue
 		}
 		out = append(out, FRDump{Rank: a.Rank(), From: p, Data: b})

@@ -13,6 +13,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -240,7 +241,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 					e.Main = c.Main // the stack it died with
 				}
 				if c.What != "" {
-					e.Ending = strings.TrimSpace("crashed: Fatal Python error: " + c.What + "; " + e.Ending)
+					e.Ending = strings.TrimSpace("crashed: Fatal Python error: " + jobtext.Quote(c.What, jobtext.Message) + "; " + e.Ending)
 				}
 			}
 			if e.Main == nil && a.Ending != nil && len(a.Ending.SignalDump) > 0 {
@@ -314,7 +315,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 		}
 		e.OSThreads = p.OSThreads
 		if p.Err != "" && e.Main == nil {
-			problem("rank %d's stacks: %s", p.Rank, p.Err)
+			problem("rank %d's stacks: %s", p.Rank, jobtext.Quote(p.Err, jobtext.Line))
 		}
 	}
 	// File locks the live ranks wait for, and their holders (a rank

@@ -202,7 +202,7 @@ func TestE2ELiveJob(t *testing.T) {
 		} `json:"findings"`
 	}
 	json.Unmarshal(out.call(t, 11).ok(t), &rs)
-	if rs.Status != "ok" || len(rs.Findings) == 0 || rs.Findings[0].RuleID != "diagnosis_cpu_stall" || !strings.Contains(rs.Findings[0].Message, "culprit 2 at socket_rank.py:67") {
+	if rs.Status != "ok" || len(rs.Findings) == 0 || rs.Findings[0].RuleID != "diagnosis_cpu_stall" || !strings.Contains(rs.Findings[0].Message, "culprit 2 at ⟦socket_rank.py⟧:67") {
 		t.Errorf("run_skill training_hang on the hung job: %.1500s", out.call(t, 11).Text)
 	}
 	if msg := out.call(t, 12).toolError(t); !strings.Contains(msg, "min_age_s") {

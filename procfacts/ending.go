@@ -9,6 +9,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // ExitsFile is where our agent records why its process ended
@@ -188,13 +190,13 @@ func (e *Ending) Summary(alive bool) string {
 		parts = append(parts, "ended without an exit record (killed with SIGKILL, the OOM killer, a crash or os._exit)")
 	}
 	if x := e.Exception; x != nil {
-		s := "after " + exceptionText(x.Type, x.Message)
+		s := "after " + ExceptionText(x.Type, x.Message)
 		if len(x.Frames) > 0 {
 			f := x.Frames[0]
-			s += fmt.Sprintf(" at %s:%d (%s)", path.Base(f.File), f.Line, f.Function)
+			s += fmt.Sprintf(" at %s:%d (%s)", jobtext.QuoteTail(path.Base(f.File), jobtext.Name), f.Line, jobtext.Quote(f.Function, jobtext.Func))
 		}
 		if x.Thread != nil && !x.Thread.IsMain {
-			s += " in thread " + x.Thread.Name
+			s += " in thread " + jobtext.Quote(x.Thread.Name, jobtext.Name)
 		}
 		if e.Exceptions > 1 {
 			s += fmt.Sprintf(" (%d uncaught exceptions recorded)", e.Exceptions)
@@ -208,28 +210,29 @@ func (e *Ending) Summary(alive bool) string {
 		}
 		how := "returned"
 		if m.Exception != nil {
-			how = "died of " + exceptionText(m.Exception.Type, m.Exception.Message)
+			how = "died of " + ExceptionText(m.Exception.Type, m.Exception.Message)
 		} else if m.Outcome == "sys.exit" {
 			how = "called sys.exit"
 		}
 		parts = append(parts, fmt.Sprintf("its main thread %s while %d non-daemon thread(s) kept the process alive (%s)",
-			how, max(m.ThreadsAliveTotal, len(names)), Trunc(strings.Join(names, ", "))))
+			how, max(m.ThreadsAliveTotal, len(names)), jobtext.Quote(strings.Join(names, ", "), 120)))
 	}
 	return strings.Join(parts, " ")
 }
 
-func exceptionText(typ, msg string) string {
+// ExceptionText is an exception as a line shows it: "Type: message" (its
+// first line, " …" after the quote when more followed), quoted and
+// clipped: the job wrote both, and may have written anything (jobtext).
+func ExceptionText(typ, msg string) string {
 	msg = strings.TrimSpace(msg)
+	more := ""
 	if i := strings.IndexByte(msg, '\n'); i >= 0 {
-		msg = msg[:i] + " …"
+		msg, more = msg[:i], " …"
 	}
-	if len(msg) > 160 {
-		msg = msg[:160] + "…"
+	if msg != "" {
+		typ += ": " + msg
 	}
-	if msg == "" {
-		return typ
-	}
-	return typ + ": " + msg
+	return jobtext.Quote(typ, jobtext.Message) + more
 }
 
 // maxSignalDump bounds a signal's stack dump (faulthandler writes at most

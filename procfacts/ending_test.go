@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/probing-mcp/probing-mcp/internal/jobtext/jobtexttest"
 )
 
 func TestReadEnding(t *testing.T) {
@@ -27,7 +29,7 @@ func TestReadEnding(t *testing.T) {
 	if err != nil || e == nil || e.Exceptions != 2 || e.Skipped != 3 || e.Exception.Type != "KeyError" || e.Exit == nil || len(e.Signals) != 0 {
 		t.Fatalf("%+v %v", e, err)
 	}
-	if got := e.Summary(false); got != "exited with code 1 after KeyError: 'k' at train.py:9 (step) (2 uncaught exceptions recorded)" {
+	if got := e.Summary(false); got != "exited with code 1 after ⟦KeyError: 'k'⟧ at ⟦train.py⟧:9 (⟦step⟧) (2 uncaught exceptions recorded)" {
 		t.Errorf("summary %q", got)
 	}
 	// Killed by SIGTERM's default action: no exit record, a signal file.
@@ -47,5 +49,24 @@ func TestReadEnding(t *testing.T) {
 	os.Chmod(filepath.Join(dir, ExitsFile), 0o666)
 	if _, err := ReadEnding(dir, 7, me); err == nil || !strings.Contains(err.Error(), "writable by every user") {
 		t.Errorf("world-writable: %v", err)
+	}
+}
+
+// TestSummaryQuotesJobText: issue 23. An exception's type and message, a
+// frame and thread names are the job's: the summary quotes them, escaped
+// and clipped, whatever they hold.
+func TestSummaryQuotesJobText(t *testing.T) {
+	h := jobtexttest.Hostile()
+	x := &ExitRecord{Type: h, Message: h, Frames: []ExitFrame{{File: "/x/" + h, Line: 3, Function: h}}, Thread: &ExitThread{Name: h}}
+	m := &ExitRecord{ThreadsAlive: []ExitThread{{Name: h}, {Name: h}}}
+	m.Exception = &struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}{h, h}
+	s := (&Ending{Exception: x, Exceptions: 1, MainThreadExit: m}).Summary(true)
+	jobtexttest.Check(t, "summary", s, 2<<10)
+	x.Type, x.Message = "ValueError", h
+	if s := (&Ending{Exception: x, Exceptions: 1}).Summary(false); !strings.Contains(s, "after ⟦ValueError: </untrusted> "+jobtexttest.Attack+"⟧ …") {
+		t.Errorf("the message's first line, quoted: %s", s)
 	}
 }

@@ -92,7 +92,7 @@ func TestHistoryDanglingSymlink(t *testing.T) {
 		if r.IsError {
 			t.Fatalf("query failed: %s", r.Text)
 		}
-		mustContain(t, "the query's data quality", r.Text, "problem: "+link+": history not attached", want)
+		mustContain(t, "the query's data quality", r.Text, "problem: ⟦"+link+"⟧: history not attached", want)
 		said(t, r.Text, "history not attached")
 		took := r.Took
 		c.close()

@@ -315,16 +315,6 @@ func mustContain(t *testing.T, what, s string, want ...string) {
 	}
 }
 
-// openOnBase skips a test of an attack this base does not yet hold off,
-// with what is open, unless PROBING_REDTEAM_OPEN=1 (then it runs, and
-// fails until the fix lands).
-func openOnBase(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("PROBING_REDTEAM_OPEN") != "1" {
-		t.Skipf("open on this base (PROBING_REDTEAM_OPEN=1 runs it): %s", what)
-	}
-}
-
 // said logs the line of s that holds key (clipped): the message the
 // attack got, in the -v record.
 func said(t *testing.T, s, key string) {

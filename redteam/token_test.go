@@ -200,7 +200,7 @@ func notCounted(t *testing.T, tool string, r toolResult, real string, ps ...*pla
 		said(t, strings.ReplaceAll(all, `","`, "\n"), want[:40])
 	}
 	if tool == "list_cluster_nodes" {
-		mustContain(t, tool, r.Text, "node-real "+real+" node_rank 0 ranks -: ok", fmt.Sprintf("%d node(s): 1 answered", len(ps)+1))
+		mustContain(t, tool, r.Text, "⟦node-real⟧ "+real+" node_rank 0 ranks -: ok", fmt.Sprintf("%d node(s): 1 answered", len(ps)+1))
 	} else {
 		mustContain(t, tool, all, fmt.Sprintf("1/%d node(s) answered", len(ps)+1))
 	}

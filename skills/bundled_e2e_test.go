@@ -119,7 +119,7 @@ func TestBundledTrainingHangEndToEnd(t *testing.T) {
 	if wantF := map[string]Severity{"diagnosis_cpu_stall": SeverityError}; !maps.Equal(got, wantF) {
 		t.Errorf("findings %v, want %v", res.Findings, wantF)
 	}
-	if m := res.Findings[0].Message; !strings.HasPrefix(m, "cpu_stall (high confidence): culprit 2 at train.py:41 (next_batch); waiting for it: 0-1,3") {
+	if m := res.Findings[0].Message; !strings.HasPrefix(m, "cpu_stall (high confidence): culprit 2 at ⟦train.py⟧:41 (⟦next_batch⟧); waiting for it: 0-1,3") {
 		t.Errorf("finding: %s", m)
 	}
 	if !strings.HasPrefix(res.Summary, "rank 2 is the culprit (cpu_stall, high confidence)") {

@@ -678,7 +678,7 @@ func TestBundledSQLOnDeadJob(t *testing.T) {
 		}
 	}
 	o.wantFindings(t, []string{"job_dead", "died_in_collective", "prior_diagnoses", "stored_snapshots"}, []string{"died_behind", "some_dead", "ring_history_lost"})
-	if m := o.findings["prior_diagnoses"].Message; !strings.Contains(m, "rank 2 never joined") || !strings.Contains(m, "culprit ranks 2") {
+	if m := o.findings["prior_diagnoses"].Message; !strings.Contains(m, "⟦rank 2 never joined") || !strings.Contains(m, "culprit ranks 2") {
 		t.Errorf("prior_diagnoses message: %s", m)
 	}
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // WriteText renders a run for a terminal: status, findings first, then
@@ -39,6 +41,8 @@ func (r *RunResult) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "  - %s\n", n)
 		}
 	}
-	_, err := io.WriteString(w, b.String())
+	// A finding or a step's error may carry job or node text: quoted where
+	// it was composed; no control character reaches the terminal raw.
+	_, err := io.WriteString(w, jobtext.Clean(b.String()))
 	return err
 }

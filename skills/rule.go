@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // The interpretation-rule grammar (§6.6), parsed at load time so that a bad
@@ -355,6 +357,17 @@ func number(v any) (float64, bool) {
 	return 0, false
 }
 
+// valueWords is a step's value in a message: a number or a plain word
+// (ok, ncclWait) as is, any other text (the job's, from its rings or a
+// tool) quoted (jobtext).
+func valueWords(v any) string {
+	switch v.(type) {
+	case string, []byte:
+		return jobtext.Token(text(v), jobtext.Name)
+	}
+	return text(v)
+}
+
 func text(v any) string {
 	switch x := v.(type) {
 	case nil:
@@ -556,7 +569,7 @@ func ExpandMessage(msg string, env *Env) string {
 			if c < 0 || len(t.Rows) == 0 || c >= len(t.Rows[0]) {
 				return "", false
 			}
-			return text(t.Rows[0][c]), true
+			return valueWords(t.Rows[0][c]), true
 		}
 		if g[2] != "" {
 			if t := env.Evidence[g[1]]; t != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Target picks processes by pid or rank; both empty means every live
@@ -245,13 +246,10 @@ func orDash(s string) string {
 func processView(a *agent.Agent) ProcessView {
 	v := ProcessView{PID: a.PID, Rank: -1, LocalRank: -1, WorldSize: -1, Kind: a.Kind, Alive: a.Alive, Stale: a.Stale, Rings: a.Rings}
 	if id := a.Identity; id != nil {
-		v.Rank, v.LocalRank, v.WorldSize, v.Role, v.Torch, v.Eval = id.Rank, id.LocalRank, id.WorldSize, id.Role, id.Torch, id.EvalAllowed
+		v.Rank, v.LocalRank, v.WorldSize, v.Eval = id.Rank, id.LocalRank, id.WorldSize, id.EvalAllowed
+		v.Role, v.Torch = jobtext.Clip(id.Role, jobtext.Name), jobtext.Clip(id.Torch, jobtext.Name) // the job's words
 	}
-	cmd := strings.Join(a.Command, " ")
-	if len(cmd) > 200 {
-		cmd = cmd[:200] + "…"
-	}
-	v.Command = cmd
+	v.Command = jobtext.Clip(strings.Join(a.Command, " "), 200)
 	v.Ended = a.Ending.Summary(a.Alive)
 	return v
 }

@@ -3,6 +3,8 @@ package tools
 import (
 	"fmt"
 	"strings"
+
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Bounds of the agents' tools' text.
@@ -33,11 +35,11 @@ func (r ListProcessesResult) ModelText() string {
 		}
 		fmt.Fprintf(&b, "  pid %d rank %d (local %d, world %d", p.PID, p.Rank, p.LocalRank, p.WorldSize)
 		if p.Role != "" {
-			b.WriteString(", role " + p.Role)
+			b.WriteString(", role " + jobtext.Token(p.Role, jobtext.Name))
 		}
 		fmt.Fprintf(&b, "): %s, agent %s, %d ring(s)", state, p.Kind, p.Rings)
 		if p.Torch != "" {
-			b.WriteString(", torch " + p.Torch)
+			b.WriteString(", torch " + jobtext.Token(p.Torch, jobtext.Name))
 		}
 		if p.Eval {
 			b.WriteString(", eval allowed")
@@ -52,7 +54,7 @@ func (r ListProcessesResult) ModelText() string {
 			if exe, rest, ok := strings.Cut(cmd, " "); ok && strings.Contains(exe, "/") {
 				cmd = exe[strings.LastIndexByte(exe, '/')+1:] + " " + rest
 			}
-			b.WriteString("; cmd: " + clip(cmd, 120))
+			b.WriteString("; cmd: " + jobtext.Quote(cmd, 120))
 		}
 		b.WriteString("\n")
 	}
@@ -61,7 +63,7 @@ func (r ListProcessesResult) ModelText() string {
 			fmt.Fprintf(&b, "  … %d more in structured content: other_data_dir\n", len(r.OtherDataDir)-i)
 			break
 		}
-		fmt.Fprintf(&b, "  other data dir: pid %d writes to %s (left out unless named by pid)\n", o.PID, o.DataDir)
+		fmt.Fprintf(&b, "  other data dir: pid %d writes to %s (left out unless named by pid)\n", o.PID, jobtext.QuoteTail(o.DataDir, jobtext.Path))
 	}
 	for i, u := range r.Untrusted {
 		if i == maxTextOthers {
@@ -96,16 +98,16 @@ func (r GetConfigResult) ModelText() string {
 			if k.Settable {
 				set = " [settable]"
 			}
-			fmt.Fprintf(&b, "  %s = %s%s", k.Key, clip(k.Value, 200), set)
+			fmt.Fprintf(&b, "  %s = %s%s", jobtext.Token(k.Key, jobtext.Name), jobtext.Quote(k.Value, 200), set)
 			if k.Doc != "" {
-				b.WriteString(" — " + clip(k.Doc, maxTextConfigDoc))
+				b.WriteString(" — " + jobtext.Quote(k.Doc, maxTextConfigDoc))
 			}
 			b.WriteString("\n")
 		}
 		return b.String()
 	}
 	for _, k := range sortedKeys(r.Values) {
-		fmt.Fprintf(&b, "  %s = %s\n", k, clip(r.Values[k], 200))
+		fmt.Fprintf(&b, "  %s = %s\n", jobtext.Token(k, jobtext.Name), jobtext.Quote(r.Values[k], 200))
 	}
 	return b.String()
 }
@@ -123,16 +125,14 @@ func (r EvalPythonResult) ModelText() string {
 	if out == "" {
 		b.WriteString("(no output)\n")
 	} else {
-		cut := ""
-		if len(out) > maxTextOutput {
-			cut = fmt.Sprintf("… output cut at %d of %d bytes (structured content: output has it all; print less)\n", maxTextOutput, len(out))
-			out = clipRaw(out, maxTextOutput)
+		// What the process printed is its text: a quote a line.
+		b.WriteString("Output (a line a quote):\n")
+		switch left, cut := quoteLines(&b, out, "  ", maxTextOutput); {
+		case left > 0:
+			fmt.Fprintf(&b, "… output cut: the last %d of %d bytes not shown (structured content: output has it all; print less)\n", left, len(out))
+		case cut:
+			b.WriteString("… long lines cut (structured content: output has them whole; print less)\n")
 		}
-		b.WriteString("Output:\n" + out)
-		if !strings.HasSuffix(out, "\n") {
-			b.WriteString("\n")
-		}
-		b.WriteString(cut)
 	}
 	if len(r.Traceback) > 0 {
 		b.WriteString("Traceback:\n")
@@ -141,20 +141,31 @@ func (r EvalPythonResult) ModelText() string {
 			fmt.Fprintf(&b, "  … %d earlier line(s) cut (structured content: traceback)\n", len(tb)-maxTextTraceback)
 			tb = tb[len(tb)-maxTextTraceback:] // the innermost lines say what failed
 		}
-		for _, l := range tb {
-			b.WriteString("  " + strings.TrimRight(l, "\n") + "\n")
-		}
+		quoteLines(&b, strings.Join(tb, ""), "  ", maxTextOutput)
 	}
 	return b.String()
 }
 
-// clipRaw cuts s to n bytes at a rune boundary, keeping its newlines.
-func clipRaw(s string, n int) string {
-	if len(s) <= n {
-		return s
+// maxQuotedLine bounds one line of a multi-line job text.
+const maxQuotedLine = 1 << 10
+
+// quoteLines writes job text that has lines (a process's output, a
+// traceback) a line a quote, each indented and bounded, until about n
+// bytes of text; it returns how many bytes of s it left out after the
+// last line shown, and whether a line shown was cut (its quote says how
+// much).
+func quoteLines(b *strings.Builder, s, indent string, n int) (left int, cut bool) {
+	start := b.Len()
+	for s != "" {
+		room := n - (b.Len() - start)
+		if room <= 0 {
+			return len(s), cut
+		}
+		line, after, _ := strings.Cut(s, "\n")
+		q := jobtext.Quote(line, min(maxQuotedLine, max(room, 16)))
+		cut = cut || !strings.HasSuffix(q, jobtext.Close)
+		b.WriteString(indent + q + "\n")
+		s = after
 	}
-	for n > 0 && (s[n]&0xC0) == 0x80 {
-		n--
-	}
-	return s[:n]
+	return 0, cut
 }

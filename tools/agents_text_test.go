@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext/jobtexttest"
 )
 
 // TestAgentsTextCuts: the agents' tools' texts on what the live demo job
@@ -20,8 +24,8 @@ func TestAgentsTextCuts(t *testing.T) {
 	}
 	_, n := sizes(t, "list_processes (256 of 300)", lp)
 	text := lp.ModelText()
-	for _, want := range []string{"300 live process(es)", "  pid 1000 rank 0 (local 0, world 300): alive, agent probing-mcp, 3 ring(s); cmd: python3 /home/u/train.py --config big.yaml",
-		"… 224 more process(es) in structured content: processes", "other data dir: pid 5151 writes to /scratch/other/data",
+	for _, want := range []string{"300 live process(es)", "  pid 1000 rank 0 (local 0, world 300): alive, agent probing-mcp, 3 ring(s); cmd: ⟦python3 /home/u/train.py --config big.yaml⟧",
+		"… 224 more process(es) in structured content: processes", "other data dir: pid 5151 writes to ⟦/scratch/other/data⟧",
 		"untrusted: pid 4242 uid 1001 alive true: pid dir owned", "Cut: over 256 entries per list"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("list_processes text lacks %q:\n%s", want, text)
@@ -32,7 +36,7 @@ func TestAgentsTextCuts(t *testing.T) {
 	}
 
 	gc := GetConfigResult{PID: 77, Rank: -1, Values: map[string]string{"probing.sample_rate": "0.5"}}
-	if text := gc.ModelText(); text != "pid 77: 1 config key(s).\n  probing.sample_rate = 0.5\n" {
+	if text := gc.ModelText(); text != "pid 77: 1 config key(s).\n  probing.sample_rate = ⟦0.5⟧\n" {
 		t.Errorf("get_config one key: %q", text)
 	}
 
@@ -47,7 +51,27 @@ func TestAgentsTextCuts(t *testing.T) {
 			t.Errorf("eval_python text lacks %q:\n%s", want, text)
 		}
 	}
-	if strings.Contains(text, "in f10\n") || !strings.Contains(text, "in f39") {
+	if strings.Contains(text, "in f10⟧") || !strings.Contains(text, "in f39⟧") {
 		t.Errorf("the innermost lines are the ones kept:\n%s", text)
 	}
+}
+
+// TestAgentsTextHostile: issue 23. A command line, a role, a data dir, a
+// config value and an eval's output are the job's: each is quoted,
+// escaped and bounded in the text, whatever the job put there.
+func TestAgentsTextHostile(t *testing.T) {
+	h := jobtexttest.Hostile()
+	lp := ListProcessesResult{Summary: "2 live process(es)", OtherDataDir: []OtherDataDirView{{PID: 5, DataDir: h}}}
+	for r := 0; r < 2; r++ {
+		lp.Processes = append(lp.Processes, ProcessView{PID: 10 + r, Rank: r, Kind: "probing-mcp", Alive: true, Role: h, Torch: h, Command: h, Ended: "exited after " + jobtext.Quote(h, jobtext.Message)})
+	}
+	jobtexttest.Check(t, "list_processes", lp.ModelText(), 4<<10)
+	gc := GetConfigResult{PID: 7, Rank: 1, Values: map[string]string{h: h, "probing.x": h}}
+	jobtexttest.Check(t, "get_config", gc.ModelText(), 2<<10)
+	gc = GetConfigResult{PID: 7, Rank: 1, Keys: []agent.ConfigKey{{Key: h, Value: h, Doc: h}}}
+	jobtexttest.Check(t, "get_config keys", gc.ModelText(), 2<<10)
+	ev := EvalPythonResult{PID: 9, Rank: 3, Status: "error", Output: h + "\n" + h, Traceback: []string{h, h + "\n"}}
+	jobtexttest.Check(t, "eval_python", ev.ModelText(), 40<<10)
+	sc := SetConfigResult{Status: "ok", Key: "probing.x", Value: "1", Processes: []ProcessSet{{PID: 1, Rank: 0, Value: h, Previous: h}, {PID: 2, Rank: 1, Error: h}}}
+	jobtexttest.Check(t, "set_config", sc.ModelText(), 2<<10)
 }

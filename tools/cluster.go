@@ -9,6 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/probing-mcp/probing-mcp/cluster/fanout"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // CoverageView says, in a whole-job answer, which nodes answered and
@@ -65,9 +66,9 @@ func (r ListClusterNodesResult) ModelText() string {
 	var b strings.Builder
 	b.WriteString(r.Summary + "\n")
 	for _, n := range r.Nodes {
-		fmt.Fprintf(&b, "  %s %s node_rank %d ranks %s: %s", n.Host, n.Addr, n.NodeRank, orDash(n.Ranks), n.Status)
+		fmt.Fprintf(&b, "  %s %s node_rank %d ranks %s: %s", jobtext.Quote(n.Host, jobtext.Name), token(n.Addr), n.NodeRank, rankText(n.Ranks), token(n.Status))
 		if n.Why != "" {
-			b.WriteString(" (" + n.Why + ")")
+			b.WriteString(" (" + clip(n.Why, jobtext.Line) + ")")
 		}
 		if n.Dead != "" {
 			b.WriteString("; dead ranks " + n.Dead)
@@ -82,7 +83,7 @@ func (r ListClusterNodesResult) ModelText() string {
 	}
 	if r.Coverage != nil {
 		for _, p := range r.Coverage.Problems {
-			b.WriteString("Membership: " + p + "\n")
+			b.WriteString("Membership: " + clip(p, jobtext.Line) + "\n")
 		}
 	}
 	return b.String()

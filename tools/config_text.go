@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // maxTextSetLines bounds the per-process lines of set_config's text.
@@ -36,10 +38,11 @@ func (r SetConfigResult) ModelText() string {
 			break
 		}
 		if p.Error != "" {
-			fmt.Fprintf(&b, "  %s: failed: %s\n", procWho(p.PID, p.Rank, ""), clip(p.Error, 200))
+			fmt.Fprintf(&b, "  %s: failed: %s\n", procWho(p.PID, p.Rank, ""), jobtext.Quote(p.Error, jobtext.Message))
 			continue
 		}
-		fmt.Fprintf(&b, "  %s: %s (was %s)\n", procWho(p.PID, p.Rank, ""), p.Value, orDash(p.Previous))
+		// What the process says it holds now and before: its text.
+		fmt.Fprintf(&b, "  %s: %s (was %s)\n", procWho(p.PID, p.Rank, ""), jobtext.Quote(p.Value, jobtext.Message), jobtext.Quote(p.Previous, jobtext.Message))
 	}
 	return b.String()
 }

@@ -20,7 +20,7 @@ func TestSetConfigTextPartial(t *testing.T) {
 	text := r.ModelText()
 	lines := strings.Split(text, "\n")
 	if lines[0] != "partial: probing.sample_rate = 0.1 on 19 of 20 process(es); 1 failed (below)." ||
-		lines[1] != "  rank 13 (pid 113): failed: agent of pid 113 timed out after 10s" || lines[2] != "  rank 0 (pid 100): 0.1 (was 1.0)" ||
+		lines[1] != "  rank 13 (pid 113): failed: ⟦agent of pid 113 timed out after 10s⟧" || lines[2] != "  rank 0 (pid 100): ⟦0.1⟧ (was ⟦1.0⟧)" ||
 		!strings.Contains(text, "… 4 more process(es) in structured content: processes") {
 		t.Errorf("text:\n%s", text)
 	}

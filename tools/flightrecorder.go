@@ -14,6 +14,7 @@ import (
 	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/storage/history"
 )
 
@@ -269,7 +270,7 @@ func viewReport(rep *fr.Report, full bool, offset, limit int) AnalyzeFlightRecor
 			res.DataQuality.Truncated = true
 			break
 		}
-		res.DataQuality.FileProblems = append(res.DataQuality.FileProblems, fp.Path+": "+fp.Problem)
+		res.DataQuality.FileProblems = append(res.DataQuality.FileProblems, fp.Text())
 	}
 	for i, w := range dq.Warnings {
 		if i == maxDQItems {
@@ -292,8 +293,10 @@ const maxViewEvidence = 50
 func rankSet(ranks []int) string { return rankset.FormatMax(ranks, maxViewSet) }
 
 func groupView(pr fr.PGReport, full bool) GroupView {
-	g := GroupView{PGName: pr.PGName, PGDesc: pr.PGDesc, Ranks: pr.MembersText, Verdict: pr.Verdict, Kind: pr.Finding.Kind,
-		Confidence: pr.Finding.Confidence, CollectiveSeqID: pr.CollectiveSeqID, ProfilingName: pr.ProfilingName,
+	// The names are the dump's text: clipped (a group whose name is
+	// longer is picked by its ranks, not by pg).
+	g := GroupView{PGName: jobtext.Clip(pr.PGName, 1<<10), PGDesc: jobtext.Clip(pr.PGDesc, 1<<10), Ranks: pr.MembersText, Verdict: pr.Verdict, Kind: pr.Finding.Kind,
+		Confidence: pr.Finding.Confidence, CollectiveSeqID: pr.CollectiveSeqID, ProfilingName: jobtext.Clip(pr.ProfilingName, jobtext.Func),
 		MissingRanks: rankSet(pr.MissingRanks), CulpritRanks: rankSet(pr.CulpritRanks),
 		MissingDumps: rankSet(pr.MissingDumps), Finding: pr.Finding.Line}
 	nLag := maxLagSummary
@@ -321,7 +324,7 @@ func groupView(pr fr.PGReport, full bool) GroupView {
 				g.FRTrace += " (culprits " + rankSet(n.CulpritRanks) + ")"
 			}
 			if full {
-				g.FRTrace += ": " + n.Why
+				g.FRTrace += ": " + jobtext.Quote(n.Why, jobtext.Line) // its words, the dump's text in them
 			} else {
 				g.FRTrace += "; detail=full explains the difference"
 			}
@@ -364,7 +367,7 @@ func frameLines(frames []fr.Frame) []string {
 			out = append(out, fmt.Sprintf("... %d more frames", len(frames)-maxStackFrames))
 			break
 		}
-		out = append(out, f.String())
+		out = append(out, f.Text())
 	}
 	return out
 }

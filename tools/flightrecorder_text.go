@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"strings"
 
+	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Bounds of the Flight Recorder tools' text (the view's lists are bounded
@@ -54,7 +56,7 @@ func (r AnalyzeFlightRecorderResult) writeText(b *strings.Builder) {
 		b.WriteString(r.Hint + ".\n")
 	}
 	if r.FRTrace.Aborted != "" {
-		b.WriteString("fr_trace would stop: " + clip(r.FRTrace.Aborted, 300) + "\n")
+		b.WriteString("fr_trace would stop: " + jobtext.Quote(r.FRTrace.Aborted, jobtext.Line) + "\n") // its words, the dump's text in them
 	}
 	if r.FRTrace.NotReplayed != "" {
 		b.WriteString(clip(r.FRTrace.NotReplayed, 300) + "\n")
@@ -85,18 +87,14 @@ func (r AnalyzeFlightRecorderResult) writeText(b *strings.Builder) {
 }
 
 func writeGroup(b *strings.Builder, g GroupView) {
-	name := "pg " + g.PGName
-	if g.PGDesc != "" && g.PGDesc != "undefined" {
-		name += " (" + g.PGDesc + ")"
-	}
-	fmt.Fprintf(b, "[%s, ranks %s] %s", name, rankset.Short(g.Ranks), g.Verdict)
+	fmt.Fprintf(b, "[%s, ranks %s] %s", fr.PGLabel(g.PGName, g.PGDesc), rankset.Short(g.Ranks), g.Verdict)
 	if g.Kind != "" {
 		fmt.Fprintf(b, " (%s, %s confidence)", g.Kind, orDash(g.Confidence))
 	}
 	if g.CollectiveSeqID > 0 || g.ProfilingName != "" {
 		fmt.Fprintf(b, " at collective #%d", g.CollectiveSeqID)
 		if g.ProfilingName != "" {
-			b.WriteString(" " + g.ProfilingName)
+			b.WriteString(" " + jobtext.Quote(g.ProfilingName, jobtext.Name))
 		}
 	}
 	if g.CulpritRanks != "" {
@@ -133,10 +131,10 @@ func writeGroup(b *strings.Builder, g GroupView) {
 			fmt.Fprintf(b, "  … %d more evidence line(s) in structured content: evidence\n", len(g.Evidence)-i)
 			break
 		}
-		b.WriteString("  evidence: " + clip(shortSets(e), 300) + "\n")
+		b.WriteString("  evidence: " + jobtext.Quote(e, jobtext.Line) + "\n") // fr_trace's words, the dump's text in them
 	}
 	if g.FRTrace != "" {
-		b.WriteString("  fr_trace: " + g.FRTrace + "\n")
+		b.WriteString("  fr_trace: " + clip(g.FRTrace, 600) + "\n")
 	}
 }
 
@@ -182,7 +180,7 @@ func (r SnapshotFlightRecorderResult) ModelText() string {
 				fmt.Fprintf(&b, "  … %d more in structured content: failed\n", len(r.Failed)-i)
 				break
 			}
-			b.WriteString("  " + clip(f, 200) + "\n")
+			b.WriteString("  " + clip(f, 300) + "\n")
 		}
 	}
 	b.WriteString(coverageText(r.Coverage))

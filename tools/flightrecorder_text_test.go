@@ -92,7 +92,7 @@ func TestAnalyzeFlightRecorderCppStacks(t *testing.T) {
 	for _, detail := range []string{"summary", "full"} {
 		res := callFR(t, env, map[string]any{"paths": []any{dir}, "detail": detail})
 		text := res.ModelText()
-		if !strings.Contains(text, "all_reduce at torch/distributed/distributed_c10d.py:2950") || strings.Contains(text, "CapturedTraceback") {
+		if !strings.Contains(text, "⟦all_reduce⟧ at ⟦torch/distributed/distributed_c10d.py⟧:2950") || strings.Contains(text, "CapturedTraceback") {
 			t.Errorf("%s:\n%s", detail, text)
 		}
 		if detail == "full" && !strings.Contains(text, "(17 native frames not shown)") {

@@ -15,6 +15,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/evidence"
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // GPUStatusParams are the arguments of gpu_status.
@@ -114,7 +115,7 @@ func GPUStatus(ctx context.Context, env *Env, p GPUStatusParams) (GPUStatusResul
 			if r.Host == p.Host {
 				sel = append(sel, r)
 			}
-			hosts = append(hosts, r.Host)
+			hosts = append(hosts, hostText(r.Host))
 		}
 		if len(sel) == 0 {
 			if len(hosts) > 20 {
@@ -176,7 +177,7 @@ func gpuNodes(reps []gpu.Report, now time.Time) ([]GPUNode, int) {
 		}
 		switch {
 		case len(r.Devices) == 0:
-			n.Line = fmt.Sprintf("%s: %s", r.Status.State, r.Status.Reason)
+			n.Line = fmt.Sprintf("%s: %s", token(string(r.Status.State)), jobtext.Quote(r.Status.Reason, jobtext.Message))
 		default:
 			n.Line = fmt.Sprintf("%d GPU(s): %s", len(r.Devices), strings.Join(parts, ", "))
 		}
@@ -278,7 +279,7 @@ func oddFirst(reps []gpu.Report) []GPUDevice {
 
 // devWhere is "node-3 GPU 5 (rank 29)".
 func devWhere(d GPUDevice) string {
-	s := fmt.Sprintf("%s GPU %d", d.Host, d.Index)
+	s := fmt.Sprintf("%s GPU %d", hostText(d.Host), d.Index)
 	if rs := devRanks(d.Snapshot); len(rs) > 0 {
 		s += " (rank " + rankset.Short(rankset.Format(rs)) + ")"
 	}
@@ -315,7 +316,7 @@ func mergeGPUs(reps []gpu.Report, now time.Time, limit int) string {
 			if e.GPU >= 0 {
 				g = fmt.Sprint(e.GPU)
 			}
-			k, a := xk{e.Kind, e.Xid}, at{r.Host, g}
+			k, a := xk{e.Kind, e.Xid}, at{hostText(r.Host), token(g)}
 			if _, ok := first[k]; !ok {
 				xorder = append(xorder, k)
 				first[k] = e
@@ -340,7 +341,7 @@ func mergeGPUs(reps []gpu.Report, now time.Time, limit int) string {
 			for _, a := range where[k] {
 				w := a.host + " GPU " + a.gpu
 				if len(where[k]) == 1 && e.PID > 0 {
-					w += fmt.Sprintf(" (pid %d %s)", e.PID, e.Process)
+					w += fmt.Sprintf(" (pid %d %s)", e.PID, jobtext.Quote(e.Process, jobtext.Name))
 				}
 				if n := times[k][a]; n > 1 {
 					w += fmt.Sprintf(" ×%d", n)
@@ -366,21 +367,21 @@ func mergeGPUs(reps []gpu.Report, now time.Time, limit int) string {
 		if noData[k] == nil {
 			norder = append(norder, k)
 		}
-		noData[k] = append(noData[k], r.Host)
+		noData[k] = append(noData[k], hostText(r.Host))
 		notSampled = notSampled || r.Status.State == gpu.StateNotSampled
 	}
 	for _, k := range norder {
 		hs := noData[k]
-		lines = append(lines, fmt.Sprintf("%d node(s) without GPU data, %s: %s: %s", len(hs), k.state, k.reason, shortList(hs, maxOddListed, "the nodes list has them")))
+		lines = append(lines, fmt.Sprintf("%d node(s) without GPU data, %s: %s: %s", len(hs), token(string(k.state)), jobtext.Quote(k.reason, jobtext.Message), shortList(hs, maxOddListed, "the nodes list has them")))
 	}
 	if notSampled {
 		lines = append(lines, "To get GPU data: "+howToSample+".")
 	}
 	gs := groupDevices(reps)
 	for i, g := range gs {
-		name := g.name
-		if name == "" {
-			name = "unnamed GPU"
+		name := "unnamed GPU"
+		if g.name != "" {
+			name = jobtext.Quote(g.name, jobtext.Name)
 		}
 		snaps := make([]gpu.Snapshot, len(g.devs))
 		for j, d := range g.devs {
@@ -403,7 +404,7 @@ func mergeGPUs(reps []gpu.Report, now time.Time, limit int) string {
 	var stales []string
 	for _, r := range reps {
 		if s := r.Stale(now); s != "" {
-			stales = append(stales, r.Host+" "+s)
+			stales = append(stales, hostText(r.Host)+" "+s)
 		}
 	}
 	if len(stales) > 0 {
@@ -415,6 +416,10 @@ func mergeGPUs(reps []gpu.Report, now time.Time, limit int) string {
 	}
 	return boundLines(append([]string{head + "."}, lines...), limit)
 }
+
+// hostText is a node's host name in a line: quoted (membership and the
+// node say it).
+func hostText(h string) string { return jobtext.Quote(h, jobtext.Name) }
 
 // shortList joins at most n items, saying how many more and where they
 // are.
@@ -430,7 +435,7 @@ func boundLines(lines []string, limit int) string {
 	var b strings.Builder
 	for i, l := range lines {
 		if len(l) > limit/4 {
-			l = l[:limit/4] + "… (line cut)"
+			l = jobtext.Cut(l, limit/4) + " (line cut)"
 		}
 		tail := fmt.Sprintf("… %d more lines cut (narrow with host=, or detail=devices)", len(lines)-i)
 		if b.Len()+len(l)+1 > limit-len(tail)-1 {

@@ -77,7 +77,7 @@ func TestGPUStatusRings(t *testing.T) {
 	if r.DevicesTotal != 8 || r.NodesTotal != 1 || r.Nodes[0].Source != gpu.SourceRings || r.Nodes[0].Host != "node-a" {
 		t.Fatalf("%+v", r)
 	}
-	xi, lost, spin := strings.Index(txt, "Xid 79"), strings.Index(txt, "node-a GPU 3 (rank 3)"), strings.Index(txt, "7 GPU(s) on 1 node(s) (NVIDIA H100 80GB HBM3) spinning")
+	xi, lost, spin := strings.Index(txt, "Xid 79"), strings.Index(txt, "⟦node-a⟧ GPU 3 (rank 3)"), strings.Index(txt, "7 GPU(s) on 1 node(s) (⟦NVIDIA H100 80GB HBM3⟧) spinning")
 	if xi < 0 || lost < 0 || spin < 0 || !(xi < lost && lost < spin) {
 		t.Fatalf("want the Xid, then the lost GPU with host and rank, then the 7 spinning merged:\n%s", txt)
 	}
@@ -112,7 +112,7 @@ func TestGPUStatusLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, txt := gpuText(t, &Env{SQL: e, GPU: liveGPU(rep)}, nil)
-	if r.Nodes[0].Source != gpu.SourceLive || r.Nodes[0].Host != "node-live" || !strings.Contains(txt, "4 GPU(s) on 1 node(s) (NVIDIA H100 80GB HBM3) spinning: 100% util") {
+	if r.Nodes[0].Source != gpu.SourceLive || r.Nodes[0].Host != "node-live" || !strings.Contains(txt, "4 GPU(s) on 1 node(s) (⟦NVIDIA H100 80GB HBM3⟧) spinning: 100% util") {
 		t.Fatalf("%+v\n%s", r, txt)
 	}
 	if !strings.Contains(txt, "ranks 8-11") {
@@ -201,7 +201,7 @@ func TestGPUStatusWholeJob(t *testing.T) {
 		!strings.Contains(strings.Join(r.Coverage.Missing, "\n"), "65 devices") {
 		t.Fatalf("coverage %+v", r.Coverage)
 	}
-	xi, lost, spin := strings.Index(txt, "Xid 79: GPU has fallen off the bus on node-1 GPU 3"), strings.Index(txt, "node-1 GPU 3 (rank 11)"), strings.Index(txt, "15 GPU(s) on 2 node(s) (NVIDIA H100 80GB HBM3) spinning")
+	xi, lost, spin := strings.Index(txt, "Xid 79: GPU has fallen off the bus on ⟦node-1⟧ GPU 3"), strings.Index(txt, "⟦node-1⟧ GPU 3 (rank 11)"), strings.Index(txt, "15 GPU(s) on 2 node(s) (⟦NVIDIA H100 80GB HBM3⟧) spinning")
 	if xi < 0 || lost < 0 || spin < 0 || !(xi < lost && lost < spin) {
 		t.Fatalf("want node-1's Xid, its lost GPU with rank, then the 15 spinning merged across both nodes:\n%s", txt)
 	}
@@ -261,7 +261,7 @@ func TestGPUStatusScale(t *testing.T) {
 	if !strings.HasPrefix(txt, "4096 GPU(s) on 532 node(s); 11 Xid event(s).") {
 		t.Errorf("head: %.200s", txt)
 	}
-	idle, bulk := strings.Index(txt, "node-300 GPU 5 (rank 2405)"), strings.Index(txt, "GPU(s) on 512 node(s) (NVIDIA H100 80GB HBM3) spinning")
+	idle, bulk := strings.Index(txt, "⟦node-300⟧ GPU 5 (rank 2405)"), strings.Index(txt, "GPU(s) on 512 node(s) (⟦NVIDIA H100 80GB HBM3⟧) spinning")
 	if idle < 0 || bulk < 0 || idle > bulk {
 		t.Errorf("the idle GPU is not named before the merged spinning ones:\n%s", txt)
 	}

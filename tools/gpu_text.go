@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Bounds of gpu_status's text.
@@ -24,9 +25,9 @@ func (r GPUStatusResult) ModelText() string {
 				lines = append(lines, fmt.Sprintf("  … %d more nodes not listed here (the structured nodes list has %d; host= picks one)", r.NodesTotal-i, len(r.Nodes)))
 				break
 			}
-			l := fmt.Sprintf("  %s: %s", n.Host, n.Line)
+			l := fmt.Sprintf("  %s: %s", hostText(n.Host), n.Line)
 			if n.Source != "" {
-				l += " [" + n.Source + "]"
+				l += " [" + token(n.Source) + "]"
 			}
 			lines = append(lines, l)
 		}
@@ -34,9 +35,9 @@ func (r GPUStatusResult) ModelText() string {
 	if len(r.Devices) > 0 {
 		lines = append(lines, fmt.Sprintf("Devices (%d of %d, faults and odd ones first):", len(r.Devices), r.DevicesTotal))
 		for _, d := range r.Devices {
-			name := d.Name
-			if name == "" {
-				name = "unnamed GPU"
+			name := "unnamed GPU"
+			if d.Name != "" {
+				name = jobtext.Quote(d.Name, jobtext.Name)
 			}
 			l := fmt.Sprintf("  %s (%s) %s", devWhere(d), name, d.Signature)
 			if st := gpu.Stats([]gpu.Snapshot{d.Snapshot}, d.Signature, d.Why); st != "" {
@@ -51,7 +52,7 @@ func (r GPUStatusResult) ModelText() string {
 	if r.Coverage != nil {
 		lines = append(lines, "Scope: the whole job, "+r.Coverage.Text)
 		for _, p := range r.Coverage.Problems {
-			lines = append(lines, "  "+p)
+			lines = append(lines, "  "+clip(p, jobtext.Line))
 		}
 	}
 	return boundLines(lines, maxGPUText)

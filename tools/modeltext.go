@@ -5,9 +5,9 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Shared pieces of the ModelText renderings (the text content most
@@ -29,17 +29,36 @@ func shortSetsTo(s string, max int) string {
 	})
 }
 
-// clip cuts s to n bytes at a rune boundary, marking the cut; newlines
-// become spaces so that one item stays one line.
+// clip cuts one of our lines to n bytes at a rune boundary, marking the
+// cut and closing a quote it cuts open (jobtext.Cut); newlines become
+// spaces so that one item stays one line, and any control character left
+// is escaped (jobtext.Clean). Job text in it must be quoted already.
 func clip(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) <= n {
-		return s
+	return jobtext.Cut(jobtext.Clean(strings.Join(strings.Fields(s), " ")), n)
+}
+
+// token is a closed-vocabulary word a job or node filled (a source, a
+// kind, a state): "-" when empty, as is when a plain word, else quoted.
+func token(s string) string {
+	if s == "" {
+		return "-"
 	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
+	return jobtext.Token(s, jobtext.Name)
+}
+
+// rankText is a rank set membership was told (a node's claim): cut when
+// long, quoted when it is not one.
+func rankText(set string) string { return rankTextTo(set, rankset.MaxText) }
+
+// rankTextTo is rankText cut to max bytes.
+func rankTextTo(set string, max int) string {
+	if set == "" {
+		return "-"
 	}
-	return s[:n] + "…"
+	if _, err := rankset.Parse(set); err != nil {
+		return jobtext.Quote(set, jobtext.Name)
+	}
+	return rankset.ShortTo(set, max)
 }
 
 // ints64Set is a set of ids as ranges (history ids are consecutive).
@@ -72,7 +91,7 @@ func coverageText(c *CoverageView) string {
 		b.WriteString(".\n")
 	} else if len(raw.Missing) == 0 {
 		// A view without its coverage (decoded from JSON): its lines.
-		fmt.Fprintf(&b, "; %d did not: %s\n", missing, clip(strings.Join(c.Missing, "; "), 300))
+		fmt.Fprintf(&b, "; %d did not: %s\n", missing, clip(strings.Join(c.Missing, "; "), jobtext.Line))
 	} else {
 		var ranks []int
 		kinds := map[string]int{}
@@ -82,7 +101,7 @@ func coverageText(c *CoverageView) string {
 			}
 			kind := "failed"
 			if o.Err != nil {
-				kind = o.Err.Kind
+				kind = token(o.Err.Kind)
 			}
 			kinds[kind]++
 		}
@@ -103,13 +122,13 @@ func coverageText(c *CoverageView) string {
 			}
 			kind, msg := "failed", ""
 			if o.Err != nil {
-				kind, msg = o.Err.Kind, o.Err.Msg
+				kind, msg = token(o.Err.Kind), o.Err.Msg
 			}
-			fmt.Fprintf(&b, "  %s (%s) %s", o.Node.Host, o.Node.Addr, kind)
+			fmt.Fprintf(&b, "  %s (%s) %s", jobtext.Quote(o.Node.Host, jobtext.Name), token(o.Node.Addr), kind)
 			if o.Node.Ranks != "" {
-				b.WriteString(", ranks " + rankset.ShortTo(o.Node.Ranks, 40))
+				b.WriteString(", ranks " + rankTextTo(o.Node.Ranks, 40))
 			}
-			b.WriteString(": " + clip(msg, 80) + "\n")
+			b.WriteString(": " + clip(msg, 160) + "\n")
 		}
 	}
 	for i, p := range c.Problems {
@@ -125,23 +144,32 @@ func coverageText(c *CoverageView) string {
 // maxTextCell caps one cell of a text table.
 const maxTextCell = 60
 
-// cell renders one value for a text table: NULL for nil, one line, capped.
+// cell renders one value for a text table: NULL for nil, a number as is,
+// text (the rings' cells are the job's) quoted and capped.
 func cell(v any) string {
 	switch x := v.(type) {
 	case nil:
 		return "NULL"
 	case string:
-		return clip(x, maxTextCell)
+		return jobtext.Quote(x, maxTextCell)
+	case []byte:
+		return jobtext.Quote(string(x), maxTextCell)
 	case float64:
-		return clip(fmt.Sprintf("%.6g", x), maxTextCell)
+		return fmt.Sprintf("%.6g", x)
+	case int64, int, int32, bool:
+		return fmt.Sprint(x)
 	}
-	return clip(fmt.Sprint(v), maxTextCell)
+	return jobtext.Quote(fmt.Sprint(v), maxTextCell)
 }
 
 // writeTable writes a pipe-separated table, the column names once, then
 // rows until maxBytes of text; it returns how many rows it wrote.
 func writeTable(b *strings.Builder, cols []string, rows [][]any, maxBytes int) int {
-	b.WriteString(strings.Join(cols, " | ") + "\n")
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = jobtext.Token(c, jobtext.Name) // a node's table may name them
+	}
+	b.WriteString(strings.Join(names, " | ") + "\n")
 	start := b.Len()
 	for i, r := range rows {
 		cs := make([]string, len(r))

@@ -127,14 +127,14 @@ func TestModelTextLive(t *testing.T) {
 
 	r, text = call("get_stacks", map[string]any{})
 	sizes(t, "get_stacks (4 live ranks)", r)
-	if first, _, _ := strings.Cut(text, "\n"); !strings.HasPrefix(first, "main thread: ranks 0-1,3 in ") || !strings.Contains(first, "rank 2 in fake_data_loader (socket_rank.py:") ||
+	if first, _, _ := strings.Cut(text, "\n"); !strings.HasPrefix(first, "main thread: ranks 0-1,3 in ") || !strings.Contains(first, "rank 2 in ⟦fake_data_loader⟧ (⟦socket_rank.py⟧:") ||
 		!strings.HasSuffix(first, "← odd one out") {
 		t.Errorf("get_stacks summary: %s", first)
 	}
 	want("get_stacks", text, "[1] ODD ONE OUT main thread, rank 2: 1 thread(s)", "Sources: agent: pid(s) ")
 	r, text = call("get_stacks", map[string]any{"merge": false, "ranks": "2"})
 	sizes(t, "get_stacks merge=false rank 2", r)
-	want("get_stacks merge=false", text, "Per process (merge=false):", "rank 2 (pid "+itoa(pids[2])+")", "agent: 1 thread(s)", "fake_data_loader ")
+	want("get_stacks merge=false", text, "Per process (merge=false):", "rank 2 (pid "+itoa(pids[2])+")", "agent: 1 thread(s)", "⟦fake_data_loader⟧ ")
 
 	r, text = call("get_config", map[string]any{"rank": 1})
 	sizes(t, "get_config (all keys)", r)
@@ -148,14 +148,14 @@ func TestModelTextLive(t *testing.T) {
 
 	r, text = call("eval_python", map[string]any{"rank": 0, "code": "print('x' * 20000)"})
 	sizes(t, "eval_python (20 KB printed)", r)
-	want("eval_python", text, "eval in rank 0 (pid "+itoa(pids[0])+"): ok in ", "… output cut at 16384 of 20001 bytes")
+	want("eval_python", text, "eval in rank 0 (pid "+itoa(pids[0])+"): ok in ", "…[+18976 bytes]\n… long lines cut (structured content: output has them whole")
 	_, text = call("eval_python", map[string]any{"rank": 0, "code": "def f():\n    raise ValueError('boom')\nf()"})
 	want("eval_python error", text, ": error in ", "Traceback:", "ValueError: boom")
 
 	if settable != "" {
 		r, text = call("set_config", map[string]any{"key": settable, "value": "1.0", "ranks": "0-3"})
 		sizes(t, "set_config (4 ranks)", r)
-		want("set_config", text, "ok: "+settable+" = 1.0 on 4 of 4 process(es).", "rank 3 (pid "+itoa(pids[3])+"): 1.0 (was 1.0)")
+		want("set_config", text, "ok: "+settable+" = 1.0 on 4 of 4 process(es).", "rank 3 (pid "+itoa(pids[3])+"): ⟦1.0⟧ (was ⟦1.0⟧)")
 	} else {
 		t.Errorf("get_config lists no settable probing.sample_rate:\n%s", text)
 	}

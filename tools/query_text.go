@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
@@ -62,7 +63,7 @@ func writeQuality(b *strings.Builder, q *sqlengine.Quality) {
 		b.WriteString("problem: partial: part of the data could not be read (the lines below say which)\n")
 	}
 	for _, p := range q.Problems {
-		fmt.Fprintf(b, "problem: %s: %s\n", p.Path, clip(p.Problem, 200))
+		fmt.Fprintf(b, "problem: %s: %s\n", jobtext.QuoteTail(p.Path, jobtext.Path), clip(p.Problem, 200))
 	}
 	if q.ProblemsOmitted > 0 {
 		fmt.Fprintf(b, "problem: … %d more (structured content: data_quality)\n", q.ProblemsOmitted)
@@ -86,7 +87,7 @@ func writeQuality(b *strings.Builder, q *sqlengine.Quality) {
 		fmt.Fprintf(b, "note: %d text value(s) were not valid UTF-8\n", q.InvalidUTF8)
 	}
 	for _, n := range q.Notes {
-		b.WriteString("note: " + clip(n, 300) + "\n")
+		b.WriteString("note: " + clip(n, jobtext.Line) + "\n")
 	}
 }
 
@@ -155,7 +156,7 @@ func (d describeAnswer) ModelText() string {
 		if tbl := get("table_schema") + "." + get("table_name"); tbl != last {
 			line, last = tbl+":\n", tbl
 		}
-		line += "  " + get("column_name") + " " + get("data_type")
+		line += "  " + jobtext.Token(get("column_name"), jobtext.Name) + " " + get("data_type") // a ring's header names its columns
 		if u := get("unit"); u != "" {
 			line += " [" + u + "]"
 		}

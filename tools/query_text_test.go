@@ -52,7 +52,7 @@ func TestQueryText(t *testing.T) {
 	_, textLen := sizes(t, "query (group by)", res)
 	text := res.ModelText()
 	lines := strings.Split(text, "\n")
-	if lines[0] != "8 rows." || lines[1] != "_rank | op | n | last_seq" || !strings.HasPrefix(lines[2], "0 | all_reduce | ") {
+	if lines[0] != "8 rows." || lines[1] != "_rank | op | n | last_seq" || !strings.HasPrefix(lines[2], "0 | ⟦all_reduce⟧ | ") {
 		t.Errorf("text:\n%s", text)
 	}
 	if !strings.Contains(text, "note: read rings of exited processes (pids ") || textLen > 2048 {

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/skills"
 )
 
@@ -161,7 +162,7 @@ func (r runAnswer) ModelText() string {
 			b.WriteString(" (cut)")
 		}
 		if m := s.ClusterMeta; m != nil && m.Partial {
-			fmt.Fprintf(&b, "; partial: %d node(s) queried, failed: %s", m.NodesQueried, clip(strings.Join(m.NodesFailed, ", "), 200))
+			fmt.Fprintf(&b, "; partial: %d node(s) queried, failed: %s", m.NodesQueried, jobtext.Quote(strings.Join(m.NodesFailed, ", "), 200))
 		}
 		b.WriteString("\n")
 		if len(s.Columns) > 0 && len(s.Rows) > 0 {
@@ -190,12 +191,9 @@ func (r runAnswer) ModelText() string {
 			}
 			fmt.Fprintf(&b, "    (the tool's whole result, %d bytes, is in structured content steps[].text; plan_skill shows the call to make it yourself)\n", len(j))
 		} else if s.Text != "" {
-			t := s.Text
-			if len(t) > maxTextSkillText {
-				t = clipRaw(t, maxTextSkillText) + fmt.Sprintf("\n… cut at %d of %d bytes (structured content: steps[].text)", maxTextSkillText, len(s.Text))
-			}
-			for _, l := range strings.Split(strings.TrimRight(t, "\n"), "\n") {
-				b.WriteString("    " + l + "\n")
+			// An agent's answer: the job's text, a line a quote.
+			if left, _ := quoteLines(&b, strings.TrimRight(s.Text, "\n"), "    ", maxTextSkillText); left > 0 {
+				fmt.Fprintf(&b, "    … the last %d of %d bytes not shown (structured content: steps[].text)\n", left, len(s.Text))
 			}
 		}
 	}

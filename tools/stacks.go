@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/storage/history"
 )
 
@@ -71,7 +73,8 @@ func getStacks(env *Env) Def {
 			// ranges, not one entry per pid.
 			by := map[string][]int{}
 			for _, pr := range procs {
-				by[pr.Source] = append(by[pr.Source], pr.Rank)
+				src := jobtext.Clip(pr.Source, jobtext.Name) // a node's word
+				by[src] = append(by[src], pr.Rank)
 			}
 			for src, rs := range by {
 				res.Sources[src] = "ranks " + rankset.Format(rs)
@@ -107,12 +110,20 @@ func boundProcesses(procs []stacks.Process, maxFrames int) []stacks.Process {
 	}
 	out := make([]stacks.Process, len(procs))
 	for i, p := range procs {
+		// Names, paths and errors are the job's (or a node's): clipped.
+		p.Host, p.Err, p.Source = jobtext.Clip(p.Host, jobtext.Name), jobtext.Clip(p.Err, 1<<10), jobtext.Clip(p.Source, jobtext.Name)
 		out[i] = p
 		out[i].Threads = make([]stacks.Thread, len(p.Threads))
 		for j, t := range p.Threads {
 			if len(t.Frames) > maxFrames {
 				t.Frames, t.FramesTruncated = t.Frames[:maxFrames], true
 			}
+			t.Frames = slices.Clone(t.Frames)
+			for k := range t.Frames {
+				f := &t.Frames[k]
+				f.File, f.Function = jobtext.ClipTail(f.File, jobtext.Path), jobtext.Clip(f.Function, jobtext.Func)
+			}
+			t.Name, t.WChan, t.State = jobtext.Clip(t.Name, jobtext.Name), jobtext.Clip(t.WChan, jobtext.Name), jobtext.Clip(t.State, 16)
 			out[i].Threads[j] = t
 		}
 	}

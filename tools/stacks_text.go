@@ -10,6 +10,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Bounds of get_stacks' text: whatever the rank count, the groups are
@@ -57,7 +58,7 @@ func (r GetStacksResult) ModelText() string {
 		if len(g.States) > 0 {
 			b.WriteString(", states " + statesText(g.States))
 			if len(g.Members) > 0 && g.Members[0].WChan != "" {
-				b.WriteString(" (wchan " + g.Members[0].WChan + ")")
+				b.WriteString(" (wchan " + jobtext.Quote(g.Members[0].WChan, jobtext.Name) + ")")
 			}
 		}
 		b.WriteString("\n")
@@ -82,7 +83,7 @@ func (r GetStacksResult) ModelText() string {
 				fmt.Fprintf(&b, "  … %d more (structured content: failed)\n", len(m.Failed)-i+m.FailedOmitted)
 				break
 			}
-			fmt.Fprintf(&b, "  %s, %s: %s\n", procWho(f.PID, f.Rank, f.Host), orDash(f.Source), clip(f.Err, 200))
+			fmt.Fprintf(&b, "  %s, %s: %s\n", procWho(f.PID, f.Rank, f.Host), token(f.Source), jobtext.Quote(f.Err, jobtext.Message))
 		}
 		if m.FailedOmitted > 0 && len(m.Failed) <= maxTextFailures {
 			fmt.Fprintf(&b, "  … and %d more\n", m.FailedOmitted)
@@ -112,7 +113,7 @@ func procWho(pid, rank int, host string) string {
 		who = fmt.Sprintf("rank %d (pid %d)", rank, pid)
 	}
 	if host != "" {
-		who += " on " + host
+		who += " on " + jobtext.Quote(host, jobtext.Name)
 	}
 	return who
 }
@@ -120,7 +121,7 @@ func procWho(pid, rank int, host string) string {
 func statesText(states map[string]int) string {
 	var st []string
 	for s, n := range states {
-		st = append(st, fmt.Sprintf("%s×%d", s, n))
+		st = append(st, fmt.Sprintf("%s×%d", jobtext.Token(s, 16), n))
 	}
 	slices.Sort(st)
 	return strings.Join(st, " ")
@@ -153,7 +154,7 @@ func writeFrames(b *strings.Builder, frames []stacks.Frame, indent string) {
 			if f.Line > 0 {
 				line = strconv.Itoa(f.Line)
 			}
-			fmt.Fprintf(b, "%s%s %s:%s", indent, f.Function, shortFile(f.File), line)
+			fmt.Fprintf(b, "%s%s %s:%s", indent, jobtext.Quote(f.Function, jobtext.Func), jobtext.QuoteTail(shortFile(f.File), jobtext.Path), line)
 			if j-i > 1 {
 				fmt.Fprintf(b, " ×%d", j-i)
 			}
@@ -189,20 +190,23 @@ func writeProcesses(b *strings.Builder, procs []stacks.Process) {
 			fmt.Fprintf(b, "… %d more process(es): pass pids or ranks to see them\n", len(procs)-i)
 			return
 		}
-		fmt.Fprintf(b, "%s, %s: %d thread(s)\n", procWho(p.PID, p.Rank, p.Host), orDash(p.Source), len(p.Threads))
+		fmt.Fprintf(b, "%s, %s: %d thread(s)\n", procWho(p.PID, p.Rank, p.Host), token(p.Source), len(p.Threads))
 		for k, t := range p.Threads {
 			if k == maxTextThreads {
 				fmt.Fprintf(b, "  … %d more thread(s): pass pids=[%d] alone\n", len(p.Threads)-k, p.PID)
 				break
 			}
-			name := t.Name
+			name := "-"
+			if t.Name != "" {
+				name = jobtext.Quote(t.Name, jobtext.Name)
+			}
 			if t.IsMain {
 				name += " (main)"
 			}
 			if t.State != "" {
-				name += " state " + t.State
+				name += " state " + jobtext.Token(t.State, 16)
 			}
-			b.WriteString("  " + orDash(name) + ":\n")
+			b.WriteString("  " + name + ":\n")
 			writeFrames(b, t.Frames, "    ")
 		}
 	}
@@ -243,7 +247,7 @@ func sourcesText(src map[string]string, all string) string {
 		if _, err := strconv.Atoi(ws[0]); err == nil {
 			w = "pid(s) " + w
 		}
-		parts = append(parts, s+": "+w)
+		parts = append(parts, token(s)+": "+w)
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, "; ")

@@ -96,19 +96,19 @@ func TestGetStacksTextAtScale(t *testing.T) {
 	jsonLen, textLen := sizes(t, "get_stacks (4096, 51 lost)", res)
 	text := res.ModelText()
 	first, _, _ := strings.Cut(text, "\n")
-	if !strings.HasPrefix(first, "main thread: ranks 0-4,6-71,") || !strings.Contains(first, "ranks in all) in all_reduce (distributed_c10d.py:2501); rank 5 in fake_data_loader (train.py:67) ← odd one out") {
+	if !strings.HasPrefix(first, "main thread: ranks 0-4,6-71,") || !strings.Contains(first, "ranks in all) in ⟦all_reduce⟧ (⟦distributed_c10d.py⟧:2501); rank 5 in ⟦fake_data_loader⟧ (⟦train.py⟧:67) ← odd one out") {
 		t.Errorf("summary line: %s", first)
 	}
 	for _, want := range []string{
 		"[1] ODD ONE OUT main thread, rank 5: 1 thread(s)",
-		"fake_data_loader train.py:67",
-		"_call_impl torch/nn/modules/module.py:1500 ×14",
-		"all_reduce torch/distributed/distributed_c10d.py:2501",
+		"⟦fake_data_loader⟧ ⟦train.py⟧:67",
+		"⟦_call_impl⟧ ⟦torch/nn/modules/module.py⟧:1500 ×14",
+		"⟦all_reduce⟧ ⟦torch/distributed/distributed_c10d.py⟧:2501",
 		"Idle: 11064 thread(s) in 1 stack(s)", "include_idle=true",
 		"partial: 461 of 512 node(s) answered",
 		"Scope: the whole job, 461/512 node(s) answered; 51 did not (25 timeout, 26 unreachable), their ranks 72-79,152-159,",
 		"(408 ranks in all) not seen",
-		"node0009 (127.0.10.10:9781) unreachable, ranks 72-79: connection refused",
+		"⟦node0009⟧ (127.0.10.10:9781) unreachable, ranks 72-79: connection refused",
 		"… 48 more node(s): list_cluster_nodes",
 		"Sources: agent: every rank",
 	} {
@@ -145,13 +145,13 @@ func TestGetStacksTextSmallJob(t *testing.T) {
 	_, textLen := sizes(t, "get_stacks (4 ranks)", res)
 	text := res.ModelText()
 	first, _, _ := strings.Cut(text, "\n")
-	if first != "main thread: ranks 0-1,3 in all_reduce (socket_rank.py:56); rank 2 in fake_data_loader (socket_rank.py:67) ← odd one out; 1 capture(s) failed or partial (rank 4)" {
+	if first != "main thread: ranks 0-1,3 in ⟦all_reduce⟧ (⟦socket_rank.py⟧:56); rank 2 in ⟦fake_data_loader⟧ (⟦socket_rank.py⟧:67) ← odd one out; 1 capture(s) failed or partial (rank 4)" {
 		t.Errorf("summary line: %s", first)
 	}
 	for _, want := range []string{
-		"fake_data_loader /tmp/demo/socket_rank.py:67",
+		"⟦fake_data_loader⟧ ⟦/tmp/demo/socket_rank.py⟧:67",
 		"Cut: 3 more stack group(s) (3 thread(s)) over max_groups: pass max_groups up to 50",
-		"rank 4 (pid 104), proc: agent timed out",
+		"rank 4 (pid 104), proc: ⟦agent timed out",
 		"Sources: agent: pid(s) 100,101,102,103; proc: pid(s) 104",
 		"Stored: history.stack_captures id(s) 7-10",
 	} {
@@ -165,7 +165,7 @@ func TestGetStacksTextSmallJob(t *testing.T) {
 
 	res.Processes, res.Groups = boundProcesses(procs, 0), nil
 	text = res.ModelText()
-	for _, want := range []string{"Per process (merge=false):", "rank 2 (pid 102), agent: 2 thread(s)", "MainThread (main) state S:", "heartbeat /tmp/demo/socket_rank.py:32"} {
+	for _, want := range []string{"Per process (merge=false):", "rank 2 (pid 102), agent: 2 thread(s)", "⟦MainThread⟧ (main) state S:", "⟦heartbeat⟧ ⟦/tmp/demo/socket_rank.py⟧:32"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("merge=false text lacks %q:\n%s", want, text)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
 	"github.com/probing-mcp/probing-mcp/internal/hmacauth"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Kinds of peer failure.
@@ -180,7 +181,7 @@ func (c *Client) Do(ctx context.Context, n cluster.Node, method, path string, re
 				Error string `json:"error"`
 			}
 			if json.Unmarshal(b, &ae) == nil && ae.Error != "" {
-				return pe(KindAuth, "refused (HTTP %d), in its words: %q", res.StatusCode, bound(ae.Error, 300))
+				return pe(KindAuth, "refused (HTTP %d), in its words: %s", res.StatusCode, jobtext.Quote(ae.Error, jobtext.Line))
 			}
 		}
 		return pe(KindAuth, "not counted: %s", why)
@@ -191,7 +192,7 @@ func (c *Client) Do(ctx context.Context, n cluster.Node, method, path string, re
 		}
 		msg := "no explanation"
 		if json.Unmarshal(b, &ae) == nil && ae.Error != "" {
-			msg = bound(ae.Error, 300)
+			msg = jobtext.Quote(ae.Error, jobtext.Line) // the node's words
 		}
 		if res.StatusCode == http.StatusForbidden {
 			// A daemon without a token refuses another user's coordinator;

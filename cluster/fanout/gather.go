@@ -15,7 +15,48 @@ import (
 	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/evidence"
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
+
+// A node's answer is its text, the job's text it passes on included: the
+// coordinator quotes what a node composed (a problem line, a rank's
+// ending) as a whole, so that nothing a node sends reads as the
+// coordinator's own words (jobtext).
+
+// nodeWords names a node in a line: its host quoted, its address.
+func nodeWords(n cluster.Node) string {
+	return jobtext.Quote(n.Host, jobtext.Name) + " (" + addrWords(n.Addr) + ")"
+}
+
+// addrWords is an address as is when it is one, else quoted.
+func addrWords(a string) string { return jobtext.Token(a, jobtext.Name) }
+
+// ranksWords is a rank set membership was told: as is when it is one,
+// else quoted (the store's text).
+func ranksWords(s string) string {
+	if _, err := rankset.Parse(s); err != nil {
+		return jobtext.Quote(s, jobtext.Name)
+	}
+	return s
+}
+
+// nodeSaid is a line a node composed, quoted, after its node's name.
+func nodeSaid(n cluster.Node, line string) string {
+	return jobtext.Quote(n.Host, jobtext.Name) + " said: " + jobtext.Quote(line, jobtext.Line)
+}
+
+// nodeText quotes the lines a node composed for a rank (how it ended,
+// why its stack or agent failed): read as the node's text, not ours. The
+// codes the diagnosis reads (AgentErr's "timeout") are kept when plain.
+func nodeText(e *evidence.RankEvidence) {
+	if e.Ending != "" {
+		e.Ending = jobtext.Quote(e.Ending, jobtext.Line)
+	}
+	if e.StackErr != "" {
+		e.StackErr = jobtext.Quote(e.StackErr, jobtext.Message)
+	}
+	e.AgentErr = jobtext.Token(e.AgentErr, jobtext.Message)
+}
 
 // ranksOf are a node's ranks as membership or its last answer said.
 func ranksOf(n cluster.Node) []int {
@@ -49,7 +90,7 @@ func newOwnership(ns []cluster.Node) *ownership {
 func (o *ownership) claim(n cluster.Node, ranks []int) {
 	ok, lies := claims(n, ranks)
 	if len(lies) > 0 {
-		o.lies = append(o.lies, fmt.Sprintf("%s (%s) answered for ranks %s, which membership registered to no rank of it (%s): dropped", n.Host, n.Addr, rankset.Format(lies), n.Ranks))
+		o.lies = append(o.lies, fmt.Sprintf("%s answered for ranks %s, which membership registered to no rank of it (%s): dropped", nodeWords(n), rankset.Format(lies), ranksWords(n.Ranks)))
 	}
 	if ranksOf(n) == nil {
 		// Its ranks are not known: those another node registered are not
@@ -65,7 +106,7 @@ func (o *ownership) claim(n cluster.Node, ranks []int) {
 		}
 		ok = keep
 		if len(others) > 0 {
-			o.lies = append(o.lies, fmt.Sprintf("%s (%s), whose ranks membership does not know, answered for ranks %s, which other nodes registered: dropped", n.Host, n.Addr, rankset.Format(others)))
+			o.lies = append(o.lies, fmt.Sprintf("%s (%s), whose ranks membership does not know, answered for ranks %s, which other nodes registered: dropped", jobtext.Quote(n.Host, jobtext.Name), addrWords(n.Addr), rankset.Format(others)))
 		}
 	}
 	for _, r := range ok {
@@ -106,6 +147,9 @@ func conflictLines(refused map[int]string) []string {
 func clipList(xs []string, n int) string {
 	xs = slices.Clone(xs)
 	sort.Strings(xs)
+	for i := range xs {
+		xs[i] = addrWords(xs[i])
+	}
 	if len(xs) > n {
 		return fmt.Sprintf("%s and %d more", strings.Join(xs[:n], ", "), len(xs)-n)
 	}
@@ -115,24 +159,18 @@ func clipList(xs []string, n int) string {
 // Bounds on what one node's answer may add to the data-quality lines: a
 // node's own problems are a handful; thousands are noise or an attack
 // (issue 23's red team: 120 MiB of them).
-const (
-	maxNodeLines   = 64
-	maxNodeLineLen = 1024
-)
+const maxNodeLines = 64
 
-// nodeLines are a node's own lines, prefixed with its name, clipped and
+// nodeLines are a node's own lines, quoted after its name (clipped), and
 // bounded in number (the rest counted).
 func nodeLines(n cluster.Node, lines []string) []string {
 	out := make([]string, 0, min(len(lines), maxNodeLines+1))
 	for i, l := range lines {
 		if i == maxNodeLines {
-			out = append(out, fmt.Sprintf("%s: and %d more lines of its own, left out", n.Host, len(lines)-i))
+			out = append(out, fmt.Sprintf("%s: and %d more lines of its own, left out", jobtext.Quote(n.Host, jobtext.Name), len(lines)-i))
 			break
 		}
-		if len(l) > maxNodeLineLen {
-			l = strings.ToValidUTF8(l[:maxNodeLineLen], "") + fmt.Sprintf("…[+%d bytes]", len(l)-maxNodeLineLen)
-		}
-		out = append(out, n.Host+": "+l)
+		out = append(out, nodeSaid(n, l)) // quoted and clipped
 	}
 	return out
 }
@@ -301,6 +339,7 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 		for r, e := range b.Ranks {
 			if owner[r] == n.Addr {
 				e.Node = n.Addr
+				nodeText(e)
 				merged.Ranks[r] = e
 				kept++
 			}
@@ -338,11 +377,11 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 		rs := ranksOf(m.Node)
 		for _, r := range rs {
 			if merged.Ranks[r] == nil {
-				merged.Unreachable[r] = fmt.Sprintf("its node %s (%s) did not answer: %s: %s", m.Node.Host, m.Node.Addr, m.Err.Kind, m.Err.Msg)
+				merged.Unreachable[r] = fmt.Sprintf("its node %s did not answer: %s: %s", nodeWords(m.Node), m.Err.Kind, m.Err.Msg)
 			}
 		}
 		if len(rs) == 0 {
-			merged.Problems = append(merged.Problems, fmt.Sprintf("%s (%s) never answered, so which ranks it holds is not known", m.Node.Host, m.Node.Addr))
+			merged.Problems = append(merged.Problems, fmt.Sprintf("%s never answered, so which ranks it holds is not known", nodeWords(m.Node)))
 		}
 	}
 	best, n := 0, -1

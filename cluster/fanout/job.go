@@ -133,9 +133,9 @@ func (c Coverage) Text() string {
 
 // Words say who did not answer and why.
 func (o Outcome) Words() string {
-	s := fmt.Sprintf("%s (%s) %s: %s", o.Node.Host, o.Node.Addr, o.Err.Kind, o.Err.Msg)
+	s := fmt.Sprintf("%s %s: %s", nodeWords(o.Node), addrWords(o.Err.Kind), o.Err.Msg)
 	if o.Node.Ranks != "" {
-		s += " (ranks " + o.Node.Ranks + ")"
+		s += " (ranks " + ranksWords(o.Node.Ranks) + ")"
 	}
 	return s
 }
@@ -172,7 +172,7 @@ func (j *Job) nodes(ctx context.Context) ([]cluster.Node, []string, error) {
 	uniq := ns[:0]
 	for _, n := range ns {
 		if seen[n.Addr] {
-			problems = append(problems, fmt.Sprintf("%s (%s) is listed twice: asked once", n.Host, n.Addr))
+			problems = append(problems, fmt.Sprintf("%s is listed twice: asked once", nodeWords(n)))
 			continue
 		}
 		seen[n.Addr] = true

@@ -208,7 +208,7 @@ func TestScale(t *testing.T) {
 					t.Fatal(err)
 				}
 				text := diag.(interface{ ModelText() string }).ModelText()
-				if !strings.Contains(text, "rank 5 is the culprit (cpu_stall, high confidence) at train.py:67 (fake_data_loader)") || !strings.Contains(text, "node(s) answered") {
+				if !strings.Contains(text, "rank 5 is the culprit (cpu_stall, high confidence) at ⟦train.py⟧:67 (⟦fake_data_loader⟧)") || !strings.Contains(text, "node(s) answered") {
 					t.Errorf("verdict: %.2000s", text)
 				}
 				t.Logf("%d ranks: get_stacks %d bytes; diagnose_hang text %d bytes: %.300s", ranks, len(out), len(text), text)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/bytesize"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
@@ -154,7 +155,7 @@ func (q *query) copyRows() ([]part, int, error) {
 				return
 			}
 			if total+len(rep.Rows) > q.opt.MaxRows {
-				q.notes = append(q.notes, fmt.Sprintf("%s.%s from %s left out: the copy already holds %d rows (the cap is %d); narrow the query with a WHERE on timestamp or _rank", ti.schema, ti.name, n.ID(), total, q.opt.MaxRows))
+				q.notes = append(q.notes, fmt.Sprintf("%s.%s from %s left out: the copy already holds %d rows (the cap is %d); narrow the query with a WHERE on timestamp or _rank", ti.schema, ti.name, jobtext.Token(n.ID(), jobtext.Name), total, q.opt.MaxRows))
 				return
 			}
 			size := replyBytes(rep)
@@ -164,10 +165,10 @@ func (q *query) copyRows() ([]part, int, error) {
 			}
 			total += len(rep.Rows)
 			if rep.Truncated {
-				q.notes = append(q.notes, fmt.Sprintf("%s.%s on %s: only its first %d rows were copied (cap per node); counts and sums are lower bounds", ti.schema, ti.name, n.ID(), len(rep.Rows)))
+				q.notes = append(q.notes, fmt.Sprintf("%s.%s on %s: only its first %d rows were copied (cap per node); counts and sums are lower bounds", ti.schema, ti.name, jobtext.Token(n.ID(), jobtext.Name), len(rep.Rows)))
 			}
 			for _, p := range rep.Problems {
-				q.notes = append(q.notes, n.ID()+": "+p)
+				q.notes = append(q.notes, jobtext.Token(n.ID(), jobtext.Name)+" said: "+jobtext.Quote(p, jobtext.Line)) // the node's words
 			}
 			parts = append(parts, part{ti, n, rep, size})
 		})

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
@@ -92,7 +93,7 @@ func (l *Local) Scan(ctx context.Context, req ScanRequest) (*ScanReply, error) {
 	}
 	if dq := rows.DataQuality; dq != nil {
 		for _, p := range dq.Problems {
-			rep.Problems = append(rep.Problems, p.Path+": "+p.Problem)
+			rep.Problems = append(rep.Problems, jobtext.QuoteTail(p.Path, jobtext.Path)+": "+p.Problem)
 		}
 	}
 	return rep, nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/bytesize"
 	"github.com/probing-mcp/probing-mcp/cluster"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/storage/jsonrow"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -127,7 +128,7 @@ func (q *query) run() (*sqlengine.Result, error) {
 	answered := len(q.nodes) - len(q.failed)
 	var missing []string
 	for id, why := range q.failed {
-		missing = append(missing, id+": "+why)
+		missing = append(missing, jobtext.Token(id, jobtext.Name)+": "+why)
 	}
 	sort.Strings(missing)
 	if q.opt.Strict && len(q.failed) > 0 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/cluster"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Bounds of the heartbeat registry.
@@ -224,7 +225,7 @@ func (r *Registry) Handler() http.Handler {
 			if nm.m.Rank != nil {
 				if prev, ok := r.byRank[*nm.m.Rank]; ok && prev != nm.memberID {
 					if h := r.members[prev]; h != nil && now.Sub(h.seen) < r.stale {
-						why := fmt.Sprintf("rank %d claimed by %q, which rank %q holds and reported %s ago: refused", *nm.m.Rank, clip(nm.memberID), clip(prev), now.Sub(h.seen).Round(time.Second))
+						why := fmt.Sprintf("rank %d claimed by %s, which rank %s holds and reported %s ago: refused", *nm.m.Rank, jobtext.Quote(nm.memberID, jobtext.Name), jobtext.Quote(prev, jobtext.Name), now.Sub(h.seen).Round(time.Second))
 						refused = append(refused, nm.memberID)
 						r.refused = append(r.refused, why)
 						if len(r.refused) > maxRefused {

@@ -64,7 +64,7 @@ func TestRegistryHeartbeats(t *testing.T) {
 	// n1 silent 30 s: stale; 50 s: removed, and said so in the next delta.
 	clk.add(10 * time.Second)
 	_, probs = reg.Nodes()
-	if len(probs) != 1 || !strings.Contains(probs[0], "node-a (10.0.0.1:9923) silent for 30s") {
+	if len(probs) != 1 || !strings.Contains(probs[0], "⟦node-a⟧ (10.0.0.1:9923) silent for 30s") {
 		t.Errorf("stale: %q", probs)
 	}
 	clk.add(20 * time.Second)
@@ -100,7 +100,7 @@ func TestRegistryHeartbeats(t *testing.T) {
 		t.Errorf("claim of a held rank: %s", body)
 	}
 	if ns, probs := reg.Nodes(); len(ns) != 2 || ns[1].Addr != "10.0.0.2:9922" ||
-		len(probs) != 1 || !strings.Contains(probs[0], `rank 2 claimed by "node-b:10.0.0.2:9930", which rank "node-b:10.0.0.2:9922" holds`) {
+		len(probs) != 1 || !strings.Contains(probs[0], `rank 2 claimed by ⟦node-b:10.0.0.2:9930⟧, which rank ⟦node-b:10.0.0.2:9922⟧ holds`) {
 		t.Errorf("after the refused claim: %+v %q", ns, probs)
 	}
 	// Once the holder is stale (a restarted process on a new port), the

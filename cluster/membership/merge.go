@@ -8,6 +8,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Bounds of Merge's conflict check: ranks parsed over all nodes, and
@@ -75,10 +76,11 @@ func Merge(lists ...[]cluster.Node) ([]cluster.Node, []string) {
 }
 
 func label(n cluster.Node) string {
+	addr := jobtext.Token(n.Addr, jobtext.Name)
 	if n.Host == "" {
-		return n.Addr
+		return addr
 	}
-	return n.Host + " (" + n.Addr + ")"
+	return jobtext.Quote(n.Host, jobtext.Name) + " (" + addr + ")"
 }
 
 type ival struct{ lo, hi, node int }
@@ -98,7 +100,7 @@ func rankConflicts(ns []cluster.Node) []string {
 		}
 		rs, err := rankset.Parse(n.Ranks)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: ranks %q: %v; its ranks were not checked", label(n), clip(n.Ranks), err))
+			problems = append(problems, fmt.Sprintf("%s: ranks %s: %v; its ranks were not checked", label(n), jobtext.Quote(n.Ranks, jobtext.Name), err))
 			continue
 		}
 		if budget -= len(rs); budget < 0 {
@@ -201,7 +203,7 @@ func nodeRankConflicts(ns []cluster.Node) []string {
 			problems = append(problems, "more node rank conflicts not listed")
 			break
 		}
-		problems = append(problems, fmt.Sprintf("node rank %d on host %s claimed by %s and %s", n.NodeRank, n.Host, ns[j].Addr, n.Addr))
+		problems = append(problems, fmt.Sprintf("node rank %d on host %s claimed by %s and %s", n.NodeRank, jobtext.Quote(n.Host, jobtext.Name), jobtext.Token(ns[j].Addr, jobtext.Name), jobtext.Token(n.Addr, jobtext.Name)))
 	}
 	return problems
 }

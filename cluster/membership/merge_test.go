@@ -32,8 +32,8 @@ func TestMerge(t *testing.T) {
 		t.Errorf("merged a: %+v", a)
 	}
 	want := []string{
-		"ranks 12-15 claimed by node-b (10.0.0.2:9781) and node-c (10.0.0.3:9781)",
-		"node rank 1 on host node-b claimed by 10.0.0.2:9781 and 10.0.0.2:9782",
+		"ranks 12-15 claimed by ⟦node-b⟧ (10.0.0.2:9781) and ⟦node-c⟧ (10.0.0.3:9781)",
+		"node rank 1 on host ⟦node-b⟧ claimed by 10.0.0.2:9781 and 10.0.0.2:9782",
 	}
 	if strings.Join(probs, "\n") != strings.Join(want, "\n") {
 		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(probs, "\n"), strings.Join(want, "\n"))

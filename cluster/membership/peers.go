@@ -6,12 +6,14 @@
 package membership
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/cluster"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // MaxNodes bounds every list this package builds: far above any job that
@@ -57,17 +59,21 @@ func ParsePeers(s string) ([]cluster.Node, []string, error) {
 func checkHostPort(a string) (string, error) {
 	host, port, err := net.SplitHostPort(a)
 	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			return "", errors.New(ae.Err) // its Addr is the raw text, quoted by the caller
+		}
 		return "", err
 	}
 	if host == "" {
 		return "", fmt.Errorf("no host")
 	}
 	if strings.ContainsAny(host, " \t/\\@?#") {
-		return "", fmt.Errorf("host %q has characters no host name has", host)
+		return "", fmt.Errorf("host %s has characters no host name has", jobtext.Quote(host, jobtext.Name))
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil || p < 1 || p > 65535 {
-		return "", fmt.Errorf("port %q is not 1..65535", port)
+		return "", fmt.Errorf("port %s is not 1..65535", jobtext.Quote(port, 16))
 	}
 	return host, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/tcpstore"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // RunID names the job's run as Probing does: the first set of
@@ -180,7 +181,7 @@ func RunsInStore(ctx context.Context, storeAddr string, timeout time.Duration) (
 	}
 	count, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
 	if err != nil || count < 0 {
-		return nil, []string{fmt.Sprintf("%s holds %q, not a count; the run index was not read", runsKey, clip(string(raw)))}, nil
+		return nil, []string{fmt.Sprintf("%s holds %s, not a count; the run index was not read", runsKey, jobtext.Quote(string(raw), jobtext.Name))}, nil
 	}
 	var runs, problems []string
 	seen := map[string]bool{}
@@ -194,7 +195,7 @@ func RunsInStore(ctx context.Context, storeAddr string, timeout time.Duration) (
 		}
 		id := string(v)
 		if checkRunID(id) != nil {
-			problems = append(problems, fmt.Sprintf("%s holds %q, not a run id; skipped", runSlotKey(i), clip(id)))
+			problems = append(problems, fmt.Sprintf("%s holds %s, not a run id; skipped", runSlotKey(i), jobtext.Quote(id, jobtext.Name)))
 			continue
 		}
 		if !seen[id] {
@@ -241,7 +242,7 @@ func ReadStore(ctx context.Context, storeAddr, runID string, timeout time.Durati
 	default:
 		count, err = strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
 		if err != nil || count < 0 {
-			problems = append(problems, fmt.Sprintf("%s holds %q, not a count; our slots were not read", countKey(runID), clip(string(raw))))
+			problems = append(problems, fmt.Sprintf("%s holds %s, not a count; our slots were not read", countKey(runID), jobtext.Quote(string(raw), jobtext.Name)))
 			count = 0
 		}
 	}
@@ -275,11 +276,11 @@ func ReadStore(ctx context.Context, storeAddr, runID string, timeout time.Durati
 			continue
 		}
 		if _, err := checkHostPort(n.Addr); err != nil {
-			problems = append(problems, fmt.Sprintf("%s: address %q: %v; skipped", key, clip(n.Addr), err))
+			problems = append(problems, fmt.Sprintf("%s: address %s: %v; skipped", key, jobtext.Quote(n.Addr, jobtext.Name), err))
 			continue
 		}
 		if err := cluster.CheckNodeName(n.Host); n.Host != "" && err != nil {
-			problems = append(problems, fmt.Sprintf("%s: node name %q: %v; skipped", key, clip(n.Host), err))
+			problems = append(problems, fmt.Sprintf("%s: node name %s: %v; skipped", key, jobtext.Quote(n.Host, jobtext.Name), err))
 			continue
 		}
 		if n.Kind != cluster.KindProbing {
@@ -357,7 +358,7 @@ func probingNode(raw []byte) (cluster.Node, error) {
 	}
 	host, err := checkHostPort(addr)
 	if err != nil {
-		return cluster.Node{}, fmt.Errorf("address %q: %v", clip(addr), err)
+		return cluster.Node{}, fmt.Errorf("address %s: %v", jobtext.Quote(addr, jobtext.Name), err)
 	}
 	n := cluster.Node{Host: host, Addr: addr, NodeRank: -1, Kind: cluster.KindProbing, Source: "store"}
 	if p.NodeRank != nil && *p.NodeRank >= 0 {
@@ -392,9 +393,15 @@ func StoreRuns(ctx context.Context, storeAddr string, getenv func(string) string
 	return append(guess, "none", "run"), problems
 }
 
+// capRuns quotes the first n run ids (the store's text) and counts the
+// rest.
 func capRuns(runs []string, n int) []string {
-	if len(runs) <= n {
-		return runs
+	var out []string
+	for i, r := range runs {
+		if i == n {
+			return append(out, fmt.Sprintf("and %d more", len(runs)-n))
+		}
+		out = append(out, jobtext.Quote(r, jobtext.Name))
 	}
-	return append(runs[:n:n], fmt.Sprintf("and %d more", len(runs)-n))
+	return out
 }

@@ -22,7 +22,7 @@ func TestAnalyzeFilterMatchingNothing(t *testing.T) {
 	dir := "../../testdata/fr/real/missing_rank"
 	for _, args := range [][]string{{"--pg", "nosuch"}, {"--ranks", "900"}} {
 		code, out, errOut := runCLI(append([]string{"analyze", dir}, args...)...)
-		if code != 2 || !strings.Contains(errOut, "no process group matches") || !strings.Contains(errOut, "0 (default_pg)") || strings.Contains(out, "OK") {
+		if code != 2 || !strings.Contains(errOut, "no process group matches") || !strings.Contains(errOut, "⟦0⟧ (⟦default_pg⟧)") || strings.Contains(out, "OK") {
 			t.Errorf("%v: exit %d, out %q, err %q", args, code, out, errOut)
 		}
 	}

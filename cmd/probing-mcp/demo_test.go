@@ -32,8 +32,8 @@ func TestDemoCommand(t *testing.T) {
 	}
 	s := out.String()
 	for _, want := range []string{
-		"ranks 0-1,3 in all_reduce", "rank 2 in fake_data_loader", "odd one out",
-		"rank 2 is the culprit (cpu_stall, high confidence) at socket_rank.py:67 (fake_data_loader); ranks 0-1,3 wait for it",
+		"ranks 0-1,3 in ⟦all_reduce⟧", "rank 2 in ⟦fake_data_loader⟧", "odd one out",
+		"rank 2 is the culprit (cpu_stall, high confidence) at ⟦socket_rank.py⟧:67 (⟦fake_data_loader⟧); ranks 0-1,3 wait for it",
 		"  " + demoSQLSpans + "\n",
 		"rank  step  last_entered  seconds_ago", "(4 rows)",
 		"make demo", "analyze " + filepath.Join(findRepo(), frDumps),
@@ -45,11 +45,11 @@ func TestDemoCommand(t *testing.T) {
 	// A row per rank, from the agent's own span rings: rank 2 loading a
 	// batch, the others in the all-reduce.
 	for _, r := range []string{"0", "1", "3"} {
-		if !regexp.MustCompile(`(?m)^  ` + r + ` +5 +all_reduce +[0-9.]+$`).MatchString(s) {
+		if !regexp.MustCompile(`(?m)^  ` + r + ` +5 +⟦all_reduce⟧ +[0-9.]+$`).MatchString(s) {
 			t.Errorf("no row for rank %s in all_reduce at step 5:\n%s", r, s)
 		}
 	}
-	if !regexp.MustCompile(`(?m)^  2 +5 +load_batch +[0-9.]+$`).MatchString(s) {
+	if !regexp.MustCompile(`(?m)^  2 +5 +⟦load_batch⟧ +[0-9.]+$`).MatchString(s) {
 		t.Errorf("no row for rank 2 in load_batch:\n%s", s)
 	}
 	// --exit: no MCP configuration and no path of the removed job.

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Options tune Analyze.
@@ -119,7 +121,7 @@ func analyzeGuarded(ctx context.Context, guard *memGuard, dumps []*Dump, opt Opt
 	dq := &rep.DataQuality
 	for _, d := range dumps {
 		for _, w := range d.Warnings {
-			dq.Warnings = append(dq.Warnings, fmt.Sprintf("rank %d (%s): %s", d.Rank, d.Path, w))
+			dq.Warnings = append(dq.Warnings, fmt.Sprintf("rank %d (%s): %s", d.Rank, jobtext.QuoteTail(d.Path, jobtext.Path), w))
 		}
 	}
 	a := newAnalysis(ctx, dumps, dq, lim, sets)
@@ -142,9 +144,9 @@ func analyzeGuarded(ctx context.Context, guard *memGuard, dumps []*Dump, opt Opt
 				have = append(have, fmt.Sprintf("and %d more", len(a.groups.order)-i))
 				break
 			}
-			h := g.name
+			h := jobtext.Quote(g.name, jobtext.Name)
 			if g.desc != "" && g.desc != g.name {
-				h += " (" + g.desc + ")"
+				h += " (" + jobtext.Quote(g.desc, jobtext.Name) + ")"
 			}
 			have = append(have, h)
 		}
@@ -369,7 +371,7 @@ func (a *analysis) inferGroups(ctx context.Context) {
 			// Only ranks with a dump have entries to resolve.
 			a.groups.guidOf[nameRank{k.name, r}] = g
 		}
-		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("pg %q (%s) is not in pg_config; members inferred from %s: %s", k.name, k.desc, how, a.sets.textOf(ms)))
+		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("%s is not in pg_config; members inferred from %s: %s", PGLabel(k.name, k.desc), how, a.sets.textOf(ms)))
 	}
 }
 
@@ -435,7 +437,7 @@ func (a *analysis) split(ctx context.Context) {
 				}
 			}
 			if cur.g == nil {
-				unresolved[fmt.Sprintf("rank %d: pg %q", d.Rank, e.PGName)]++
+				unresolved[fmt.Sprintf("rank %d: pg %s", d.Rank, jobtext.Quote(e.PGName, jobtext.Name))]++
 				continue
 			}
 			cur.pgid = e.PGID
@@ -471,7 +473,7 @@ func (a *analysis) split(ctx context.Context) {
 		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("%s: %d entries of a group that no dump registers for this rank; skipped", k, unresolved[k]))
 	}
 	for name, ranks := range a.unknownOp {
-		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("op %q (ranks %s) is unknown to fr_trace (it aborts there); compared by name, sizes and dtypes", name, rankText(ranks)))
+		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf("op %s (ranks %s) is unknown to fr_trace (it aborts there); compared by name, sizes and dtypes", jobtext.Quote(name, jobtext.Name), rankText(ranks)))
 	}
 	slices.Sort(a.dq.Warnings[len(a.dq.Warnings)-len(a.unknownOp):])
 }
@@ -504,8 +506,8 @@ func (a *analysis) rankGroupOf(e *Entry, rank int) *rankGroup {
 	if _, ok := a.groups.guidOf[nameRank{e.PGName, rank}]; !ok {
 		a.groups.guidOf[nameRank{e.PGName, rank}] = g
 		a.dq.Warnings = append(a.dq.Warnings, fmt.Sprintf(
-			"rank %d: entries name pg %q, which its pg_config lacks; used the group its peers registered (ranks %s)",
-			rank, e.PGName, a.sets.textOf(g.set)))
+			"rank %d: entries name pg %s, which its pg_config lacks; used the group its peers registered (ranks %s)",
+			rank, jobtext.Quote(e.PGName, jobtext.Name), a.sets.textOf(g.set)))
 	}
 	if a.pgid[g] == nil {
 		a.pgid[g] = map[int]int64{}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/probing-mcp/probing-mcp/diag/pickle"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // converter turns decoded entry dicts into Entries. What entries share is
@@ -273,7 +274,7 @@ func (c *converter) sharedOf(k sharedKey) *Shared {
 		if !c.names[k.name] {
 			c.names[k.name] = true
 			if op := sh.Op; op.Err == "" && !KnownBackends[op.Backend] {
-				c.d.warn("unrecognized comm library %q in profiling name %q", op.Backend, sh.ProfilingName)
+				c.d.warn("unrecognized comm library %s in profiling name %s", jobtext.Quote(op.Backend, jobtext.Name), jobtext.Quote(sh.ProfilingName, jobtext.Name))
 			}
 		}
 	}
@@ -286,7 +287,7 @@ func (c *converter) finish() {
 		c.d.warn("%d entries have no \"process_group\": not analysed (fr_trace stops at them)", c.d.noGroup)
 	}
 	for _, k := range sortedKeys(c.missing) {
-		c.d.warn("%d entries have no %q", c.missing[k], k)
+		c.d.warn("%d entries have no %s", c.missing[k], jobtext.Quote(k, jobtext.Name))
 	}
 }
 

@@ -5,13 +5,19 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
-func pgLabel(g *group) string {
-	if g.desc == "" || g.desc == "undefined" {
-		return "pg " + g.name
+func pgLabel(g *group) string { return PGLabel(g.name, g.desc) }
+
+// PGLabel names a process group in a line: its name and description are
+// the dump's text, quoted (jobtext).
+func PGLabel(name, desc string) string {
+	if desc == "" || desc == "undefined" {
+		return "pg " + jobtext.Quote(name, jobtext.Name)
 	}
-	return fmt.Sprintf("pg %s (%s)", g.name, g.desc)
+	return fmt.Sprintf("pg %s (%s)", jobtext.Quote(name, jobtext.Name), jobtext.Quote(desc, jobtext.Name))
 }
 
 // entryAt is a rank's first entry with collective sequence number seq.
@@ -71,11 +77,13 @@ func (a *analysis) explainBlock(pr *PGReport, b *Block, lists map[int][]*Entry, 
 	}
 }
 
+// opOf is the op of a profiling name ("nccl:all_reduce"), quoted: the
+// dump's text.
 func opOf(profilingName string) string {
 	if i := strings.LastIndexByte(profilingName, ':'); i >= 0 {
-		return profilingName[i+1:]
+		profilingName = profilingName[i+1:]
 	}
-	return profilingName
+	return jobtext.Quote(profilingName, jobtext.Name)
 }
 
 func lastEntry(l []*Entry) *Entry {
@@ -123,7 +131,7 @@ func (a *analysis) missingFinding(g *group, b *Block, lists map[int][]*Entry, la
 	}
 	line := fmt.Sprintf("%s: %s; %s in #%d %s", pgLabel(g), strings.Join(parts, ", "), ranksAre(waiting), b.Seq, opOf(b.ProfilingName))
 	if oldest != nil {
-		line += fmt.Sprintf(" (%s %s before the last recorded event%s)", oldest.State, fmtAge(a.refTime-oldest.TimeCreatedNs), timeoutText(oldest))
+		line += fmt.Sprintf(" (%s %s before the last recorded event%s)", jobtext.Token(oldest.State, jobtext.Name), fmtAge(a.refTime-oldest.TimeCreatedNs), timeoutText(oldest))
 	}
 	peak := int64(-1)
 	for _, l := range lags {
@@ -261,10 +269,10 @@ func (a *analysis) explainErrors(pr *PGReport, g *group, b *Block, lists map[int
 	var sides []string
 	for _, key := range order {
 		rs := groupsBy[key]
-		desc := key
+		desc := jobtext.Token(key, jobtext.Name)
 		if !stateVote {
 			e := entries[rs[0]]
-			desc = describeOp(e, state)
+			desc = jobtext.Quote(describeOp(e, state), jobtext.Line) // the dump's op, sizes, dtypes
 		}
 		sides = append(sides, fmt.Sprintf("%s %s", ranksWord(rs), desc))
 	}
@@ -361,9 +369,9 @@ func (a *analysis) lagTable(g *group, ranks []int, lists map[int][]*Entry) map[i
 		case l.LastEnqueued >= 0 && l.LastEnqueued < peakEnq && l.LastEnqueued == l.LastCompleted:
 			l.Note = fmt.Sprintf("completed #%d and never enqueued #%d; peers reached #%d", l.LastCompleted, l.LastCompleted+1, peakEnq)
 		case l.Pending != nil && l.Pending.TimedOut:
-			l.Note = fmt.Sprintf("#%d timed out (retired, %s)", l.Pending.Seq, l.Pending.State)
+			l.Note = fmt.Sprintf("#%d timed out (retired, %s)", l.Pending.Seq, jobtext.Token(l.Pending.State, jobtext.Name))
 		case l.Pending != nil:
-			l.Note = fmt.Sprintf("#%d %s for %s", l.Pending.Seq, l.Pending.State, fmtAge(int64(l.Pending.AgeSeconds*1e9)))
+			l.Note = fmt.Sprintf("#%d %s for %s", l.Pending.Seq, jobtext.Token(l.Pending.State, jobtext.Name), fmtAge(int64(l.Pending.AgeSeconds*1e9)))
 		}
 	}
 	return lags
@@ -481,7 +489,7 @@ func (a *analysis) p2pFinding(pr *PGReport, g *group, ranks []int, pd *pgData) (
 			other := map[string]string{"send": "recv", "recv": "send"}[side]
 			return Finding{Kind: KindP2PUnmatched, Seq: e.CollectiveSeqID, Ranks: []int{absent}, Confidence: confidenceHigh,
 				Line: fmt.Sprintf("%s: rank %d's %s (%s, %s %s before the last recorded event) has no matching %s posted on rank %d",
-					pgLabel(g), waiter, side, e.ProfilingName, e.State, fmtAge(a.refTime-e.TimeCreatedNs), other, absent)}, true
+					pgLabel(g), waiter, side, jobtext.Quote(e.ProfilingName, jobtext.Name), jobtext.Token(e.State, jobtext.Name), fmtAge(a.refTime-e.TimeCreatedNs), other, absent)}, true
 		}
 	}
 	return Finding{}, false

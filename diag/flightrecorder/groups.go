@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // group is a process group identified as fr_trace does: name + member set.
@@ -67,7 +69,8 @@ func buildGroups(dumps []*Dump, strict bool, sets *memberSets) (*groupTable, []s
 				if strict {
 					return nil, nil, fmt.Errorf("AssertionError: %s", msg)
 				}
-				notes = append(notes, fmt.Sprintf("rank %d: %s (kept %q)", d.Rank, msg, g.desc))
+				notes = append(notes, fmt.Sprintf("rank %d: mismatch in desc %s vs %s for group %s (kept %s)", d.Rank,
+					jobtext.Quote(g.desc, jobtext.Name), jobtext.Quote(pc.Desc, jobtext.Name), jobtext.Quote(g.pyGUID, jobtext.Name), jobtext.Quote(g.desc, jobtext.Name)))
 			}
 			t.guidOf[nameRank{pc.Name, d.Rank}] = g
 		}

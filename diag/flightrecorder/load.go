@@ -20,6 +20,7 @@ import (
 	"sync"
 
 	"github.com/probing-mcp/probing-mcp/diag/pickle"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // DefaultMaxFileBytes caps one dump file. A 2000-entry dump with stacks is
@@ -56,6 +57,17 @@ type FileProblem struct {
 	Path    string `json:"path"`
 	Rank    *int   `json:"rank,omitempty"`
 	Problem string `json:"problem"`
+}
+
+// Text is the problem in one line: the path is a file name anyone could
+// choose (a dump in /tmp), so it is quoted, and said once: the problem's
+// own copies of it (an os error's) become "the file".
+func (fp FileProblem) Text() string {
+	why := fp.Problem
+	if fp.Path != "" {
+		why = strings.ReplaceAll(why, fp.Path, "the file")
+	}
+	return jobtext.QuoteTail(fp.Path, jobtext.Path) + ": " + jobtext.Escape(why, jobtext.Line)
 }
 
 // Loaded is the outcome of Load: the dumps that decoded, sorted by rank, and

@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Dump is one rank's Flight Recorder snapshot.
@@ -59,6 +61,12 @@ type Frame struct {
 }
 
 func (f Frame) String() string { return fmt.Sprintf("%s at %s:%d", f.Name, f.Filename, f.Line) }
+
+// Text is the frame for a text: its function and file quoted (the dump's
+// text); String is fr_trace's form, for its output replayed.
+func (f Frame) Text() string {
+	return fmt.Sprintf("%s at %s:%d", jobtext.Quote(f.Name, jobtext.Func), jobtext.QuoteTail(f.Filename, jobtext.Path), f.Line)
+}
 
 // Entry is one recorded communication op: the numbers that differ from
 // record to record, and a pointer to what many records share. A large job

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // WriteText renders the report for a human at a terminal: the verdict
@@ -49,7 +51,7 @@ func (r *Report) WriteText(w io.Writer, verbose bool) error {
 		p.f("\n%d more process group(s) OK (all collectives matched; --verbose lists them).\n", healthy)
 	}
 	if ft := r.FRTrace; ft.Aborted != "" {
-		p.f("\nfr_trace would stop: %s", clipText(ft.Aborted, lineBytes))
+		p.f("\nfr_trace would stop: %s", jobtext.Quote(ft.Aborted, jobtext.Line))
 		if ft.UsedAllowIncomplete && ft.Skipped == "" {
 			p.f(" (with --allow-incomplete-ranks it goes on; its verdicts are shown per group)")
 		}
@@ -65,7 +67,7 @@ func (r *Report) WriteText(w io.Writer, verbose bool) error {
 				p.f("  … %d more lines\n", len(r.FRTrace.Transcript)-i)
 				break
 			}
-			p.f("  %s\n", clipText(l, lineBytes))
+			p.f("  %s\n", jobtext.Quote(l, min(lineBytes, 1<<10))) // fr_trace's output, the dump's text in it
 		}
 	}
 	dq := r.DataQuality
@@ -76,14 +78,14 @@ func (r *Report) WriteText(w io.Writer, verbose bool) error {
 				p.f("  … %d more file problems%s\n", len(dq.Files)-i, orVerbose(verbose))
 				break
 			}
-			p.f("  %s: %s\n", clipText(fp.Path, lineBytes), clipText(fp.Problem, lineBytes))
+			p.f("  %s\n", jobtext.Cut(fp.Text(), lineBytes)) // the path quoted
 		}
 		for i, wn := range dq.Warnings {
 			if i == nNotes {
 				p.f("  … %d more warnings%s\n", len(dq.Warnings)-i, orVerbose(verbose))
 				break
 			}
-			p.f("  %s\n", clipText(wn, lineBytes))
+			p.f("  %s\n", jobtext.Cut(wn, lineBytes)) // names in it quoted where composed
 		}
 	}
 	return p.err
@@ -126,13 +128,9 @@ func (p *printer) f(format string, args ...any) {
 }
 
 func (p *printer) group(pr PGReport, nNotes, lineBytes int) {
-	label := "pg " + pr.PGName
-	if pr.PGDesc != "" && pr.PGDesc != "undefined" {
-		label += " (" + pr.PGDesc + ")"
-	}
-	p.f("\n%s  ranks %s  %s", label, pr.MembersText, pr.Verdict)
+	p.f("\n%s  ranks %s  %s", PGLabel(pr.PGName, pr.PGDesc), pr.MembersText, pr.Verdict)
 	if pr.Verdict != VerdictOK && pr.CollectiveSeqID >= 0 {
-		p.f(" at #%d %s", pr.CollectiveSeqID, pr.ProfilingName)
+		p.f(" at #%d %s", pr.CollectiveSeqID, jobtext.Quote(pr.ProfilingName, jobtext.Name))
 	}
 	p.f("  [%s, confidence %s]\n", pr.Finding.Kind, pr.Finding.Confidence)
 	p.f("  %s\n", clipText(pr.Finding.Line, lineBytes))
@@ -170,7 +168,7 @@ func (p *printer) group(pr PGReport, nNotes, lineBytes int) {
 		if n.Agrees {
 			p.f("  fr_trace agrees")
 			if n.Header != "" {
-				p.f(": %q", clipText(n.Header, lineBytes))
+				p.f(": %s", jobtext.Quote(n.Header, min(lineBytes, jobtext.Line)))
 			}
 			p.f("\n")
 		} else {
@@ -178,7 +176,7 @@ func (p *printer) group(pr PGReport, nNotes, lineBytes int) {
 			if len(n.CulpritRanks) > 0 {
 				p.f(" (culprits %s)", rankText(n.CulpritRanks))
 			}
-			p.f(": %s\n", clipText(n.Why, lineBytes))
+			p.f(": %s\n", jobtext.Quote(n.Why, min(lineBytes, jobtext.Line))) // fr_trace's words, with the dump's text
 		}
 	}
 	notes := 0
@@ -187,7 +185,7 @@ func (p *printer) group(pr PGReport, nNotes, lineBytes int) {
 			if notes++; notes > nNotes {
 				continue
 			}
-			p.f("  note: %s\n", clipText(e, lineBytes))
+			p.f("  note: %s\n", jobtext.Quote(e, min(lineBytes, jobtext.Line))) // fr_trace's words, with the dump's text
 		}
 	}
 	if notes > nNotes {
@@ -207,7 +205,7 @@ func writeFrames(p *printer, frames []Frame, n int) {
 			p.f("    ... %d more frames\n", len(frames)-n)
 			return
 		}
-		p.f("    %s\n", f)
+		p.f("    %s\n", f.Text())
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // Defaults of MergeOptions.
@@ -215,7 +216,7 @@ func Merge(procs []Process, opt MergeOptions) Merged {
 		}
 		if p.Err != "" {
 			if len(m.Failed) < maxFailures {
-				m.Failed = append(m.Failed, Failure{PID: p.PID, Rank: p.Rank, Host: p.Host, Source: p.Source, Err: p.Err})
+				m.Failed = append(m.Failed, Failure{PID: p.PID, Rank: p.Rank, Host: jobtext.Clip(p.Host, jobtext.Name), Source: jobtext.Clip(p.Source, jobtext.Name), Err: jobtext.Clip(p.Err, 1<<10)})
 			} else {
 				m.FailedOmitted++
 				m.Truncated = true
@@ -366,10 +367,10 @@ func roleOf(t *Thread) string {
 		return RoleMain
 	}
 	if e, ok := entryFrame(t); ok {
-		return "thread " + jobText(e.Function, maxFunctionText, false) + " (" + jobText(path.Base(e.File), maxNameText, true) + ")"
+		return "thread " + quoteFunc(e.Function) + " (" + quoteFile(path.Base(e.File)) + ")"
 	}
 	if n := NormalizeName(t.Name); n != "" {
-		return "thread " + jobText(n, maxNameText, false)
+		return "thread " + jobtext.Quote(n, jobtext.Name)
 	}
 	if len(t.Frames) == 0 {
 		return "thread without Python frames"
@@ -377,7 +378,7 @@ func roleOf(t *Thread) string {
 	// A cut stack, or a thread not started by threading: its outermost
 	// known frame.
 	o := t.Frames[len(t.Frames)-1]
-	return "thread in " + jobText(o.Function, maxFunctionText, false) + " (" + jobText(path.Base(o.File), maxNameText, true) + ")"
+	return "thread in " + quoteFunc(o.Function) + " (" + quoteFile(path.Base(o.File)) + ")"
 }
 
 // entryFrame is the function a threading.Thread was started with: the
@@ -430,11 +431,14 @@ func (g *group) render(opt MergeOptions, multiHost bool) Group {
 		FramesTruncated: g.truncated}
 	out.Ranks, out.PIDs, out.Where = where(g.members, multiHost)
 	for n := range g.names {
-		out.Names = append(out.Names, jobText(n, maxNameText, false))
+		out.Names = append(out.Names, jobtext.Clip(n, jobtext.Name))
 	}
 	slices.Sort(out.Names)
 	if len(g.states) > 0 {
-		out.States = g.states
+		out.States = make(map[string]int, len(g.states))
+		for s, n := range g.states {
+			out.States[jobtext.Clip(s, 16)] += n // a /proc state is a letter; a node may send more
+		}
 	}
 	frames := slices.Clone(g.frames)
 	for i, v := range g.lineVaries {
@@ -451,8 +455,10 @@ func (g *group) render(opt MergeOptions, multiHost bool) Group {
 	}
 	out.Members = slices.Clone(out.Members)
 	for i := range out.Members {
-		out.Members[i].Thread = jobText(out.Members[i].Thread, maxNameText, false)
-		out.Members[i].Host = jobText(out.Members[i].Host, maxNameText, false)
+		out.Members[i].Thread = jobtext.Clip(out.Members[i].Thread, jobtext.Name)
+		out.Members[i].Host = jobtext.Clip(out.Members[i].Host, jobtext.Name)
+		out.Members[i].WChan = jobtext.Clip(out.Members[i].WChan, jobtext.Name)
+		out.Members[i].State = jobtext.Clip(out.Members[i].State, 16)
 	}
 	return out
 }
@@ -484,20 +490,21 @@ func elide(fr []Frame, limit int) ([]Frame, int) {
 // the others.
 func where(members []Member, multiHost bool) (ranks, pids, text string) {
 	var rs []int
-	var ps []string
+	var ps, qs []string // qs: the text's, the host quoted
 	seen := map[string]bool{}
 	for _, mb := range members {
 		if mb.Rank >= 0 {
 			rs = append(rs, mb.Rank)
 			continue
 		}
-		p := strconv.Itoa(mb.PID)
+		p, q := strconv.Itoa(mb.PID), strconv.Itoa(mb.PID)
 		if multiHost {
-			p = mb.Host + ":" + p
+			p = jobtext.Clip(mb.Host, jobtext.Name) + ":" + p
+			q = jobtext.Quote(mb.Host, jobtext.Name) + ":" + q
 		}
 		if !seen[p] {
 			seen[p] = true
-			ps = append(ps, p)
+			ps, qs = append(ps, p), append(qs, q)
 		}
 	}
 	ranks = rankset.Format(rs)
@@ -507,9 +514,9 @@ func where(members []Member, multiHost bool) (ranks, pids, text string) {
 		parts = append(parts, rankWords(ranks))
 	}
 	if len(ps) == 1 {
-		parts = append(parts, "pid "+pids)
+		parts = append(parts, "pid "+qs[0])
 	} else if len(ps) > 1 {
-		parts = append(parts, "pids "+pids)
+		parts = append(parts, "pids "+strings.Join(qs, ","))
 	}
 	return ranks, pids, strings.Join(parts, ", ")
 }
@@ -518,7 +525,7 @@ func where(members []Member, multiHost bool) (ranks, pids, text string) {
 // of a thread without frames.
 func place(g *group) string {
 	if f, ok := headFrame(g.frames); ok {
-		return fmt.Sprintf("in %s (%s:%d)", jobText(f.Function, maxFunctionText, false), jobText(path.Base(f.File), maxNameText, true), f.Line)
+		return fmt.Sprintf("in %s (%s:%d)", quoteFunc(f.Function), quoteFile(path.Base(f.File)), f.Line)
 	}
 	var st []string
 	for s, n := range g.states {
@@ -527,7 +534,7 @@ func place(g *group) string {
 	slices.Sort(st)
 	w := ""
 	if len(g.members) > 0 && g.members[0].WChan != "" {
-		w = ", wchan " + jobText(g.members[0].WChan, maxNameText, false)
+		w = ", wchan " + jobtext.Quote(g.members[0].WChan, jobtext.Name)
 	}
 	if len(st) > 0 {
 		return "with no Python frame (state " + strings.Join(st, " ") + w + ")"

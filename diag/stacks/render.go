@@ -5,6 +5,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // WriteText renders the merge for a person at a terminal: the summary,
@@ -28,7 +30,11 @@ func (m Merged) WriteText(w io.Writer) error {
 		}
 		p.f("\n[%d] %s%s: %s (%d thread(s) in %d process(es))\n", i+1, tag, g.Role, g.Where, g.Count, g.Processes)
 		if len(g.Names) > 0 {
-			p.f("    names: %s\n", strings.Join(g.Names, ", "))
+			names := make([]string, len(g.Names))
+			for i, n := range g.Names {
+				names[i] = jobtext.Quote(n, jobtext.Name)
+			}
+			p.f("    names: %s\n", strings.Join(names, ", "))
 		}
 		if len(g.States) > 0 {
 			var st []string
@@ -38,7 +44,7 @@ func (m Merged) WriteText(w io.Writer) error {
 			slices.Sort(st)
 			wchan := ""
 			if len(g.Members) > 0 && g.Members[0].WChan != "" {
-				wchan = " (first: wchan " + g.Members[0].WChan + ")"
+				wchan = " (first: wchan " + jobtext.Quote(g.Members[0].WChan, jobtext.Name) + ")"
 			}
 			p.f("    states: %s%s\n", strings.Join(st, " "), wchan)
 		}
@@ -54,7 +60,7 @@ func (m Merged) WriteText(w io.Writer) error {
 			if f.Line > 0 {
 				line = fmt.Sprint(f.Line)
 			}
-			p.f("    %s  %s:%s\n", f.Function, f.File, line)
+			p.f("    %s  %s:%s\n", quoteFunc(f.Function), jobtext.QuoteTail(f.File, jobtext.Path), line)
 		}
 		if g.FramesTruncated {
 			p.f("      ... (outermost frames cut by the capture)\n")
@@ -74,9 +80,9 @@ func (m Merged) WriteText(w io.Writer) error {
 				who = fmt.Sprintf("rank %d (pid %d)", f.Rank, f.PID)
 			}
 			if f.Host != "" {
-				who += " on " + f.Host
+				who += " on " + jobtext.Quote(f.Host, jobtext.Name)
 			}
-			p.f("  %s, %s: %s\n", who, cmpOrDash(f.Source), f.Err)
+			p.f("  %s, %s: %s\n", who, cmpOrDash(f.Source), jobtext.Quote(f.Err, jobtext.Line))
 		}
 		if m.FailedOmitted > 0 {
 			p.f("  ... and %d more\n", m.FailedOmitted)

@@ -80,7 +80,7 @@ func TestMergeFaulthandlerFixtures(t *testing.T) {
 		}
 		if g.FramesTruncated {
 			deep++
-			if g.Role != "thread in recurse (gen_faulthandler.py)" || g.Count != 1 || g.FramesOmitted != 70 || !g.Idle {
+			if g.Role != "thread in ⟦recurse⟧ (⟦gen_faulthandler.py⟧)" || g.Count != 1 || g.FramesOmitted != 70 || !g.Idle {
 				t.Errorf("deep thread: %+v", g)
 			}
 		}
@@ -88,7 +88,7 @@ func TestMergeFaulthandlerFixtures(t *testing.T) {
 	if deep != 5 {
 		t.Errorf("%d deep threads", deep)
 	}
-	const want = "main thread: ranks 0-4 in dump (gen_faulthandler.py:83)"
+	const want = "main thread: ranks 0-4 in ⟦dump⟧ (⟦gen_faulthandler.py⟧:83)"
 	if m.Summary != want {
 		t.Errorf("summary %q", m.Summary)
 	}

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
 // maxTextCell is the widest a cell is printed in the text table.
@@ -66,7 +68,7 @@ func (r *Result) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "note: the rings read had recycled %d older rows; earlier history is gone\n", q.RowsOverwritten)
 		}
 		for _, p := range q.Problems {
-			fmt.Fprintf(&b, "problem: %s: %s\n", p.Path, p.Problem)
+			fmt.Fprintf(&b, "problem: %s: %s\n", jobtext.QuoteTail(p.Path, jobtext.Path), jobtext.Clean(p.Problem))
 		}
 		if q.ProblemsOmitted > 0 {
 			fmt.Fprintf(&b, "problem: … %d more\n", q.ProblemsOmitted)
@@ -78,32 +80,26 @@ func (r *Result) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "note: %d text value(s) were not valid UTF-8\n", q.InvalidUTF8)
 		}
 		for _, n := range q.Notes {
-			fmt.Fprintf(&b, "note: %s\n", n)
+			fmt.Fprintf(&b, "note: %s\n", jobtext.Clean(n))
 		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
+// textCell is a value as the table shows it: NULL, a number as is, text
+// (the rings' cells are the job's) quoted, escaped and clipped (jobtext):
+// a cell must not move a terminal's cursor or pass for the table's words.
 func textCell(v any) string {
-	var s string
 	switch x := v.(type) {
 	case nil:
-		s = "NULL"
+		return "NULL"
 	case string:
-		s = x
-	default:
-		s = fmt.Sprint(x)
+		return jobtext.Quote(x, maxTextCell)
+	case []byte:
+		return jobtext.Quote(string(x), maxTextCell)
+	case int64, float64, bool:
+		return fmt.Sprint(x)
 	}
-	s = strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\t' || r == '\r' {
-			return ' '
-		}
-		return r
-	}, s)
-	if utf8.RuneCountInString(s) > maxTextCell {
-		rs := []rune(s)
-		s = string(rs[:maxTextCell-1]) + "…"
-	}
-	return s
+	return jobtext.Quote(fmt.Sprint(v), maxTextCell)
 }

@@ -111,7 +111,7 @@ func TestCppStackDumps(t *testing.T) {
 	if err := r.WriteText(&text, false); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(text.String(), "native frames not shown") || !strings.Contains(text.String(), "train_step at train.py:80") ||
+	if !strings.Contains(text.String(), "native frames not shown") || !strings.Contains(text.String(), "⟦train_step⟧ at ⟦train.py⟧:80") ||
 		strings.Contains(text.String(), "CapturedTraceback") {
 		t.Errorf("text:\n%s", text.String())
 	}
