@@ -349,7 +349,7 @@ func gilHeld(f *RankFacts) *threadFinding {
 		switch {
 		case t.IsMain:
 			osMain = t
-		case t.State == "R" || !strings.Contains(t.WChan, "futex"):
+		case !inFutex(t):
 			others = append(others, fmt.Sprintf("tid %d %s (state %s%s)", t.NativeID, threadName(t.Name), jobtext.Token(t.State, 16), wchanWords(t.WChan)))
 		default:
 			futexes++
@@ -360,7 +360,7 @@ func gilHeld(f *RankFacts) *threadFinding {
 	}
 	tf := &threadFinding{Category: CatGILHeld}
 	tf.Evidence = []Evidence{{"agent", fmt.Sprintf("rank %d's agent did not answer in time while the process is alive: a thread holds the GIL", f.Rank)}}
-	holdsMain := osMain != nil && (osMain.State == "R" || !strings.Contains(osMain.WChan, "futex"))
+	holdsMain := osMain != nil && !inFutex(osMain)
 	// Asleep in the kernel outside a futex (a socket, a pipe, a poll):
 	// Python releases the GIL around most such calls, so /proc contradicts
 	// the timeout, which a loaded node explains as well (the agent was
@@ -415,6 +415,16 @@ func gilHeld(f *RankFacts) *threadFinding {
 	tf.Confirm = fmt.Sprintf("get_stacks {\"ranks\":\"%d\"} twice: the agent still does not answer and faulthandler shows the same frame", f.Rank)
 	tf.Refute = "the agent answers on a second try (it was only slow), or the thread's call releases the GIL"
 	return tf
+}
+
+// inFutex is whether /proc shows t waiting on a futex (for the GIL,
+// among others). Its state alone does not say: a thread waiting for the
+// GIL wakes every 5 ms to ask for it, so it reads R at times while its
+// wchan, read a moment apart, still names the futex (a loaded node made
+// the main thread of gil_held_thread, waiting in Thread.start, look like
+// the holder).
+func inFutex(t *stacks.Thread) bool {
+	return strings.Contains(t.WChan, "futex")
 }
 
 func wchanWords(w string) string {
