@@ -13,7 +13,9 @@ import (
 // the futex. It is not the holder: the worker in the job's own code is
 // the likely one (under load, make test caught the main thread named).
 func TestGILWaiterSampledRunningIsNotTheHolder(t *testing.T) {
-	fr := func(file string, line int, fn string) stacks.Frame { return stacks.Frame{File: file, Line: line, Function: fn} }
+	fr := func(file string, line int, fn string) stacks.Frame {
+		return stacks.Frame{File: file, Line: line, Function: fn}
+	}
 	f := &RankFacts{Rank: 1, Alive: true, AgentErr: "timeout", StackSource: stacks.SourceFaulthandler,
 		Threads: []stacks.Thread{
 			{ID: 1, IsMain: true, Frames: []stacks.Frame{fr("/usr/lib/python3.11/threading.py", 320, "wait"), fr("/usr/lib/python3.11/threading.py", 964, "start"), fr("/job/threads_job.py", 205, "culprit_acts")}},
