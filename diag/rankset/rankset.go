@@ -73,6 +73,16 @@ func Count(s string) int {
 		return -1
 	}
 	n := 0
+	if ranges(s, func(a, b int) error { n += b - a + 1; return nil }) != nil {
+		return -1
+	}
+	return n
+}
+
+// ranges calls fn with each part of "0-3,7,9-10" as a closed range, in
+// the order written; an error names the part that is not a rank or a
+// range, or is fn's.
+func ranges(s string, fn func(a, b int) error) error {
 	for _, part := range strings.Split(s, ",") {
 		part = strings.TrimSpace(part)
 		if part == "" {
@@ -81,17 +91,19 @@ func Count(s string) int {
 		lo, hi, isRange := strings.Cut(part, "-")
 		a, err := strconv.Atoi(strings.TrimSpace(lo))
 		if err != nil || a < 0 {
-			return -1
+			return fmt.Errorf("rank set %q: %q is not a rank or a range like 0-7", s, part)
 		}
 		b := a
 		if isRange {
 			if b, err = strconv.Atoi(strings.TrimSpace(hi)); err != nil || b < a {
-				return -1
+				return fmt.Errorf("rank set %q: %q is not a range like 0-7", s, part)
 			}
 		}
-		n += b - a + 1
+		if err := fn(a, b); err != nil {
+			return err
+		}
 	}
-	return n
+	return nil
 }
 
 // MaxParsed bounds how many ranks Parse expands, so "0-999999999" is an
@@ -101,29 +113,17 @@ const MaxParsed = 1 << 20
 // Parse reads "0-3,7,9-10" (spaces allowed) into sorted, unique ranks.
 func Parse(s string) ([]int, error) {
 	var out []int
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.Atoi(strings.TrimSpace(lo))
-		if err != nil || a < 0 {
-			return nil, fmt.Errorf("rank set %q: %q is not a rank or a range like 0-7", s, part)
-		}
-		b := a
-		if isRange {
-			b, err = strconv.Atoi(strings.TrimSpace(hi))
-			if err != nil || b < a {
-				return nil, fmt.Errorf("rank set %q: %q is not a range like 0-7", s, part)
-			}
-		}
+	err := ranges(s, func(a, b int) error {
 		if len(out)+(b-a+1) > MaxParsed {
-			return nil, fmt.Errorf("rank set %q: more than %d ranks", s, MaxParsed)
+			return fmt.Errorf("rank set %q: more than %d ranks", s, MaxParsed)
 		}
 		for r := a; r <= b; r++ {
 			out = append(out, r)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return slices.Compact(slices.Sorted(slices.Values(out))), nil
 }
