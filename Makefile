@@ -87,8 +87,8 @@ gpu-check: build
 	scripts/gpu-check bin/probing-mcp
 
 fuzz:
-	$(GO) test ./diag/pickle -run '^$$' -fuzz FuzzDecode -fuzztime 60s
-	$(GO) test ./diag/flightrecorder -run '^$$' -fuzz FuzzDecode -fuzztime 60s
+	$(GO) test ./flightrecorder/pickle -run '^$$' -fuzz FuzzDecode -fuzztime 60s
+	$(GO) test ./flightrecorder -run '^$$' -fuzz FuzzDecode -fuzztime 60s
 	$(GO) test ./storage/memt -run '^$$' -fuzz FuzzOpenScan -fuzztime 60s
 	$(GO) test ./storage/sqlengine -run '^$$' -fuzz FuzzQueryCorruptRing -fuzztime 60s
 	$(GO) test ./storage/sqlengine -run '^$$' -fuzz FuzzSplitStatements -fuzztime 30s
@@ -97,7 +97,7 @@ fuzz:
 	$(GO) test ./procfacts -run '^$$' -fuzz FuzzParse -fuzztime 30s
 	$(GO) test ./mcp -run '^$$' -fuzz FuzzInvalidRequestID -fuzztime 30s
 	$(GO) test ./tools -run '^$$' -fuzz FuzzFilePolicyCheck -fuzztime 30s
-	$(GO) test ./diag/stacks -run '^$$' -fuzz FuzzParseFaulthandler -fuzztime 30s
+	$(GO) test ./stacks -run '^$$' -fuzz FuzzParseFaulthandler -fuzztime 30s
 	$(GO) test ./skills -run '^$$' -fuzz FuzzParseSteps -fuzztime 30s
 	$(GO) test ./skills -run '^$$' -fuzz FuzzParseRule -fuzztime 30s
 

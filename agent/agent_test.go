@@ -17,7 +17,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/agent/procfs"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // python is the interpreter the agent tests run (PROBING_TEST_PYTHON, else

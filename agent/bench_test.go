@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/probing-mcp/probing-mcp/agent"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // BenchmarkGetStacks measures what get_stacks does for 1 and 16 local

@@ -1,6 +1,6 @@
 package agent
 
-import "github.com/probing-mcp/probing-mcp/diag/stacks"
+import "github.com/probing-mcp/probing-mcp/stacks"
 
 // SetSelfExecutable makes Install place path instead of the running
 // binary, so that a test can install a fake probing-mcp that records how

@@ -3,7 +3,7 @@ package agent
 import (
 	"testing"
 
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // TestAgentWrapperDropped: the agent's collective wrapper sits between

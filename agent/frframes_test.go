@@ -3,7 +3,7 @@ package agent
 import (
 	"testing"
 
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 )
 
 // TestDropAgentFRFrames: the agent's collective wrapper is removed from

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent/procfs"
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // StackOptions bound a stack capture.

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent/procfs"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // The original Probing agent (0.2.4, contract §2.8) serves one thread's

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // recorded reads a reply Probing 0.2.4 gave (testdata/probing-0.2.4/README.md).

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
 // Selection picks agents by pid or rank; both empty means every live one

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 )
 
 // loadCapture reads a bundle the evidence service gathered from a live

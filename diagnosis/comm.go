@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
 // FromComm builds the collective side of a Model from comm rows: each

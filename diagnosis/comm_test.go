@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 )
 
 // TestFromCommBlamesTheDivergedRank: the skipped sub-group collective of

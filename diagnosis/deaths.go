@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
 // orderDeaths puts the job's deaths in order. Several dead ranks are one

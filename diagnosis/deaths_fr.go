@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 

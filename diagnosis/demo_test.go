@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
-	"github.com/probing-mcp/probing-mcp/agent/demojob"
 	"github.com/probing-mcp/probing-mcp/diagnosis"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	"github.com/probing-mcp/probing-mcp/internal/demojob"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
 // fileLocks follows a CPU-side culprit's file lock to its holder

@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
-	"github.com/probing-mcp/probing-mcp/diag/flightrecorder/frsynth"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/flightrecorder/frsynth"
 )
 
 func synthFR(t *testing.T, f frsynth.Fault) *fr.Report {

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // TestGILWaiterSampledRunningIsNotTheHolder: a main thread waiting for the

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // gpuDev is one GPU as a sampler reports it: utilisation and power make

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
 // hangXid: the Xids that stop a rank's work on its GPU. The GPU's own

@@ -6,8 +6,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
 // Mismatch is one collective of a group (one group_seq) that its members

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // p2pOp is one point-to-point call of a simulated stage.

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // pausedJob: 4 ranks that stepped every second until idle seconds ago,

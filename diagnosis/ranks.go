@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
 // RankRow is one rank in the paged per-rank listing.

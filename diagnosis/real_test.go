@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
 // TestRealGlooJobs reads the rings real 8-rank torch gloo jobs left
-// (testdata/diag/real, README there says how they were made) and checks
+// (testdata/jobs/real, README there says how they were made) and checks
 // each verdict against its truth.
 func TestRealGlooJobs(t *testing.T) {
 	for _, c := range []struct {

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
 // Bounds of the default answer: what a model reads first must stay small

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 )
 
 // job1024 is a stalled 1024-rank job with tensor-parallel pairs: rank 513

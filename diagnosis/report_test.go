@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // scenario is the 8-rank job of the comm tests as Diagnose gets it: five

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 )

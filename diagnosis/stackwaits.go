@@ -8,9 +8,9 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // Who waits for whom when the rings place no rank inside a collective (a

@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // noClockJob is a 4-rank job whose collectives nothing records: each

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 )
 
 // In a synchronous job every rank steps at the slowest one's pace, so step

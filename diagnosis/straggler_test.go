@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 )
 
 func TestWaitStragglers(t *testing.T) {

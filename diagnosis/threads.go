@@ -5,9 +5,9 @@ import (
 	"path"
 	"strings"
 
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // threadFinding is what one rank's threads and ending records say about

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // withThreads gives rank r of in the threads (and their capture's facts)

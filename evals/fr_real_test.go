@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 )
 
 const realDir = "../testdata/fr/real"

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
 // Signature is what a GPU's counters say it is doing.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/probing-mcp/probing-mcp/agent/demojob"
+	"github.com/probing-mcp/probing-mcp/internal/demojob"
 )
 
 // startDemo runs the demo job (real processes with the agent) until it

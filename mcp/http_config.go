@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/probing-mcp/probing-mcp/bytesize"
+	"github.com/probing-mcp/probing-mcp/internal/bytesize"
 )
 
 // Defaults mirror the Probing agent's.

@@ -17,8 +17,8 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/probing-mcp/probing-mcp/agent"
-	"github.com/probing-mcp/probing-mcp/bytesize"
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/internal/bytesize"
 	"github.com/probing-mcp/probing-mcp/internal/envswitch"
 	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/prompts"

@@ -21,7 +21,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/probing-mcp/probing-mcp/cluster/fanout"
-	"github.com/probing-mcp/probing-mcp/diag/flightrecorder/frsynth"
+	"github.com/probing-mcp/probing-mcp/flightrecorder/frsynth"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 	"github.com/probing-mcp/probing-mcp/tools"
 )

@@ -13,7 +13,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // Memory and time at the coordinator (issue 23): the heavy attacks, run by

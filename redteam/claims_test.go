@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/cluster/node"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // Rank claims (issue 23): anyone who reaches the job's store can register

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/probing-mcp/probing-mcp/diag/flightrecorder/frsynth"
+	"github.com/probing-mcp/probing-mcp/flightrecorder/frsynth"
 )
 
 // Files planted in the shared directories (issue 23): the data dir is

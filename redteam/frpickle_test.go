@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
-	"github.com/probing-mcp/probing-mcp/diag/flightrecorder/frsynth"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/flightrecorder/frsynth"
 )
 
 // TestFlightRecorderMemoPickle. Attack: a 7.9 MB Flight Recorder pickle

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/probing-mcp/probing-mcp/cluster/node"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext/jobtexttest"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // TestJobTextMarkedAsData. Attack: text a job or a hostile node writes

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/cluster/node"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // Spoofed and hostile text (issue 23).

@@ -23,9 +23,9 @@ import (
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/internal/hmacauth"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // The job's token (issue 23): an address learnt from the job's store, a

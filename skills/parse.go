@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 	"go.yaml.in/yaml/v3"
 )
 

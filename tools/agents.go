@@ -12,8 +12,8 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/probing-mcp/probing-mcp/agent"
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
 // Target picks processes by pid or rank; both empty means every live

@@ -24,11 +24,11 @@ func callDiagnose(t *testing.T, env *Env, args map[string]any) *mcplib.CallToolR
 }
 
 // TestDiagnoseHangPostMortem runs the tool over what a real hung 8-rank
-// gloo job left on disk (testdata/diag/real/skip_tp: rank 3 skipped its
+// gloo job left on disk (testdata/jobs/real/skip_tp: rank 3 skipped its
 // pair's all_reduce): the verdict names rank 3, the text is a rendering
 // (not the JSON), and detail "ranks" pages every rank.
 func TestDiagnoseHangPostMortem(t *testing.T) {
-	dir := "../testdata/diag/real/skip_tp"
+	dir := "../testdata/jobs/real/skip_tp"
 	e, err := sqlengine.New(sqlengine.Options{DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func TestDiagnoseHangBadInputAndNoJob(t *testing.T) {
 // 3, not the rank that is "most behind" (rank 2, the victim waiting in
 // its pair's collective).
 func TestTrainingHangSkillGivesTheDiagnosis(t *testing.T) {
-	dir := "../testdata/diag/real/skip_tp"
+	dir := "../testdata/jobs/real/skip_tp"
 	e, err := sqlengine.New(sqlengine.Options{DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func TestTrainingHangSkillGivesTheDiagnosis(t *testing.T) {
 // (the straggler fixture, frozen mid-run) has no culprit, and says so
 // rather than naming an empty rank set.
 func TestDiagnoseHangDeadWhileMoving(t *testing.T) {
-	dir := "../testdata/diag/real/straggler"
+	dir := "../testdata/jobs/real/straggler"
 	e, err := sqlengine.New(sqlengine.Options{DataDir: dir})
 	if err != nil {
 		t.Fatal(err)

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"strings"
 
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
 // Bounds of the Flight Recorder tools' text (the view's lists are bounded

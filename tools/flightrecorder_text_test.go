@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/probing-mcp/probing-mcp/diag/flightrecorder/frsynth"
+	"github.com/probing-mcp/probing-mcp/flightrecorder/frsynth"
 )
 
 func frEnv(t *testing.T, spec frsynth.Spec) (*Env, string) {

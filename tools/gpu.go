@@ -12,10 +12,10 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/probing-mcp/probing-mcp/cluster"
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
 // GPUStatusParams are the arguments of gpu_status.

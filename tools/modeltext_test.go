@@ -13,9 +13,9 @@ import (
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/probing-mcp/probing-mcp/agent"
-	"github.com/probing-mcp/probing-mcp/agent/demojob"
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/fanout"
+	"github.com/probing-mcp/probing-mcp/internal/demojob"
 )
 
 // resultTypes is what each tool's handler returns. A tool missing here

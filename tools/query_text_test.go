@@ -19,7 +19,7 @@ import (
 // on disk (rank 3 skipped its pair's all_reduce).
 func skipTPEnv(t *testing.T) *Env {
 	t.Helper()
-	dir := "../testdata/diag/real/skip_tp"
+	dir := "../testdata/jobs/real/skip_tp"
 	e, err := sqlengine.New(sqlengine.Options{DataDir: dir})
 	if err != nil {
 		t.Fatal(err)

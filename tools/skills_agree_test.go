@@ -25,7 +25,7 @@ import (
 func TestDeadJobOneVerdict(t *testing.T) {
 	for _, timeouts := range []bool{false, true} {
 		t.Run(fmt.Sprintf("timeouts=%v", timeouts), func(t *testing.T) {
-			dir := copyDir(t, "../testdata/diag/real/skip_tp")
+			dir := copyDir(t, "../testdata/jobs/real/skip_tp")
 			if timeouts {
 				recordTimeouts(t, dir, 3)
 			}

@@ -12,9 +12,9 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/probing-mcp/probing-mcp/agent"
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
+	"github.com/probing-mcp/probing-mcp/stacks"
 	"github.com/probing-mcp/probing-mcp/storage/history"
 )
 

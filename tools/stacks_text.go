@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // Bounds of get_stacks' text: whatever the rank count, the groups are
@@ -25,7 +25,7 @@ const (
 	againSet = 40
 )
 
-// ModelText is the merge's one-line summary (diag/stacks' own, long rank
+// ModelText is the merge's one-line summary (stacks' own, long rank
 // sets cut), then each group's stack innermost first with repeated frames
 // folded, then what was collapsed, cut or failed, the sources, the history
 // rows and the whole-job coverage.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/fanout"
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // sizes logs a result's text before (its JSON, what the text content was)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // Thresholds of Diagnose.

@@ -13,14 +13,14 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
-	"github.com/probing-mcp/probing-mcp/agent/demojob"
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/fanout"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
-	"github.com/probing-mcp/probing-mcp/diag/flightrecorder/frsynth"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/diagnosis"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	"github.com/probing-mcp/probing-mcp/flightrecorder/frsynth"
+	"github.com/probing-mcp/probing-mcp/internal/demojob"
+	"github.com/probing-mcp/probing-mcp/stacks"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 	"github.com/probing-mcp/probing-mcp/tools"
 )

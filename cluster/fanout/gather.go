@@ -11,11 +11,11 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // A node's answer is its text, the job's text it passes on included: the

@@ -13,8 +13,8 @@ import (
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/fedsql"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/internal/envswitch"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 

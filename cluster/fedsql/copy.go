@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/probing-mcp/probing-mcp/bytesize"
+	"github.com/probing-mcp/probing-mcp/internal/bytesize"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/cluster"
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
 // Bounds of Merge's conflict check: ranks parsed over all nodes, and

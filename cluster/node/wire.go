@@ -9,9 +9,9 @@ package node
 
 import (
 	"github.com/probing-mcp/probing-mcp/cluster"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // Paths of the node API.

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
-	"github.com/probing-mcp/probing-mcp/diag/rankset"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 	"github.com/probing-mcp/probing-mcp/mcp"
 )
 

@@ -6,8 +6,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/probing-mcp/probing-mcp/bytesize"
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/internal/bytesize"
 )
 
 // analyzeLimits reads --max-memory, and checks PROBING_FR_* at start so

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
-	"github.com/probing-mcp/probing-mcp/diag/flightrecorder/frsynth"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/flightrecorder/frsynth"
 )
 
 // TestAnalyzeFilterMatchingNothing: a --pg or --ranks filter that matches

@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
-	"github.com/probing-mcp/probing-mcp/agent/demojob"
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
-	"github.com/probing-mcp/probing-mcp/diag/stacks"
 	"github.com/probing-mcp/probing-mcp/diagnosis"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/internal/demojob"
+	"github.com/probing-mcp/probing-mcp/stacks"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/probing-mcp/probing-mcp/agent/demojob"
+	"github.com/probing-mcp/probing-mcp/internal/demojob"
 )
 
 // pipeGuard is the demo's stdout. The first EPIPE (the reader went away:

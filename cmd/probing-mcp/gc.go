@@ -3,7 +3,7 @@ package main
 import (
 	"runtime/debug"
 
-	fr "github.com/probing-mcp/probing-mcp/diag/flightrecorder"
+	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/internal/sysmem"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/cluster"
-	"github.com/probing-mcp/probing-mcp/evidence"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/storage"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"

@@ -1,7 +1,7 @@
 """Real torch (CPU, gloo) jobs with tensor-parallel pairs and data-parallel
 groups, run with the probing-mcp in-process agent, that hang, die or
 straggle on purpose: the evals corpus's real-torch scenarios, and the
-fixture recorder of testdata/diag/real.
+fixture recorder of testdata/jobs/real.
 
 Every rank is a plain process (no torchrun): RANK, WORLD_SIZE, LOCAL_RANK,
 MASTER_ADDR, MASTER_PORT are set by the launcher. Groups (dist.new_group,
@@ -92,7 +92,7 @@ the SIGKILL (not for deadlock and gil_held: only the rings survive, which
 show a rank outside every collective; nor for healthy and straggler); its
 state is dead.
 
-Fixture mode (testdata/diag/real, the previous job: pairs and the default
+Fixture mode (testdata/jobs/real, the previous job: pairs and the default
 group only, no DP group, 8 ranks, fault at step 6):
   python tp_gloo_job.py --scenario skip_tp|cpu_stall_tp|straggler --out DIR
 freezes the ranks with SIGSTOP once the state is reached, copies the

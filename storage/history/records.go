@@ -51,7 +51,7 @@ type Diagnosis struct {
 	Kind         string    // e.g. "flight_recorder"
 	Inputs       json.RawMessage
 	Verdict      string // one line
-	CulpritRanks string // a rank range string such as "0-3,7" (diag/rankset)
+	CulpritRanks string // a rank range string such as "0-3,7" (internal/rankset)
 	Report       json.RawMessage
 }
 

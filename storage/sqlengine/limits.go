@@ -9,7 +9,7 @@ import (
 
 	sqlite3 "github.com/mattn/go-sqlite3"
 
-	"github.com/probing-mcp/probing-mcp/bytesize"
+	"github.com/probing-mcp/probing-mcp/internal/bytesize"
 )
 
 // Defaults of the per-query bounds (Options).

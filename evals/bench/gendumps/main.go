@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/probing-mcp/probing-mcp/diag/flightrecorder/frsynth"
+	"github.com/probing-mcp/probing-mcp/flightrecorder/frsynth"
 )
 
 func main() {
