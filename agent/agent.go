@@ -19,8 +19,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/probing-mcp/probing-mcp/agent/procfs"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage"
 )
 
@@ -357,8 +356,8 @@ func checkLive(a *Agent, anchored bool) string {
 // Probing's rules, when that is not ours; "" when it is ours or the
 // environment cannot be read (another user's process: kept, as before).
 func otherDataDir(pid int, ours string) string {
-	env, err := procfs.Env(pid)
-	if err != nil && !errors.Is(err, procfs.ErrTruncated) {
+	env, err := procfacts.Env(pid)
+	if err != nil && !errors.Is(err, procfacts.ErrTruncated) {
 		return ""
 	}
 	theirs := storage.DataDir(func(k string) string { return env[k] })

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
-	"github.com/probing-mcp/probing-mcp/agent/procfs"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
@@ -265,11 +265,11 @@ func TestStacksWhenTheMainThreadHoldsTheGIL(t *testing.T) {
 	// back; only once it sleeps in pause(2) (or the call a libc without it
 	// uses) is the GIL held for good.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		pr, err := procfs.ReadProcess(p.pid())
+		pr, err := procfacts.ReadProcess(p.pid())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if th := pr.Threads[0]; th.State == "S" && strings.Contains(" pause ppoll rt_sigsuspend ", " "+procfs.SyscallName(th.Syscall)+" ") {
+		if th := pr.Threads[0]; th.State == "S" && strings.Contains(" pause ppoll rt_sigsuspend ", " "+procfacts.SyscallName(th.Syscall)+" ") {
 			break
 		}
 		if time.Now().After(deadline) {

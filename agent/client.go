@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 )
 
 // Client calls one agent's control socket.

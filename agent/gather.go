@@ -14,9 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/probing-mcp/probing-mcp/agent/procfs"
 	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
@@ -139,7 +138,7 @@ func sampleThreads(pid, n int, gap time.Duration) []stacks.Thread {
 		if i > 0 {
 			time.Sleep(gap)
 		}
-		pr, err := procfs.ReadProcess(pid)
+		pr, err := procfacts.ReadProcess(pid)
 		if err != nil {
 			break
 		}
@@ -338,7 +337,7 @@ func faulthandlerStacks(ctx context.Context, a *Agent, timeout time.Duration) ([
 // native id; threads with no Python frames still appear, with their
 // kernel wait channel.
 func addProc(p *stacks.Process) {
-	pr, err := procfs.ReadProcess(p.PID)
+	pr, err := procfacts.ReadProcess(p.PID)
 	if err != nil {
 		return
 	}

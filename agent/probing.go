@@ -12,8 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/probing-mcp/probing-mcp/agent/procfs"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
@@ -190,7 +189,7 @@ func probingStacks(ctx context.Context, c *Client, a *Agent, opt StackOptions) (
 	mctx, mcancel := context.WithTimeout(ctx, opt.AgentTimeout)
 	defer mcancel()
 	names := map[int]string{}
-	if pr, err := procfs.ReadProcess(a.PID); err == nil {
+	if pr, err := procfacts.ReadProcess(a.PID); err == nil {
 		for _, t := range pr.Threads {
 			names[t.TID] = t.Comm
 		}

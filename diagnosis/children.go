@@ -9,7 +9,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/stacks"
 )
 

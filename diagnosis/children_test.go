@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/stacks"
 )
 

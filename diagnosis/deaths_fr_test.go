@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 )
 
 // TestDeadSnapshotsBackTheWaiters: the Flight Recorder that ranks 0-1

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/probing-mcp/probing-mcp/internal/jobtext/jobtexttest"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/stacks"
 )
 

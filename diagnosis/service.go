@@ -10,7 +10,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 )
 
 // RunOptions say where the evidence is and how to judge a stall.

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 )
 
 // Source-line bounds: a frame's file is named by the job (untrusted), so

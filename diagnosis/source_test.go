@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 )
 
 // TestSourceLineOnlyWhatTheJobCouldRead: the line is shown for a file the

@@ -7,7 +7,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/stacks"
 )
 

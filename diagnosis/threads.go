@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/stacks"
 )
 

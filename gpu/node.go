@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/internal/envswitch"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/internal/safefile"
-	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
 // The variables of the node's GPU sampler (Probing's names).

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 )
 
 // Real processes: a rank, a process without rank variables, one gone.

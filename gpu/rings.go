@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/internal/safefile"
-	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage/memt"
 )
 

@@ -20,7 +20,7 @@ import (
 	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/internal/bytesize"
 	"github.com/probing-mcp/probing-mcp/internal/envswitch"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/prompts"
 	"github.com/probing-mcp/probing-mcp/storage"
 	"github.com/probing-mcp/probing-mcp/storage/history"

@@ -8,7 +8,7 @@
 //     ParseFaulthandlerLast), which CPython writes from a signal handler
 //     without the GIL, so it works on a process that holds the GIL
 //     forever;
-//   - /proc (agent/procfs), which gives no Python frames but thread
+//   - /proc (internal/procfacts), which gives no Python frames but thread
 //     states and kernel wait channels even for a process in D state.
 //
 // Merge groups identical stacks across processes, puts the odd ones out

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage/fsinfo"
 	"github.com/probing-mcp/probing-mcp/storage/memt"
 )

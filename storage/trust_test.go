@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage/memt"
 )
 

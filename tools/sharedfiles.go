@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/internal/safefile"
-	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
 // A dump named like torch's in a shared temp directory (/tmp/

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/probing-mcp/probing-mcp/agent"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 

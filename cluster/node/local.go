@@ -12,8 +12,8 @@ import (
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/fedsql"
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/internal/rankset"
-	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 

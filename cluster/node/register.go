@@ -12,7 +12,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/cluster"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 )
 
 // JobStore is one job's TCPStore and run id, as its ranks see them, and

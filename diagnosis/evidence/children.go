@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/stacks"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/probing-mcp/probing-mcp/agent"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 )
 
 // TestReadCrash: a dead rank's crash file (faulthandler's last words on a

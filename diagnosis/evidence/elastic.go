@@ -8,7 +8,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 )
 
 // withElasticError adds what torchelastic's @record wrote for a dead rank

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/probing-mcp/probing-mcp/agent"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 )
 
 // TestElasticErrorStandsInForTheRecord: a dead rank whose agent recorded

@@ -14,7 +14,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/agent"
 	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
-	"github.com/probing-mcp/probing-mcp/procfacts"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 

@@ -12,8 +12,8 @@ import (
 	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/internal/rankset"
-	"github.com/probing-mcp/probing-mcp/procfacts"
 	"github.com/probing-mcp/probing-mcp/stacks"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )

@@ -1,6 +1,6 @@
 package memt
 
-import "github.com/probing-mcp/probing-mcp/procfacts"
+import "github.com/probing-mcp/probing-mcp/internal/procfacts"
 
 // ProcessStartTime is a process's start time as MEMT records it: on Linux,
 // field 22 of /proc/<pid>/stat, in clock ticks since boot. Together with

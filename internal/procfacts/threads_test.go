@@ -1,6 +1,6 @@
 //go:build linux
 
-package procfs
+package procfacts
 
 import (
 	"bufio"
@@ -100,7 +100,7 @@ func spawn(t *testing.T, mode string, env ...string) *exec.Cmd {
 	return cmd
 }
 
-func TestReadSelf(t *testing.T) {
+func TestReadProcessSelf(t *testing.T) {
 	// Pinned, so that the thread found below by its tid is the one that
 	// did the reading, not one the goroutine left meanwhile.
 	runtime.LockOSThread()
@@ -207,7 +207,7 @@ func TestThreadedChild(t *testing.T) {
 	pid := spawn(t, "threads").Process.Pid
 	// "ready" comes 200 ms after the readers were started, which on a
 	// loaded machine does not mean they are all blocked in read(2) yet.
-	p := waitProc(t, pid, func(p *Proc) bool {
+	p := waitProc(t, pid, func(p *Process) bool {
 		n := 0
 		for _, th := range p.Threads {
 			if strings.HasPrefix(th.Comm, "w) (") && th.State == "S" {
@@ -265,7 +265,7 @@ e.wait()`)
 	futexWaits := func(d string) bool {
 		return strings.Contains(d, "all 4 threads sleeping in futex waits") && strings.Contains(d, "main thread sleeping in futex")
 	}
-	p := waitProc(t, cmd.Process.Pid, func(p *Proc) bool { return futexWaits(strings.Join(Diagnose(p), "\n")) })
+	p := waitProc(t, cmd.Process.Pid, func(p *Process) bool { return futexWaits(strings.Join(Diagnose(p), "\n")) })
 	if d := strings.Join(Diagnose(p), "\n"); !futexWaits(d) {
 		t.Errorf("diagnosis after 10 s:\n%s\n%+v", d, p.Threads)
 	}
@@ -275,7 +275,7 @@ func TestDeadAndZombie(t *testing.T) {
 	cmd := spawn(t, "exit")
 	pid := cmd.Process.Pid
 	// Until it is waited for, the child is a zombie.
-	p := waitProc(t, pid, func(p *Proc) bool { return p.State == "Z" })
+	p := waitProc(t, pid, func(p *Process) bool { return p.State == "Z" })
 	if p.State != "Z" || len(p.Cmdline) != 0 {
 		t.Fatalf("zombie: %+v", p)
 	}
@@ -299,7 +299,7 @@ func TestDeadAndZombie(t *testing.T) {
 
 // waitProc reads pid until ready says yes, for up to 10 s, and returns
 // the last reading either way: the caller's checks then say what is wrong.
-func waitProc(t *testing.T, pid int, ready func(*Proc) bool) *Proc {
+func waitProc(t *testing.T, pid int, ready func(*Process) bool) *Process {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -317,7 +317,7 @@ func waitProc(t *testing.T, pid int, ready func(*Proc) bool) *Proc {
 // allAsleep: the process and each of its threads. The process state is
 // read from its own stat file, a moment apart from the threads' files, so
 // it is checked as well.
-func allAsleep(p *Proc) bool {
+func allAsleep(p *Process) bool {
 	if p.State != "S" {
 		return false
 	}

@@ -1,4 +1,4 @@
-package procfs
+package procfacts
 
 import (
 	"cmp"
@@ -29,7 +29,7 @@ func SyscallName(n int) string { return syscallNames[n] }
 // main thread waits in, and what all the threads sleep in. It states what
 // /proc shows and what that usually means, never more: /proc has no
 // Python frames.
-func Diagnose(p *Proc) []string {
+func Diagnose(p *Process) []string {
 	var out []string
 	add := func(format string, a ...any) { out = append(out, fmt.Sprintf(format, a...)) }
 
@@ -156,7 +156,7 @@ func Diagnose(p *Proc) []string {
 }
 
 // split returns the main thread (tid == pid) and the others.
-func (p *Proc) split() (*Task, []Task) {
+func (p *Process) split() (*Task, []Task) {
 	var main *Task
 	var others []Task
 	for i := range p.Threads {
@@ -279,7 +279,7 @@ func bytesText(n int64) string {
 // threads without Python frames but with their names, states and wait
 // channels, to merge with other ranks' stacks. The main thread is the one
 // whose tid is the pid.
-func (p *Proc) AsStacks(rank int, host string) stacks.Process {
+func (p *Process) AsStacks(rank int, host string) stacks.Process {
 	sp := stacks.Process{PID: p.PID, Rank: rank, Host: host, Source: stacks.SourceProc, CapturedAt: p.CapturedAt}
 	for _, t := range p.Threads {
 		sp.Threads = append(sp.Threads, stacks.Thread{NativeID: t.TID, Name: t.Comm, IsMain: t.TID == p.PID,

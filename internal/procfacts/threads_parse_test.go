@@ -1,4 +1,4 @@
-package procfs
+package procfacts
 
 import (
 	"errors"
@@ -8,18 +8,16 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
-// statLine is a real /proc/<pid>/stat line (cat's), with the name, state,
+// taskStatLine is a real /proc/<pid>/stat line (cat's), with the name, state,
 // ppid, utime, stime, thread count and start time put in.
-func statLine(pid int, comm, state string, ppid, utime, stime, threads int, start uint64) string {
+func taskStatLine(pid int, comm, state string, ppid, utime, stime, threads int, start uint64) string {
 	return fmt.Sprintf("%d (%s) %s %d 20164 9476 0 -1 4194304 103 0 0 0 %d %d 0 0 20 0 %d 0 %d 3133440 412 18446744073709551615 94592610287616 94592610307497 140730426900304 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 94592610323504 94592610325120 94592818085888 140730426907331 140730426907351 140730426907351 140730426908651 0\n",
 		pid, comm, state, ppid, utime, stime, threads, start)
 }
 
-const statusText = "Name:\todd) (name\nUmask:\t0022\nState:\tD (disk sleep)\nTgid:\t4242\nPid:\t4242\nPPid:\t1\nUid:\t1000\t1001\t1000\t1000\nGid:\t100\t100\t100\t100\nVmPeak:\t 9000 kB\nVmRSS:\t    2048 kB\nThreads:\t3\n"
+const taskStatusText = "Name:\todd) (name\nUmask:\t0022\nState:\tD (disk sleep)\nTgid:\t4242\nPid:\t4242\nPPid:\t1\nUid:\t1000\t1001\t1000\t1000\nGid:\t100\t100\t100\t100\nVmPeak:\t 9000 kB\nVmRSS:\t    2048 kB\nThreads:\t3\n"
 
 type fakeTask struct {
 	tid                int
@@ -44,9 +42,9 @@ func fakeProc(t *testing.T, pid int, comm, state string, tasks []fakeTask) strin
 	}
 	w("stat", "cpu  1 2 3\nbtime 1760000000\nprocesses 5\n")
 	d := fmt.Sprint(pid)
-	w(d+"/stat", statLine(pid, comm, state, 1, 1234, 56, len(tasks), 98765))
+	w(d+"/stat", taskStatLine(pid, comm, state, 1, 1234, 56, len(tasks), 98765))
 	w(d+"/cmdline", "python\x00-u\x00train.py\x00--lr\x001e-3\x00")
-	w(d+"/status", statusText)
+	w(d+"/status", taskStatusText)
 	w(d+"/environ", "RANK=3\x00WORLD_SIZE=8\x00RANK=9\x00NOEQUALS\x00X=a=b\x00")
 	for _, tk := range tasks {
 		td := fmt.Sprintf("%s/task/%d/", d, tk.tid)
@@ -56,7 +54,7 @@ func fakeProc(t *testing.T, pid int, comm, state string, tasks []fakeTask) strin
 		if tk.noStat {
 			continue
 		}
-		w(td+"stat", statLine(tk.tid, tk.comm, tk.state, 1, tk.utime, tk.stime, len(tasks), 98765))
+		w(td+"stat", taskStatLine(tk.tid, tk.comm, tk.state, 1, tk.utime, tk.stime, len(tasks), 98765))
 		w(td+"wchan", tk.wchan)
 		if tk.syscall != "" {
 			w(td+"syscall", tk.syscall+"\n")
@@ -115,11 +113,11 @@ func TestReadFake(t *testing.T) {
 		}
 	}
 
-	env, err := procfacts.EnvAt(root, 4242, MaxEnvBytes)
+	env, err := EnvAt(root, 4242, MaxEnvBytes)
 	if err != nil || len(env) != 3 || env["RANK"] != "3" || env["X"] != "a=b" {
 		t.Errorf("env %v %v", env, err)
 	}
-	env, err = procfacts.EnvAt(root, 4242, 20) // "RANK=3\0WORLD_SIZE=8\0" is 20 bytes, the next cut
+	env, err = EnvAt(root, 4242, 20) // "RANK=3\0WORLD_SIZE=8\0" is 20 bytes, the next cut
 	if !errors.Is(err, ErrTruncated) || len(env) != 2 || env["WORLD_SIZE"] != "8" {
 		t.Errorf("truncated env %v %v", env, err)
 	}
@@ -134,7 +132,7 @@ func TestDiagnoseSleepers(t *testing.T) {
 	for i := range 11 {
 		tasks = append(tasks, Task{TID: 11 + i, Comm: fmt.Sprintf("pt_autograd_%d", i), State: "S", WChan: "futex_wait_queue", Syscall: -1})
 	}
-	p := &Proc{PID: 10, Comm: "python", State: "S", Threads: tasks}
+	p := &Process{PID: 10, Comm: "python", State: "S", Threads: tasks}
 	text := strings.Join(Diagnose(p), "\n")
 	if !strings.Contains(text, "all 12 threads sleeping in futex waits: likely blocked in a collective or on a lock") {
 		t.Errorf("%s", text)

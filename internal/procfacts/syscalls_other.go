@@ -1,6 +1,6 @@
 //go:build !(linux && (amd64 || arm64))
 
-package procfs
+package procfacts
 
 // Other platforms: numbers are shown unnamed.
 var syscallNames = map[int]string{}

@@ -3,8 +3,10 @@
 // time), /proc/<pid>/status (owner, caught signals), /proc/<pid>/environ,
 // and the identity file an agent leaves in its pid directory; and it
 // decides whether a file in a shared directory may speak for the process
-// it names (trust.go). It is a leaf: storage and agent both build on it,
-// so the two can never read the same file two ways.
+// it names (trust.go); and a process's threads with their states, wait
+// channels, system calls and CPU use (threads.go, threadwords.go), for a
+// process too wedged to answer. One /proc reader: storage and agent both
+// build on it, so the two can never read the same file two ways.
 package procfacts
 
 import (

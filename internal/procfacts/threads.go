@@ -1,9 +1,9 @@
-// Package procfs reads what Linux's /proc says about a process: the
+// A process's threads as Linux's /proc shows them (ReadProcess): the
 // evidence that needs no agent, for a process too wedged to answer (stuck
 // holding the GIL, or in D state where no signal is handled, faulthandler's
 // included). Thread states, kernel wait channels, system calls and CPU use
 // tell a process that spins from one that sleeps, and a lock from I/O.
-package procfs
+package procfacts
 
 import (
 	"bufio"
@@ -16,8 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/probing-mcp/probing-mcp/procfacts"
 )
 
 // ClockTicks is USER_HZ, the unit of /proc's utime, stime and start time.
@@ -26,14 +24,8 @@ import (
 // s390; sysconf(_SC_CLK_TCK) says the same), so no cgo call is made.
 const ClockTicks = 100
 
-// MaxEnvBytes bounds what Env reads.
-const MaxEnvBytes = procfacts.MaxEnvBytes
-
-// ErrTruncated: Env stopped at MaxEnvBytes.
-var ErrTruncated = procfacts.ErrTruncated
-
-// Proc is one process.
-type Proc struct {
+// Process is one process.
+type Process struct {
 	PID     int      `json:"pid"`
 	Comm    string   `json:"comm"` // the kernel's 15-character name
 	Cmdline []string `json:"cmdline"`
@@ -82,19 +74,19 @@ type Task struct {
 // ReadProcess reads /proc/<pid>. A process that exits while it is read
 // gives an error that names the pid and wraps os.ErrNotExist; a thread
 // that exits meanwhile is left out.
-func ReadProcess(pid int) (*Proc, error) { return readProcess("/proc", pid) }
+func ReadProcess(pid int) (*Process, error) { return readProcess("/proc", pid) }
 
-func readProcess(root string, pid int) (*Proc, error) {
+func readProcess(root string, pid int) (*Process, error) {
 	if pid <= 0 {
 		return nil, fmt.Errorf("pid %d: not a process id", pid)
 	}
 	dir := filepath.Join(root, strconv.Itoa(pid))
 	now := time.Now().UTC()
-	st, err := procfacts.StatAt(root, pid)
+	st, err := StatAt(root, pid)
 	if err != nil {
 		return nil, err
 	}
-	p := &Proc{PID: pid, CapturedAt: now, Comm: st.Comm, State: st.State, PPID: st.PPID, StartTime: st.Start,
+	p := &Process{PID: pid, CapturedAt: now, Comm: st.Comm, State: st.State, PPID: st.PPID, StartTime: st.Start,
 		UTime: ticks(st.UTime), STime: ticks(st.STime), NumThreads: st.Threads}
 	if bt, ok := bootTime(root); ok {
 		p.Started = bt.Add(ticks(st.Start))
@@ -109,7 +101,7 @@ func readProcess(root string, pid int) (*Proc, error) {
 		p.Cmdline = strings.Split(string(b), "\x00")
 	}
 
-	status, err := procfacts.StatusAt(root, pid)
+	status, err := StatusAt(root, pid)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +137,7 @@ func readProcess(root string, pid int) (*Proc, error) {
 
 func readTask(root string, pid, tid int) (Task, error) {
 	dir := filepath.Join(root, strconv.Itoa(pid), "task", strconv.Itoa(tid))
-	st, err := procfacts.TaskStatAt(root, pid, tid)
+	st, err := TaskStatAt(root, pid, tid)
 	if err != nil {
 		return Task{}, err
 	}
@@ -183,10 +175,6 @@ func bootTime(root string) (time.Time, bool) {
 	}
 	return time.Time{}, false
 }
-
-// Env reads the process's environment as it was at exec, bounded
-// (procfacts.Env).
-func Env(pid int) (map[string]string, error) { return procfacts.Env(pid) }
 
 // SampleCPU measures each thread's CPU use over interval, in percent of
 // one CPU (0–100): near 100 spins, near 0 sleeps. It uses the scheduler's
@@ -243,7 +231,7 @@ func cpuTimes(root string, pid int) (map[int]cpuTime, error) {
 		if err != nil {
 			continue
 		}
-		st, err := procfacts.TaskStatAt(root, pid, tid)
+		st, err := TaskStatAt(root, pid, tid)
 		if err != nil {
 			continue // exited, or unreadable
 		}
@@ -264,6 +252,6 @@ func cpuTimes(root string, pid int) (map[int]cpuTime, error) {
 
 func ticks(n uint64) time.Duration { return time.Duration(n) * (time.Second / ClockTicks) }
 
-func gone(err error) bool { return procfacts.Gone(err) }
+func gone(err error) bool { return Gone(err) }
 
-func procErr(pid int, file string, err error) error { return procfacts.Err(pid, file, err) }
+func procErr(pid int, file string, err error) error { return Err(pid, file, err) }
