@@ -50,13 +50,8 @@ func (r DiagnoseHangResult) ModelText() string {
 // Diagnose runs the evidence service and diagnosis for this node (the
 // MCP tool and the CLI share it).
 func Diagnose(ctx context.Context, env *Env, p DiagnoseHangParams) (DiagnoseHangResult, error) {
-	if p.StallSeconds < 0 || p.StallSeconds > 86400 {
-		return DiagnoseHangResult{}, userErrorf("stall_seconds %d: want 1..86400 (or leave it out for the default)", p.StallSeconds)
-	}
-	switch p.Detail {
-	case "", "summary", "ranks":
-	default:
-		return DiagnoseHangResult{}, userErrorf("detail %q: want summary or ranks", p.Detail)
+	if err := checkParams(p); err != nil {
+		return DiagnoseHangResult{}, userErrorf("%v", err)
 	}
 	if p.Offset < 0 || p.Limit < 0 || p.Limit > 1000 {
 		return DiagnoseHangResult{}, userErrorf("offset must be >= 0 and limit 0..1000")

@@ -133,3 +133,19 @@ func TestDiagnoseHangDeadWhileMoving(t *testing.T) {
 		t.Errorf("%s", text)
 	}
 }
+
+// TestDiagnoseBoundsFromTheSchema: the CLI's door (tools.Diagnose without
+// the typed adapter) refuses what the schema refuses, in its words.
+func TestDiagnoseBoundsFromTheSchema(t *testing.T) {
+	env := &Env{}
+	for p, want := range map[DiagnoseHangParams]string{
+		{StallSeconds: -5}:    "stall_seconds: -5 is out of range: want 0..86400",
+		{StallSeconds: 90000}: "stall_seconds: 90000 is out of range: want 0..86400",
+		{Detail: "all"}:       `detail: "all" is not one of summary, ranks`,
+		{Limit: 1001}:         "limit: 1001 is out of range: want 0..1000",
+	} {
+		if _, err := Diagnose(context.Background(), env, p); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%+v: %v", p, err)
+		}
+	}
+}

@@ -48,9 +48,6 @@ func queryTool(env *Env) Def {
 		if env.SQL == nil {
 			return queryAnswer{}, userErrorf("the SQL engine is not available on this server")
 		}
-		if p.Limit < 0 {
-			return queryAnswer{}, userErrorf("limit %d is negative; pass 1..%d", p.Limit, sqlengine.MaxLimit)
-		}
 		if env.Cluster != nil {
 			res, err := env.Cluster.Query(ctx, p.SQL, p.Limit)
 			return queryAnswer{res}, sqlUserError(err)
@@ -199,9 +196,6 @@ func clusterQuery(env *Env) Def {
 		hints(true, false, true, false),
 	)
 	h, call := typed(func(ctx context.Context, p QueryParams) (queryAnswer, error) {
-		if p.Limit < 0 {
-			return queryAnswer{}, userErrorf("limit %d is negative; pass 1..%d", p.Limit, sqlengine.MaxLimit)
-		}
 		res, err := env.Cluster.Query(ctx, p.SQL, p.Limit)
 		return queryAnswer{res}, sqlUserError(err)
 	})

@@ -147,6 +147,22 @@ func typed[P, R any](fn func(ctx context.Context, p P) (R, error)) (server.ToolH
 	}, call
 }
 
+// checkParams applies P's schema (bounds, enums) to p, for a door that
+// hands a P over without the typed adapter (the CLI's diagnose): the
+// bounds are written once, in the schema tags.
+func checkParams[P any](p P) error {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	var q P
+	return specOf(schemaJSON(reflect.TypeFor[P](), true)).bind(m, &q)
+}
+
 // jsonArgs is a call's arguments as JSON values (a skill's int, an
 // in-process client's []string, as a client's JSON would carry them), so
 // both doors are checked the same way. No arguments is an empty object.
