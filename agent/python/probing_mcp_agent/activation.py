@@ -273,11 +273,11 @@ def _fileno(f):
 
 
 def _install_exits():
-    from . import exits
+    from . import exits, identity
 
     path = exits.install()
-    runtime.update_identity(exceptions_file=path,
-                            signal_files=dict((k, v[0]) for k, v in sorted(exits.st.signal_files.items())))
+    identity.update_identity(exceptions_file=path,
+                             signal_files=dict((k, v[0]) for k, v in sorted(exits.st.signal_files.items())))
     return True
 
 
@@ -388,7 +388,7 @@ def _activate(st):
     # recorded too. The Flight Recorder hook, chained later, goes under it.
     # It writes the identity file (with the records' paths), else:
     if not _step("exit records", _install_exits):
-        _step("identity file", runtime.write_identity)
+        _step("identity file", identity.write_identity)
 
     def _watch():
         try:

@@ -52,7 +52,7 @@ import sys
 import threading
 import time
 
-from . import activation, memt, runtime
+from . import activation, identity, memt, runtime
 
 log = logging.getLogger("probing_mcp_agent")
 
@@ -512,9 +512,7 @@ def identity_fields():
         return c[0], c[1], c[2]
     rank, ws, role = -1, -1, ""
     try:
-        from . import runtime
-
-        idn = runtime.identity()
+        idn = identity.current()
         rank, ws, role = int(idn.get("rank", -1)), int(idn.get("world_size", -1)), str(idn.get("role") or "")
     except Exception:
         pass
