@@ -339,9 +339,7 @@ def activate(mode="manual", beside_original=False):
             _step("delayed completion", _complete_later)
         else:
             complete()
-        from . import ctrl
-
-        _step("control socket thread", ctrl.serve)
+        _step("control socket thread", serve_ctrl)
         return runtime.started()
     except Exception as e:
         try:
@@ -494,6 +492,45 @@ def request_complete():
     recorder's first ring). Without the background thread (a manual
     activation completes at once) it is a no-op."""
     _kick.set()
+
+
+# How long the control socket's first client waits for the start-up's
+# background part (it is answered anyway after that, with what is loaded).
+COMPLETE_WAIT_S = 30.0
+
+
+def serve_ctrl():
+    """Serves the bound control socket (ctrl.py) from a thread of its own."""
+    if runtime.state.unix_listener is not None:
+        threading.Thread(target=serve_ctrl_here, name="probing-mcp-server", daemon=True).start()
+
+
+def serve_ctrl_here():
+    """Serves the bound control socket in this thread (activation's; its
+    outermost frame is the agent's, which agent/gather.go runsAgentCode
+    tells the job's threads from): waits for the first client, then hands
+    the socket to server.py."""
+    from . import ctrl
+
+    got = ctrl.accept_first()
+    if got is None:
+        return
+    s, path, ino, fd, addr = got
+    try:
+        # The config keys and recorders the endpoints show. This is an agent
+        # thread: it may wait for the background part (bounded), which never
+        # waits for it.
+        request_complete()
+        complete(timeout=COMPLETE_WAIT_S)
+        from . import server
+
+        server.adopt_unix(s, path, ino, fd, addr)
+    except Exception as e:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        runtime.logger.warning("control socket %s not served: %r", path, e)
 
 
 def complete(timeout=None):
