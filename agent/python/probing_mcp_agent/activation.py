@@ -446,8 +446,9 @@ def _complete_on_torch_import():
         sys.meta_path.insert(0, _TorchFinder())
 
 
-# Wakes the background part before its delay (torch's import, a client).
-_kick = threading.Event()
+# Wakes the background part before its delay (torch's import, a client,
+# a recorder's first ring): runtime's, which tables.py sets.
+_kick = runtime.complete_kick
 # Guards only the test-and-set of st.completing: never held across an
 # import or a call out of this module.
 _run_lock = threading.Lock()
@@ -486,12 +487,9 @@ def _complete_later():
     threading.Thread(target=_run, name="probing-mcp-complete", daemon=True).start()
 
 
-def request_complete():
-    """Asks for the background part without doing or waiting for any of it:
-    for callers that may hold a lock or run on the program's threads (a
-    recorder's first ring). Without the background thread (a manual
-    activation completes at once) it is a no-op."""
-    _kick.set()
+# Asks for the background part without waiting for it (runtime.py, where
+# the recorders' tables call it too).
+request_complete = runtime.request_complete
 
 
 # How long the control socket's first client waits for the start-up's
@@ -571,7 +569,7 @@ def _complete(st):
         except Exception:
             pass
         _set_core_values(st)
-        _optional("tables", "start")
+        _optional("recorders", "start")
         if sys.modules.get(__package__ + ".exits") is not None:
             _step("flight recorder hook", _fr_hook_under_exits)
         else:

@@ -275,6 +275,20 @@ class _State(object):
 
 state = _State()
 
+# Wakes the start-up's background part (activation.py) before its delay:
+# torch's first import, the control socket's first client, a recorder's
+# first ring, wait_ready(). Here, not in activation, so that what sets it
+# (tables.py) need not know the start-up.
+complete_kick = threading.Event()
+
+
+def request_complete():
+    """Asks for the background part without doing or waiting for any of it:
+    for callers that may hold a lock or run on the program's threads (a
+    recorder's first ring). Without the background thread (a manual
+    activation completes at once) it is a no-op."""
+    complete_kick.set()
+
 
 def started():
     """True once the agent is active in *this* process (not a forked child)."""

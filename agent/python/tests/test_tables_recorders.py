@@ -20,7 +20,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from probing_mcp_agent import collectives, config, fr, frenv, memt, runtime, spans, steptiming, tables  # noqa: E402
+from probing_mcp_agent import collectives, config, fr, frenv, memt, recorders, runtime, spans, steptiming, tables  # noqa: E402
 
 
 @pytest.fixture
@@ -731,7 +731,7 @@ def test_config_keys(env, monkeypatch):
     monkeypatch.setenv("PROBING_FR_ON_WATCHDOG", "off")
     monkeypatch.setenv("PROBING_SAMPLE_RATE", "0.25")
     try:
-        tables.register_config()
+        recorders.register_config()
         keys = dict((k["key"], k) for k in config.keys())
         for k in ("probing.comm.collectives", "probing.sample_rate", "probing.step_timing", "probing.span.backends",
                   "probing.span.location", "probing.fr.on_watchdog", "probing.tables.flush_interval"):

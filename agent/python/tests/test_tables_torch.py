@@ -3,7 +3,7 @@
 Each rank is a subprocess of $PROBING_TEST_TORCH_PYTHON (default
 /root/devenv/bin/python, else the python running pytest) that activates
 the agent the way an installed one does (probing_mcp_agent.activate():
-fr.configure_env(), tables.start(), fr.install_watchdog_hook()) before it
+fr.configure_env(), recorders.start(), fr.install_watchdog_hook()) before it
 imports torch. Skipped, with the reason, when that interpreter has no
 torch with gloo.
 
@@ -69,11 +69,11 @@ for _m in [m for m in sys.modules if m.split(".")[0] == "probing_mcp_agent"]:
     del sys.modules[_m]
 import probing_mcp_agent
 assert probing_mcp_agent.__file__.startswith(os.environ["AGENT_PY"]), probing_mcp_agent.__file__
-from probing_mcp_agent import fr, spans, tables
+from probing_mcp_agent import fr, recorders, spans, tables
 if hasattr(probing_mcp_agent, "activate"):
     assert probing_mcp_agent.activate(), "activation failed"
 else:  # the core's sequence
-    fr.configure_env(); tables.start(); fr.install_watchdog_hook()
+    fr.configure_env(); recorders.start(); fr.install_watchdog_hook()
 tables.set_flush_interval(0.1)
 
 import torch
