@@ -22,10 +22,10 @@ defaults in DEFAULT_CAPACITY below (Probing's own default of 20 MiB a table
 is used for tables we do not know). 8 chunks each. tmpfs pages are only
 allocated as rows are written, so an unused ring costs a few KiB.
 
-Declarations only: it imports the dtype codes and nothing else.
+Declarations only: it imports the dtype codes (memtfmt.py) and nothing else.
 """
 
-from .memt import F64, I64, STR
+from .memtfmt import F64, I64, STR
 
 # (name, dtype, default used when a dict row lacks the column)
 
