@@ -454,12 +454,12 @@ class Ranks(object):
 
     def last_row(self, r):
         """Rank r's latest comm_collective row as a dict, None if none yet."""
-        from probing_mcp_agent import memt  # the agent this Python runs the ranks with
+        from probing_mcp_agent import memtread  # the agent this Python runs the ranks with
         path = os.path.join(self.data_dir, str(self.procs[r].pid), "python.comm_collective")
         if not os.path.exists(path):
             return None
         try:
-            cols, rows = memt.read_rows(path)
+            cols, rows = memtread.read_rows(path)
         except Exception:  # a ring being created or recycled: read it next poll
             return None
         if not rows:

@@ -22,15 +22,19 @@ import (
 	"time"
 )
 
-// pyWriterScript loads memt.py by path (not through the package, whose
-// __init__ belongs to the agent) and runs one mode. Every value it reports
-// is a string: integers in decimal, floats as the hex of their IEEE bits,
-// Str as is, Bytes as hex, so that nothing is lost in JSON.
+// pyWriterScript imports memt.py, given by path, through its package (it
+// imports the format from memtfmt.py beside it; importing the package
+// activates nothing), the copy at that path even where an installed agent
+// was imported at start-up, and runs one mode. Every value it reports is a
+// string: integers in decimal, floats as the hex of their IEEE bits, Str
+// as is, Bytes as hex, so that nothing is lost in JSON.
 const pyWriterScript = `
-import importlib.util, json, math, os, struct, sys
-spec = importlib.util.spec_from_file_location("pm_memt", sys.argv[1])
-memt = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(memt)
+import json, math, os, struct, sys
+sys.path.insert(0, os.path.dirname(os.path.dirname(sys.argv[1])))
+for _m in [m for m in sys.modules if m.split(".")[0] == "probing_mcp_agent"]:
+    del sys.modules[_m]
+from probing_mcp_agent import memt
+assert os.path.samefile(memt.__file__, sys.argv[1]), memt.__file__
 mode, out = sys.argv[2], sys.argv[3]
 
 ALL = [("timestamp", "I64"), ("u8", "U8"), ("i32", "I32"), ("i64", "I64"), ("f32", "F32"),

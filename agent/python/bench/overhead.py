@@ -8,7 +8,7 @@ Starts --ranks processes (torch.distributed, gloo, localhost). Each trains
 a small MLP: forward, backward, all_reduce of the gradients (one call per
 parameter by default, or flattened buckets of --bucket-kb), optimizer step.
 The agent is activated the way the core does it (fr.configure_env();
-tables.start(); fr.install_watchdog_hook()) before torch is imported, so
+recorders.start(); fr.install_watchdog_hook()) before torch is imported, so
 Flight Recorder is on in both modes.
 
 Blocks of --steps steps alternate between the recorders ON (collective
@@ -104,10 +104,10 @@ class Shims(object):
 
 def rank_main(a):
     sys.path.insert(0, PKG_ROOT)
-    from probing_mcp_agent import collectives, fr, steptiming, tables
+    from probing_mcp_agent import collectives, fr, recorders, steptiming, tables
 
     fr.configure_env()
-    tables.start()
+    recorders.start()
     fr.install_watchdog_hook()
 
     import resource

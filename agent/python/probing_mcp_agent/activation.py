@@ -273,11 +273,11 @@ def _fileno(f):
 
 
 def _install_exits():
-    from . import exits
+    from . import exits, identity
 
     path = exits.install()
-    runtime.update_identity(exceptions_file=path,
-                            signal_files=dict((k, v[0]) for k, v in sorted(exits.st.signal_files.items())))
+    identity.update_identity(exceptions_file=path,
+                             signal_files=dict((k, v[0]) for k, v in sorted(exits.st.signal_files.items())))
     return True
 
 
@@ -339,9 +339,7 @@ def activate(mode="manual", beside_original=False):
             _step("delayed completion", _complete_later)
         else:
             complete()
-        from . import ctrl
-
-        _step("control socket thread", ctrl.serve)
+        _step("control socket thread", serve_ctrl)
         return runtime.started()
     except Exception as e:
         try:
@@ -388,7 +386,7 @@ def _activate(st):
     # recorded too. The Flight Recorder hook, chained later, goes under it.
     # It writes the identity file (with the records' paths), else:
     if not _step("exit records", _install_exits):
-        _step("identity file", runtime.write_identity)
+        _step("identity file", identity.write_identity)
 
     def _watch():
         try:
@@ -448,8 +446,9 @@ def _complete_on_torch_import():
         sys.meta_path.insert(0, _TorchFinder())
 
 
-# Wakes the background part before its delay (torch's import, a client).
-_kick = threading.Event()
+# Wakes the background part before its delay (torch's import, a client,
+# a recorder's first ring): runtime's, which tables.py sets.
+_kick = runtime.complete_kick
 # Guards only the test-and-set of st.completing: never held across an
 # import or a call out of this module.
 _run_lock = threading.Lock()
@@ -488,12 +487,48 @@ def _complete_later():
     threading.Thread(target=_run, name="probing-mcp-complete", daemon=True).start()
 
 
-def request_complete():
-    """Asks for the background part without doing or waiting for any of it:
-    for callers that may hold a lock or run on the program's threads (a
-    recorder's first ring). Without the background thread (a manual
-    activation completes at once) it is a no-op."""
-    _kick.set()
+# Asks for the background part without waiting for it (runtime.py, where
+# the recorders' tables call it too).
+request_complete = runtime.request_complete
+
+
+# How long the control socket's first client waits for the start-up's
+# background part (it is answered anyway after that, with what is loaded).
+COMPLETE_WAIT_S = 30.0
+
+
+def serve_ctrl():
+    """Serves the bound control socket (ctrl.py) from a thread of its own."""
+    if runtime.state.unix_listener is not None:
+        threading.Thread(target=serve_ctrl_here, name="probing-mcp-server", daemon=True).start()
+
+
+def serve_ctrl_here():
+    """Serves the bound control socket in this thread (activation's; its
+    outermost frame is the agent's, which agent/gather.go runsAgentCode
+    tells the job's threads from): waits for the first client, then hands
+    the socket to server.py."""
+    from . import ctrl
+
+    got = ctrl.accept_first()
+    if got is None:
+        return
+    s, path, ino, fd, addr = got
+    try:
+        # The config keys and recorders the endpoints show. This is an agent
+        # thread: it may wait for the background part (bounded), which never
+        # waits for it.
+        request_complete()
+        complete(timeout=COMPLETE_WAIT_S)
+        from . import server
+
+        server.adopt_unix(s, path, ino, fd, addr)
+    except Exception as e:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        runtime.logger.warning("control socket %s not served: %r", path, e)
 
 
 def complete(timeout=None):
@@ -534,7 +569,7 @@ def _complete(st):
         except Exception:
             pass
         _set_core_values(st)
-        _optional("tables", "start")
+        _optional("recorders", "start")
         if sys.modules.get(__package__ + ".exits") is not None:
             _step("flight recorder hook", _fr_hook_under_exits)
         else:

@@ -6,16 +6,16 @@ socket exists (and connects) as soon as the identity file names it. The
 HTTP server behind it (server.py: http.server, socketserver, json, the
 endpoints) costs more than all the rest of an activation and most
 processes are never asked anything, so the thread that accepts the first
-connection completes the start-up (activation.complete()), imports it,
-and hands the socket to it (server.adopt_unix()), which serves that
-connection and all later ones. A client that connects meanwhile waits in the
-listen backlog.
+connection (activation.serve_ctrl(), through accept_first() here)
+completes the start-up (activation.complete()), imports it, and hands the
+socket to it (server.adopt_unix()), which serves that connection and all
+later ones. A client that connects meanwhile waits in the listen backlog.
 
-Only os, _socket and threading here: this module runs in every activated
-interpreter.
+Only os and _socket here: this module runs in every activated
+interpreter. It imports no module of the agent's but runtime and identity
+(the start-up, which imports it, is activation's).
 """
 import os
-import threading
 
 import _socket
 
@@ -23,9 +23,6 @@ from . import runtime
 
 DEFAULT_CTRL_ROOT = "/tmp/probing"
 MAX_PATH = 107  # sockaddr_un.sun_path, less the terminating NUL
-# How long the first client waits for the start-up's background part (it
-# is answered anyway after that, with what is loaded).
-COMPLETE_WAIT_S = 30.0
 
 
 def ctrl_root():
@@ -85,7 +82,7 @@ def socket_path():
 
 def start_unix():
     """Binds and listens on the control socket (0600); returns its path
-    ("" on failure). serve() or serve_here() then answers its clients."""
+    ("" on failure). activation.serve_ctrl() then answers its clients."""
     path = socket_path()
     if not path:
         return ""
@@ -122,46 +119,23 @@ def start_unix():
     return path
 
 
-def serve():
-    """Serves the bound control socket from a thread of its own."""
-    if runtime.state.unix_listener is not None:
-        threading.Thread(target=serve_here, name="probing-mcp-server", daemon=True).start()
-
-
-def serve_here():
-    """Serves the bound control socket in this thread (activation's; its
-    outermost frame is the agent's, which agent/gather.go runsAgentCode
-    tells the job's threads from): waits for the first client, then hands
-    the socket to server.py."""
+def accept_first():
+    """Waits for the bound control socket's first client (in the agent
+    thread of activation.serve_ctrl). Returns (listener, path, inode, fd,
+    addr), or None when nothing is bound or the socket was closed (exit,
+    fork)."""
     lst = runtime.state.unix_listener
     if lst is None:
-        return
+        return None
     s, path, ino = lst
     while True:
         try:
             fd, addr = s._accept()
-            break
+            return s, path, ino, fd, addr
         except InterruptedError:
             continue
         except OSError:
-            return  # closed (exit, fork)
-    try:
-        from . import activation
-
-        # The config keys and recorders the endpoints show. This is an agent
-        # thread: it may wait for the background part (bounded), which never
-        # waits for it.
-        activation.request_complete()
-        activation.complete(timeout=COMPLETE_WAIT_S)
-        from . import server
-
-        server.adopt_unix(s, path, ino, fd, addr)
-    except Exception as e:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-        runtime.logger.warning("control socket %s not served: %r", path, e)
+            return None  # closed (exit, fork)
 
 
 def close_unix(unlink=True):

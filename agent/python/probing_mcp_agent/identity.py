@@ -18,6 +18,7 @@ the Go side does when it reads /proc/<pid>/environ).
 """
 import os
 import sys
+import threading
 
 from . import runtime
 
@@ -161,6 +162,65 @@ def build(environ=None):
     return ident
 
 
+# ---- the process's identity object ----------------------------------------
+# Kept in runtime.state.identity (reset in a forked child), written to
+# <data dir>/<pid>/.identity.json.
+
+
+def current():
+    """The identity object (agent/PROTOCOL.md), a copy. Before activation it
+    is built from the environment, without writing anything."""
+    st = runtime.state
+    with st.lock:
+        cur = st.identity
+        if cur is not None and cur.get("pid") == os.getpid():
+            return dict(cur)
+    # Built outside the lock (the lock guards the state, not the build).
+    built = build()
+    with st.lock:
+        if st.identity is None or st.identity.get("pid") != os.getpid():
+            st.identity = built
+        return dict(st.identity)
+
+
+def update_identity(**fields):
+    """Merges fields into the identity and rewrites .identity.json atomically
+    (tmp file + rename). Returns the new identity (a copy)."""
+    st = runtime.state
+    base = current()  # before the lock (see current())
+    with st.lock:
+        cur = st.identity
+        ident = dict(cur) if cur is not None and cur.get("pid") == os.getpid() else base
+        ident.update(fields)
+        st.identity = ident
+        try:
+            write_identity(ident)
+        except Exception as e:
+            runtime.logger.warning("cannot write %s: %s", runtime.IDENTITY_FILE, e)
+        return dict(ident)
+
+
+def write_identity(ident=None):
+    with runtime.state.lock:
+        if ident is None:
+            ident = current()
+        d = runtime.pid_dir()
+        path = os.path.join(d, runtime.IDENTITY_FILE)
+        tmp = "%s.tmp.%d.%d" % (path, os.getpid(), threading.get_ident())
+        data = runtime.dumps(ident)
+        # 0o644 whatever the umask: the server believes an identity file
+        # only when no one but its owner can have written it.
+        with runtime.open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as f:
+            f.write(data)
+            f.write("\n")
+        os.replace(tmp, path)
+        return path
+
+
+def identity_path():
+    return os.path.join(runtime.data_dir(), str(os.getpid()), runtime.IDENTITY_FILE)
+
+
 # ---- torch.distributed watcher -------------------------------------------
 
 _POLL_S = 2.0
@@ -188,7 +248,7 @@ def poll_once(state_box):
     """One cheap look at torch / torch.distributed / Megatron. Returns True
     when there is nothing more to learn. state_box carries what was seen."""
     changes = {}
-    cur = runtime.identity()
+    cur = current()
     tv = torch_version()
     if tv and cur.get("torch") != tv:
         changes["torch"] = tv
@@ -221,7 +281,7 @@ def poll_once(state_box):
                 "the original Probing agent is also active in this process; both agents now run "
                 "(set PROBING for one of them only)")
     if changes:
-        runtime.update_identity(**changes)
+        update_identity(**changes)
     return done
 
 

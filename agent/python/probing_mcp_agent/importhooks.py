@@ -11,7 +11,7 @@ imports or takes a lock there. A callback runs in the importing thread once
 the module executed, with no lock of ours held.
 
 Nothing here may break the training process: a failing callback is logged
-once (through tables.warn_once) and the import goes on.
+once (through oncelog.warn_once) and the import goes on.
 """
 
 import sys
@@ -20,7 +20,7 @@ import time
 
 
 def _warn_once(key, msg, *args):
-    from .tables import warn_once  # here, not at import: tables imports this module
+    from .oncelog import warn_once  # here, not at import: logging comes with it
 
     warn_once(key, msg, *args)
 

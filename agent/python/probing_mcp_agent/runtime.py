@@ -1,8 +1,10 @@
-"""Process-wide state of the agent: logger, data dir, identity, flags.
+"""Process-wide state of the agent: logger, data dir, flags.
 
 Other modules of the package (tables, collectives, fr, ...) read the state
-through the functions here: data_dir(), pid_dir(), identity(),
-update_identity(**fields), started(), and the `logger`.
+through the functions here: data_dir(), pid_dir(), started(), and the
+`logger`. The identity object kept in `state.identity` is built, read and
+written by identity.py (current(), update_identity(**fields)), which
+imports this module and not the other way round.
 
 Nothing here starts threads or imports anything heavy, so importing it is
 cheap and safe in any process, activated or not.
@@ -273,6 +275,20 @@ class _State(object):
 
 state = _State()
 
+# Wakes the start-up's background part (activation.py) before its delay:
+# torch's first import, the control socket's first client, a recorder's
+# first ring, wait_ready(). Here, not in activation, so that what sets it
+# (tables.py) need not know the start-up.
+complete_kick = threading.Event()
+
+
+def request_complete():
+    """Asks for the background part without doing or waiting for any of it:
+    for callers that may hold a lock or run on the program's threads (a
+    recorder's first ring). Without the background thread (a manual
+    activation completes at once) it is a no-op."""
+    complete_kick.set()
+
 
 def started():
     """True once the agent is active in *this* process (not a forked child)."""
@@ -350,57 +366,6 @@ def crash_dir():
     return _makedirs(os.path.join(base, "crash", str(os.getpid())), 0o755)
 
 
-def identity():
-    """The identity object (agent/PROTOCOL.md), a copy. Before activation it
-    is built from the environment, without writing anything."""
-    with state.lock:
-        cur = state.identity
-        if cur is not None and cur.get("pid") == os.getpid():
-            return dict(cur)
-    # Built outside the lock: the agent never imports while holding one
-    # (an import can wait on a thread that waits for the lock).
-    from . import identity as _identity
-
-    built = _identity.build()
-    with state.lock:
-        if state.identity is None or state.identity.get("pid") != os.getpid():
-            state.identity = built
-        return dict(state.identity)
-
-
-def update_identity(**fields):
-    """Merges fields into the identity and rewrites .identity.json atomically
-    (tmp file + rename). Returns the new identity (a copy)."""
-    base = identity()  # before the lock (see identity())
-    with state.lock:
-        cur = state.identity
-        ident = dict(cur) if cur is not None and cur.get("pid") == os.getpid() else base
-        ident.update(fields)
-        state.identity = ident
-        try:
-            write_identity(ident)
-        except Exception as e:
-            logger.warning("cannot write %s: %s", IDENTITY_FILE, e)
-        return dict(ident)
-
-
-def write_identity(ident=None):
-    with state.lock:
-        if ident is None:
-            ident = identity()
-        d = pid_dir()
-        path = os.path.join(d, IDENTITY_FILE)
-        tmp = "%s.tmp.%d.%d" % (path, os.getpid(), threading.get_ident())
-        data = dumps(ident)
-        # 0o644 whatever the umask: the server believes an identity file
-        # only when no one but its owner can have written it.
-        with open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as f:
-            f.write(data)
-            f.write("\n")
-        os.replace(tmp, path)
-        return path
-
-
 def open_private(path, flags, mode=0o644):
     """Opens a file the agent writes with exactly mode (the umask cannot
     make it group- or world-writable), refusing a symlink in its place."""
@@ -410,10 +375,6 @@ def open_private(path, flags, mode=0o644):
     except OSError:
         pass
     return os.fdopen(fd, "a" if flags & os.O_APPEND else "w")
-
-
-def identity_path():
-    return os.path.join(data_dir(), str(os.getpid()), IDENTITY_FILE)
 
 
 def _after_fork_in_child():

@@ -25,7 +25,7 @@ import sys
 import threading
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from . import config, envfilter, hmacauth, runtime, tcphost
+from . import config, envfilter, hmacauth, identity, runtime, tcphost
 
 MAX_BODY = 4 << 20
 MAX_CONNECTIONS = 64
@@ -137,7 +137,7 @@ def overview():
         "cwd": cwd,
         "main_thread": getattr(main, "native_id", None) or os.getpid(),
         "threads": _os_threads(),
-        "identity": runtime.identity(),
+        "identity": identity.current(),
         "agent": {"name": runtime.AGENT_NAME, "version": runtime.AGENT_VERSION,
                   "ready": bool(runtime.state.ready), "eval_allowed": bool(runtime.state.eval_allowed),
                   "eval_tcp": bool(runtime.state.eval_tcp),
@@ -418,7 +418,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._reply(200, overview())
         if path == "/apis/identity":
             only("GET")
-            return self._reply(200, runtime.identity())
+            return self._reply(200, identity.current())
         if path == "/apis/nodes":
             only("GET")
             return self._reply(200, nodes(q))
@@ -736,7 +736,7 @@ def nodes(q):
     """Probing's /apis/nodes shape. This agent registers with no
     coordinator, so the registry is this process alone: version 1, one Node
     (contract §2.7), honouring offset, limit and since_version."""
-    ident = runtime.identity()
+    ident = identity.current()
 
     def num(k):
         v = ident.get(k, -1)

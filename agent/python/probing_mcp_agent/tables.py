@@ -1,42 +1,22 @@
-"""The agent's ring tables: registry, schemas, collectors.
+"""The agent's ring tables: the rings of python.<table> and the writes into them.
 
 Every table is a MEMT v5 ring (memt.py) named ``python.<table>`` under
 ``runtime.pid_dir()`` (= ``<data dir>/<pid>/``), created lazily on its first
 row, with a leading ``timestamp`` I64 column (µs since the epoch) as
 Probing's Python ``@table`` rings have: the time the row was recorded (for
 comm_collective, when the call was entered; for queued rows not the later
-moment the flusher wrote them).
+moment the flusher wrote them). The fixed schemas and the ring sizes are
+declared in schemas.py; any other table gets its dtypes from its first row
+(contract §4.9).
 
 API for the rest of the agent: ``append(table, dict)`` / ``append_many``
 (synchronous), ``defer(table, values)`` / ``defer_call(fn, arg)`` (queued for
 the flusher thread, see "deferred writes" below), ``flush()`` (write the
 queue now; call it before reading the rings in-process), ``stats()``,
-``when_imported(module, callback)``, ``start()`` / ``stop()``.
-
-Tables with a fixed schema (contract §3.2; ``group_seq`` is our extension):
-
-  python.comm_collective        collectives.py (torch.distributed wrappers)
-  python.torch_step_timing      steptiming.py  (optimizer step hooks)
-  python.trace_event            spans.py       (span / event API)
-  python.torch_nccl_flight_record, python.torch_nccl_pg_status   fr.py
-
-Any other table gets its dtypes from its first row (contract §4.9).
-
-Ring sizes: torch_step_timing 2 MiB (Probing's explicit size); the others
-PROBING_TABLE_DEFAULT_MB MiB when that variable is set, else the modest
-defaults in DEFAULT_CAPACITY below (Probing's own default of 20 MiB a table
-is used for tables we do not know). 8 chunks each. tmpfs pages are only
-allocated as rows are written, so an unused ring costs a few KiB.
-
-``start()`` (called by the core at activation, after fr.configure_env())
-registers the config keys (probing.comm.collectives, probing.sample_rate,
-probing.step_timing, probing.span.backends, probing.span.location,
-probing.fr.on_watchdog, probing.tables.flush_interval), starts the flusher
-thread, then wires the collectors: the torch.distributed
-wrappers and the optimizer step hooks are installed as soon as torch is
-imported (immediately if it already is; otherwise by a one-shot post-import
-hook on sys.meta_path that watches only the ``torch.distributed`` and
-``torch.optim.optimizer`` module names, inert once both fired).
+``identity_fields()`` (a row's rank, world size and role),
+``when_imported(module, callback)`` (importhooks.py), ``warn_once`` and
+``log`` (oncelog.py). recorders.py starts and stops the recorders that
+call them (``begin()`` / ``end()`` here); this module imports none of them.
 
 Nothing here may break the training process: every public entry point
 catches its exceptions and logs them (once per kind) through the
@@ -46,92 +26,26 @@ parent's writers are abandoned, not touched): activation is per process.
 
 import atexit
 import collections
-import logging
 import os
 import sys
 import threading
 import time
 
-from . import activation, memt, runtime
+from . import identity, memt, runtime
+from .oncelog import log, warn_once  # noqa: F401  (tables.log, tables.warn_once: the recorders' names)
+from .schemas import DEFAULT_CAPACITY, SCHEMAS  # noqa: F401  (tables.SCHEMAS)
 
-log = logging.getLogger("probing_mcp_agent")
-
-I64, F64, STR, U8 = memt.I64, memt.F64, memt.STR, memt.U8
-
-# -- schemas -----------------------------------------------------------------
-# (name, dtype, default used when a dict row lacks the column)
-
-_STEP = [("micro_step", I64, 0), ("local_step", I64, 0), ("global_step", I64, 0), ("micro_batches", I64, 1)]
-_WHO = [("rank", I64, -1), ("world_size", I64, -1)]
-
-SCHEMAS = {
-    "comm_collective": [("timestamp", I64, 0)] + _STEP + _WHO + [
-        ("role", STR, ""), ("op", STR, ""), ("group_rank", I64, 0), ("group_size", I64, 0),
-        ("participate_ranks", STR, ""), ("tensor_shape", STR, ""), ("tensor_dtype", STR, ""),
-        ("bytes", I64, 0), ("duration_ms", F64, -1.0), ("async_op", I64, 0),
-        # extensions: per-process-group count of wrapped calls, 1-based
-        # (per direction and peer for point-to-point calls), and the peer's
-        # global rank of a point-to-point call (-1 otherwise)
-        ("group_seq", I64, 0), ("peer", I64, -1),
-    ],
-    "torch_step_timing": [("timestamp", I64, 0)] + _STEP + _WHO + [
-        ("role", STR, ""), ("step_duration_sec", F64, -1.0), ("is_shadow", I64, 0), ("sampled", I64, 1),
-        ("shadow_normal", I64, 0), ("shadow_baseline", I64, 0), ("sample_rate", F64, 1.0),
-        ("sample_mode", STR, ""),
-    ],
-    "trace_event": [
-        ("timestamp", I64, 0), ("record_type", STR, ""), ("trace_id", I64, 0), ("span_id", I64, 0),
-        ("name", STR, ""), ("time", I64, 0), ("thread_id", I64, 0), ("parent_id", I64, -1),
-        ("phase", STR, ""), ("location", STR, ""), ("attributes", STR, ""), ("event_attributes", STR, ""),
-    ],
-    "torch_nccl_flight_record": [
-        ("timestamp", I64, 0), ("snapshot_id", I64, 0), ("rank", I64, -1), ("world_size", I64, -1),
-        ("record_id", I64, -1), ("pg_id", STR, ""), ("pg_name", STR, ""), ("pg_desc", STR, ""),
-        ("collective_seq_id", I64, -1), ("p2p_seq_id", I64, -1), ("op_id", I64, -1),
-        ("profiling_name", STR, ""), ("state", STR, ""), ("input_sizes", STR, ""), ("input_dtypes", STR, ""),
-        ("output_sizes", STR, ""), ("output_dtypes", STR, ""), ("time_created_ns", I64, -1),
-        ("time_discovered_started_ns", I64, -1), ("time_discovered_completed_ns", I64, -1),
-        ("duration_ns", I64, -1), ("timeout_ms", I64, -1), ("retired", I64, 0), ("is_p2p", I64, 0),
-        ("frames", STR, ""), ("top_frame", STR, ""),
-    ],
-    "torch_nccl_pg_status": [
-        ("timestamp", I64, 0), ("snapshot_id", I64, 0), ("rank", I64, -1), ("world_size", I64, -1),
-        ("pg_id", STR, ""), ("pg_name", STR, ""), ("pg_desc", STR, ""), ("ranks", STR, ""),
-        ("last_enqueued_collective", I64, -1), ("last_started_collective", I64, -1),
-        ("last_completed_collective", I64, -1),
-    ],
-}
-
-# Ring capacity (bytes) when PROBING_TABLE_DEFAULT_MB is not set.
-DEFAULT_CAPACITY = {
-    "comm_collective": 8 << 20,          # ~60k rows of ~140 bytes
-    "trace_event": 4 << 20,
-    "torch_nccl_flight_record": 8 << 20,  # a 2000-entry snapshot with stacks is 2-4 MiB
-    "torch_nccl_pg_status": 1 << 20,
-}
+I64 = memt.I64
 
 # -- state -------------------------------------------------------------------
 
 _lock = threading.RLock()
 _rings = {}          # table -> Ring
 _failed = {}         # table -> monotonic time of the last failed creation
-_warned = set()
 _enabled = True      # False in a forked child, or after stop()
 _started = False
 
 RETRY_SECS = 30.0
-
-
-def warn_once(key, msg, *args):
-    """Log a warning once per key (the agent must not flood the job's log)."""
-    if key in _warned:
-        log.debug(msg, *args)
-        return
-    _warned.add(key)
-    try:
-        log.warning(msg, *args)
-    except Exception:
-        pass
 
 
 def now_us():
@@ -198,7 +112,7 @@ def _path(table):
         # the rest, apply once it ran). Only woken: this may run on the
         # program's thread, under a recorder's lock, where the agent never
         # imports or waits (activation.complete).
-        activation.request_complete()
+        runtime.request_complete()
     return os.path.join(runtime.pid_dir(), "python." + table)
 
 
@@ -512,9 +426,7 @@ def identity_fields():
         return c[0], c[1], c[2]
     rank, ws, role = -1, -1, ""
     try:
-        from . import runtime
-
-        idn = runtime.identity()
+        idn = identity.current()
         rank, ws, role = int(idn.get("rank", -1)), int(idn.get("world_size", -1)), str(idn.get("role") or "")
     except Exception:
         pass
@@ -548,122 +460,21 @@ def invalidate_identity():
 from .importhooks import _finder, when_imported  # noqa: E402,F401
 
 
-# -- config ---------------------------------------------------------------------
-
-def _rate(v):
-    f = float(str(v).strip())
-    if not (0.0 <= f <= 1.0):
-        raise ValueError("accepted values are numbers from 0 to 1")
-    return f
-
-
-def _auto_on_off(v):
-    s = str(v).strip().lower()
-    if s == "auto":
-        return s
-    if s in ("1", "true", "on", "yes"):
-        return "on"
-    if s in ("0", "false", "off", "no"):
-        return "off"
-    raise ValueError("accepted values are auto, on, off")
-
-
-def _backends(v):
-    out = []
-    for b in str(v).replace(";", ",").split(","):
-        b = b.strip().lower()
-        if not b:
-            continue
-        if b not in ("memtable", "logger", "none", "otel"):
-            warn_once(("span-backend", b), "unknown span backend %r: using memtable", b)
-            b = "memtable"
-        if b not in out:
-            out.append(b)
-    return ",".join(out) or "memtable"
-
-
-def register_config():
-    """Declare the keys the recorders honour (agent/PROTOCOL.md)."""
-    from . import config
-
-    on_off = getattr(config, "on_off", None)
-    from . import collectives, spans, steptiming, fr
-
-    def reg(key, default, doc, validator=None, on_change=None):
-        try:
-            v = config.register(key, default, doc, validator=validator, on_change=on_change)
-        except Exception as e:
-            warn_once(("config", key), "config key %s: %s", key, e)
-            v = config.get(key, default)
-        # Env mirroring turns every "_" into "." (PROBING_FR_ON_WATCHDOG ->
-        # probing.fr.on.watchdog), so a key with "_" in a segment is also
-        # read from its own variable, unless the key was set explicitly.
-        env = "PROBING_" + key[len("probing."):].upper().replace(".", "_")
-        ev = os.environ.get(env)
-        if ev is not None and ev.strip() and "_" in key and v == default:
-            try:
-                config.set(key, ev)
-                v = config.get(key, default)
-                on_change = None  # set() already applied it
-            except Exception as e:
-                warn_once(("config-env", key), "%s=%r refused: %s", env, ev, e)
-        if on_change is not None:
-            try:
-                on_change(v)
-            except Exception as e:
-                warn_once(("config-apply", key), "config key %s=%r: %s", key, v, e)
-
-    reg("probing.comm.collectives", "on",
-        "Record python.comm_collective by wrapping torch.distributed collectives (on/off)",
-        on_off, collectives.set_enabled)
-    reg("probing.sample_rate", 1.0,
-        "Fraction of collectives recorded in python.comm_collective (0..1); group_seq still counts every call",
-        _rate, collectives.set_sample_rate)
-    reg("probing.step_timing", "on",
-        "Record python.torch_step_timing from optimizer step hooks (on/off)",
-        on_off, steptiming.set_enabled)
-    reg("probing.span.backends", "memtable",
-        "Span backends: memtable (python.trace_event), logger and/or none, comma-separated",
-        _backends, spans.set_backends)
-    reg("probing.span.location", "off",
-        "Record the caller's file:line in python.trace_event.location (on/off)",
-        on_off, spans.set_location)
-    reg("probing.tables.flush_interval", FLUSH_INTERVAL,
-        "Seconds between two writes of the queued rows (collectives, steps, spans) into the rings (0.01..60)",
-        _interval, set_flush_interval)
-    reg("probing.fr.on_watchdog", "auto",
-        "A watchdog or collective-timeout exception triggers a persisted Flight Recorder snapshot (auto=on, on, off)",
-        _auto_on_off, fr.set_on_watchdog)
-
-
-# -- lifecycle ---------------------------------------------------------------------
-
-def start():
-    """Called by the core at activation: config keys, then the collectors."""
+def begin():
+    """Marks the tables started and enabled (recorders.start()); False if
+    they already were."""
     global _started, _enabled
     with _lock:
         if _started:
-            return
+            return False
         _started = True
         _enabled = True
-    try:
-        register_config()
-    except Exception as e:
-        warn_once("register-config", "recorder config keys not registered: %s", e)
-    try:
-        _start_flusher()
-    except Exception as e:
-        warn_once("flusher-start", "ring flusher not started: %s", e)
-    for name in ("steptiming", "collectives", "spans"):
-        try:
-            mod = __import__(__name__.rsplit(".", 1)[0] + "." + name, fromlist=["install"])
-            mod.install()
-        except Exception as e:
-            warn_once(("install", name), "recorder %s not installed: %s", name, e)
+    return True
 
 
-def stop():
-    """Stop recording (hooks stay installed but do nothing) and close rings."""
+def end():
+    """Writes the queued rows, then records nothing more (recorders.stop()
+    then closes the rings)."""
     global _enabled, _started
     try:
         flush(timeout=2.0)
@@ -671,14 +482,6 @@ def stop():
         pass
     _enabled = False
     _started = False
-    for name in ("collectives", "steptiming"):
-        try:
-            mod = sys.modules.get(__name__.rsplit(".", 1)[0] + "." + name)
-            if mod is not None:
-                mod.set_enabled(False)
-        except Exception:
-            pass
-    close_all()
 
 
 def enabled():

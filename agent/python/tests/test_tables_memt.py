@@ -1,8 +1,8 @@
-"""MEMT v5 writer (probing_mcp_agent/memt.py): layout, protocol, sizing.
+"""MEMT v5 writer (probing_mcp_agent/memt.py, memtfmt.py, memtenc.py): layout, protocol, sizing.
 
 The Go side's reader is exercised against this writer by
 storage/memt/python_writer_test.go; here the byte layout is checked
-against the contract (§4) directly and through the module's own reader.
+against the contract (§4) directly and through the agent's own reader (memtread.py).
 """
 import os
 import struct
@@ -14,7 +14,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from probing_mcp_agent import memt  # noqa: E402
+from probing_mcp_agent import memt, memtread  # noqa: E402
 
 ALL = [("timestamp", "I64"), ("u8", "U8"), ("i32", "I32"), ("i64", "I64"), ("f32", "F32"),
        ("f64", "F64"), ("u64", "U64"), ("u32", "U32"), ("s", "Str"), ("b", "Bytes")]
@@ -98,7 +98,7 @@ def test_dedup_example(tmp_path):
     c = memt.geometry(3, 2, 1024)[1]
     second = raw[c + 40 + 26:c + 40 + 26 + 24]
     assert second[:4] == b"\x14\x00\x00\x00" and second[-4:] == b"\xc4\xff\xff\xff"
-    assert memt.read_rows(p)[1] == [(1, 0, "ab"), (1, 0, "ab")]
+    assert memtread.read_rows(p)[1] == [(1, 0, "ab"), (1, 0, "ab")]
 
 
 def test_every_dtype_round_trip(tmp_path):
@@ -112,7 +112,7 @@ def test_every_dtype_round_trip(tmp_path):
     for r in rows:
         assert w.append(r) == memt.OK
     w.close()
-    names, got = memt.read_rows(p)
+    names, got = memtread.read_rows(p)
     assert names == [n for n, _ in ALL]
     assert got[0] == rows[0]
     assert got[1] == (2, 1, 7, 2 ** 63 - 1, float("inf"), 1e-300, 0, 0, "", b"")
@@ -129,7 +129,7 @@ def test_coerced_timestamp_and_atomic_create(tmp_path):
     with pytest.raises(ValueError):
         w.append((1,))
     w.close()
-    assert memt.read_rows(p)[1] == [(1, "a"), (2, "3"), (3, ""), (4, "x")]
+    assert memtread.read_rows(p)[1] == [(1, "a"), (2, "3"), (3, ""), (4, "x")]
     with open(p, "rb") as f:
         raw = f.read()
     c = memt.geometry(2, 2, 512)[1]
@@ -146,7 +146,7 @@ def test_append_batch_matches_append(tmp_path):
     res = wb.append_batch(rows[:50]) + wb.append_batch(rows[50:])
     assert all(st == memt.OK for st, _, _, _ in res)
     assert wa.counters() == wb.counters()
-    assert memt.read_rows(a) == memt.read_rows(b)
+    assert memtread.read_rows(a) == memtread.read_rows(b)
     wa.close()
     wb.close()
 
@@ -157,7 +157,7 @@ def test_wrap_counters_and_order(tmp_path):
     for i in range(300):
         assert w.append((i, "v%03d" % i)) == memt.OK
     c = w.counters()
-    t = memt.Table(p)
+    t = memtread.Table(p)
     got = t.rows()
     assert c["chunks_recycled"] > 0 and c["rows_overwritten"] + len(got) == 300
     assert [r[0] for r in got] == list(range(300 - len(got), 300))
@@ -187,7 +187,7 @@ def test_row_too_large_and_closed(tmp_path):
     assert w.append((3, "b")) == memt.OK
     w.close()
     assert w.append((4, "c")) == memt.ROW_TOO_LARGE  # closed: dropped, no exception
-    assert [r[0] for r in memt.read_rows(p)[1]] == [1, 3]
+    assert [r[0] for r in memtread.read_rows(p)[1]] == [1, 3]
     with pytest.raises(ValueError):
         memt.Writer(p + "x", [("a", "I64")], 100, 2)  # not a multiple of 8
 
@@ -210,7 +210,7 @@ def test_exclusive_create_and_lock(tmp_path):
 
 
 def _lease(path, chunk, slot, pid, start):
-    t = memt.Table(path)
+    t = memtread.Table(path)
     off = memt.geometry(len(t.columns), t.num_chunks, t.chunk_size)[0] + (chunk * 16 + slot) * 16
     t.close()
     with open(path, "r+b") as f:
@@ -234,7 +234,7 @@ def test_reader_lease_blocks_recycling(tmp_path):
         f.seek(off)
         f.write(bytes(16))
     assert w.append((n, "row")) == memt.OK
-    assert [r[0] for r in memt.read_rows(p)[1]] == list(range(n + 1))
+    assert [r[0] for r in memtread.read_rows(p)[1]] == list(range(n + 1))
     w.close()
 
 
@@ -286,6 +286,6 @@ def test_long_names_are_cut_on_a_character(tmp_path):
     w = memt.Writer(p, [(name, "I64")], 1024, 2)
     w.append((1,))
     w.close()
-    t = memt.Table(p)
+    t = memtread.Table(p)
     assert t.columns[0][0] == "\u00e9" * 27 and t.ts_col == 0
     t.close()

@@ -20,7 +20,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from probing_mcp_agent import collectives, config, fr, frenv, memt, runtime, spans, steptiming, tables  # noqa: E402
+from probing_mcp_agent import collectives, config, fr, frenv, memt, memtread, recorders, runtime, spans, steptiming, tables  # noqa: E402
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def ring_rows(table):
     p = os.path.join(runtime.pid_dir(), "python." + table)
     if not os.path.exists(p):
         return [], []
-    names, rows = memt.read_rows(p)
+    names, rows = memtread.read_rows(p)
     return names, [dict(zip(names, r)) for r in rows]
 
 
@@ -67,7 +67,7 @@ def test_append_creates_schema_ring_lazily(env):
     assert r["op"] == "all_reduce" and r["rank"] == 3 and r["bytes"] == 64
     assert r["world_size"] == -1 and r["duration_ms"] == -1.0 and r["micro_batches"] == 1  # defaults
     assert abs(r["timestamp"] - time.time() * 1e6) < 60e6
-    t = memt.Table(p)
+    t = memtread.Table(p)
     assert t.ts_col == 1 and t.num_chunks == 8 and t.chunk_size == (8 << 20) // 8
     t.close()
 
@@ -88,7 +88,7 @@ def test_unknown_table_infers_schema(env):
     assert tables.append("my_metrics", {"n": 1, "x": 2.5, "s": "a", "ok": True, "blob": b"\x00",
                                         "record_id": None, "lat_ms": None, "note": None})
     names, rows = ring_rows("my_metrics")
-    t = memt.Table(os.path.join(runtime.pid_dir(), "python.my_metrics"))
+    t = memtread.Table(os.path.join(runtime.pid_dir(), "python.my_metrics"))
     assert [(n, memt.DTYPE_NAMES[d]) for n, d in t.columns] == [
         ("timestamp", "I64"), ("n", "I64"), ("x", "F64"), ("s", "Str"), ("ok", "U8"), ("blob", "Bytes"),
         ("record_id", "I64"), ("lat_ms", "F64"), ("note", "Str")]
@@ -112,7 +112,7 @@ def test_defer_flush_and_bound(env, monkeypatch):
     tables.defer("trace_event", (1, "event", 0, 0, "a", 1000, 1, -1, "", "", "{}", "{}"))
     p = os.path.join(runtime.pid_dir(), "python.trace_event")
     assert tables.flush() == 1
-    assert [r[4] for r in memt.read_rows(p)[1]] == ["a"]
+    assert [r[4] for r in memtread.read_rows(p)[1]] == ["a"]
     monkeypatch.setattr(tables, "QUEUE_MAX", 3)
     before = tables._qdropped[0]
     with tables._flush_lock:  # keep the flusher thread out while filling the queue
@@ -120,7 +120,7 @@ def test_defer_flush_and_bound(env, monkeypatch):
             tables.defer("trace_event", (1, "event", 0, 0, "b%d" % i, 1000, 1, -1, "", "", "{}", "{}"))
         assert tables._qdropped[0] - before == 2
     tables.flush()
-    assert [r[4] for r in memt.read_rows(p)[1]] == ["a", "b0", "b1", "b2"]
+    assert [r[4] for r in memtread.read_rows(p)[1]] == ["a", "b0", "b1", "b2"]
 
 
 def test_flusher_thread_writes_in_the_background(env, monkeypatch):
@@ -131,10 +131,10 @@ def test_flusher_thread_writes_in_the_background(env, monkeypatch):
     p = os.path.join(runtime.pid_dir(), "python.trace_event")
     deadline = time.time() + 30  # a hang guard
     while time.time() < deadline:
-        if os.path.exists(p) and memt.read_rows(p)[1]:
+        if os.path.exists(p) and memtread.read_rows(p)[1]:
             break
         time.sleep(0.02)
-    assert [r[4] for r in memt.read_rows(p)[1]] == ["bg"]
+    assert [r[4] for r in memtread.read_rows(p)[1]] == ["bg"]
     assert tables.queue_stats()["flusher"]
 
 
@@ -731,7 +731,7 @@ def test_config_keys(env, monkeypatch):
     monkeypatch.setenv("PROBING_FR_ON_WATCHDOG", "off")
     monkeypatch.setenv("PROBING_SAMPLE_RATE", "0.25")
     try:
-        tables.register_config()
+        recorders.register_config()
         keys = dict((k["key"], k) for k in config.keys())
         for k in ("probing.comm.collectives", "probing.sample_rate", "probing.step_timing", "probing.span.backends",
                   "probing.span.location", "probing.fr.on_watchdog", "probing.tables.flush_interval"):

@@ -3,7 +3,7 @@
 Each rank is a subprocess of $PROBING_TEST_TORCH_PYTHON (default
 /root/devenv/bin/python, else the python running pytest) that activates
 the agent the way an installed one does (probing_mcp_agent.activate():
-fr.configure_env(), tables.start(), fr.install_watchdog_hook()) before it
+fr.configure_env(), recorders.start(), fr.install_watchdog_hook()) before it
 imports torch. Skipped, with the reason, when that interpreter has no
 torch with gloo.
 
@@ -11,7 +11,7 @@ torch with gloo.
   broadcast, barrier, a 2-rank subgroup, spans, optimizer steps, a ring
   of send/recv and one batch_isend_irecv), then
   snapshot their Flight Recorder (persist, raw); the rings are read back
-  with memt.py's reader and, when Go is available, with the Go reader
+  with memtread.py's reader and, when Go is available, with the Go reader
   (go run ./cmd/probing-mcp query).
 * test_hang_*: rank 2 skips one all_reduce; while the others hang in it,
   their rings already show the collective in flight (duration_ms -1);
@@ -35,7 +35,7 @@ AGENT_PY = os.path.dirname(HERE)
 REPO = os.path.dirname(os.path.dirname(AGENT_PY))
 sys.path.insert(0, AGENT_PY)
 
-from probing_mcp_agent import memt  # noqa: E402
+from probing_mcp_agent import memtread  # noqa: E402
 
 WORLD = 4
 HANG_TIMEOUT_S = 6
@@ -69,11 +69,11 @@ for _m in [m for m in sys.modules if m.split(".")[0] == "probing_mcp_agent"]:
     del sys.modules[_m]
 import probing_mcp_agent
 assert probing_mcp_agent.__file__.startswith(os.environ["AGENT_PY"]), probing_mcp_agent.__file__
-from probing_mcp_agent import fr, spans, tables
+from probing_mcp_agent import fr, recorders, spans, tables
 if hasattr(probing_mcp_agent, "activate"):
     assert probing_mcp_agent.activate(), "activation failed"
 else:  # the core's sequence
-    fr.configure_env(); tables.start(); fr.install_watchdog_hook()
+    fr.configure_env(); recorders.start(); fr.install_watchdog_hook()
 tables.set_flush_interval(0.1)
 
 import torch
@@ -224,7 +224,7 @@ class Job(object):
         p = os.path.join(self.data, str(pid), "python." + table)
         if not os.path.exists(p):
             return []
-        names, rows = memt.read_rows(p)
+        names, rows = memtread.read_rows(p)
         return [dict(zip(names, r)) for r in rows]
 
     def cleanup(self):
