@@ -233,7 +233,8 @@ func listProcesses(env *Env) Def {
 		return res, nil
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
-		Summary: "the processes on this node with an agent: pid, rank, liveness"}
+		Summary: "the processes on this node with an agent: pid, rank, liveness",
+		Doc:     "The processes on this node with an agent: pid, rank, local rank, role, liveness, command, rings. Dead ones (stale sockets, rings left behind) on request."}
 }
 
 func orDash(s string) string {
@@ -301,7 +302,8 @@ func getConfig(env *Env) Def {
 		return res, nil
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
-		Summary: "a process's runtime config (probing.* keys)"}
+		Summary: "a process's runtime config (probing.* keys)",
+		Doc:     "A process's `probing.*` config, each key with its doc."}
 }
 
 // EvalPythonParams are the arguments of eval_python.
@@ -361,5 +363,6 @@ func evalPython(env *Env) Def {
 		return EvalPythonResult{PID: a.PID, Rank: a.Rank(), Status: r.Status, Output: r.Output, Traceback: r.Traceback, DurationMS: r.DurationMS}, nil
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call, Write: true,
-		Summary: "run Python inside a training process (audited)"}
+		Summary: "run Python inside a training process (audited)",
+		Doc:     "Run Python inside one process (stdout, traceback, timeout). Only registered when writes are allowed, and only where the agent allows eval; audited."}
 }

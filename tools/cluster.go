@@ -142,5 +142,6 @@ func listClusterNodes(env *Env) Def {
 		return res, nil
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
-		Summary: "the job's nodes (daemon address, ranks as ranges, status, last seen), the failing ones first"}
+		Summary: "the job's nodes (daemon address, ranks as ranges, status, last seen), the failing ones first",
+		Doc:     "Whole-job scope only (`serve --job/--peers`): the job's nodes, each daemon's address, node rank, ranks as ranges, live and dead ranks, status (`ok`, or why it did not answer), clock offset; the failing nodes first, paged."}
 }

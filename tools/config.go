@@ -98,7 +98,8 @@ func setConfig(env *Env) Def {
 		return SetConfigResult{Status: "ok", Key: key, Previous: prev, Value: k.get(env), WriteEnabled: true}, nil
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call, Write: true,
-		Summary: "change a runtime setting (audited)"}
+		Summary: "change a runtime setting (audited)",
+		Doc:     "Change a runtime setting: the server's own (`probing.mcp.loglevel`), or an agent key on the chosen processes. Only registered when writes are allowed; audited."}
 }
 
 // ParseLogLevel reads a level name as PROBING_LOGLEVEL spells it: debug,

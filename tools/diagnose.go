@@ -116,5 +116,6 @@ func diagnoseHang(env *Env) Def {
 		return Diagnose(ctx, env, p)
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
-		Summary: "the verdict: is the job hung, which rank is the culprit, the category, the line of code, with proof"}
+		Summary: "the verdict: is the job hung, which rank is the culprit, the category, the line of code, with proof",
+		Doc:     "The verdict, in one call: is the job hung at all (`state`), then the culprit ranks, category, line of code, evidence with sources, confirm/refute, and `data_quality` (see `probing-mcp diagnose`). The text is a compact rendering, under 2,000 tokens at 1024 ranks; `detail: \"ranks\"` pages what every rank is doing (`offset`/`limit`)."}
 }

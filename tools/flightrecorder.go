@@ -120,7 +120,8 @@ func analyzeFlightRecorder(env *Env) Def {
 		return runAnalyzeFlightRecorder(ctx, env, p)
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
-		Summary: "verdicts from Flight Recorder dump files: which process group, collective and ranks hang or disagree"}
+		Summary: "verdicts from Flight Recorder dump files: which process group, collective and ranks hang or disagree",
+		Doc:     "Verdicts from dump files or directories: per process group, the collective, culprit and missing ranks, lagging ranks, fr_trace's view. Problem groups first. Rank sets are ranges. `detail: \"full\"` adds healthy groups, lag tables and stacks; `offset`/`limit` page the groups."}
 }
 
 func runAnalyzeFlightRecorder(ctx context.Context, env *Env, p AnalyzeFlightRecorderParams) (AnalyzeFlightRecorderResult, error) {
@@ -478,7 +479,8 @@ func snapshotFlightRecorder(env *Env) Def {
 		return res, nil
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
-		Summary: "live Flight Recorder snapshot of every local rank, stored and analysed: the hung collective and the culprit ranks"}
+		Summary: "live Flight Recorder snapshot of every local rank, stored and analysed: the hung collective and the culprit ranks",
+		Doc:     "A live Flight Recorder snapshot of every local rank, stored in history and analysed as `analyze_flight_recorder` does."}
 }
 
 func recordSnapshot(env *Env, a *agent.Agent, s *agent.Snapshot) int64 {

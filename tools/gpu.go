@@ -81,7 +81,8 @@ func gpuStatus(env *Env) Def {
 		return GPUStatus(ctx, env, p)
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
-		Summary: "the GPUs' state (NVML, Xid errors): identical GPUs merged across nodes, the odd ones first with host, index and rank"}
+		Summary: "the GPUs' state (NVML, Xid errors): identical GPUs merged across nodes, the odd ones first with host, index and rank",
+		Doc:     "What every GPU of the node (or, in the whole-job scope, of every node) is doing: Xid events first, then the GPUs that differ (lost, ECC or remap faults, idle among spinning) with host, index and rank, then identical GPUs merged across nodes with their ranges; one line per node with its NVML state. `detail: \"devices\"` pages each GPU's every field (`offset`/`max_devices`), `host` picks one node. Live from the node's sampler, else the newest round in its `gpu.*` rings (a dead job's last minutes); a node without GPUs says why."}
 }
 
 // GPUStatus answers gpu_status.

@@ -56,7 +56,8 @@ func queryTool(env *Env) Def {
 		return queryAnswer{res}, sqlUserError(err)
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
-		Summary: "read-only SQL over the ring tables every local rank records (collectives, step timings, Flight Recorder rows, …) and the history"}
+		Summary: "read-only SQL over the ring tables every local rank records (collectives, step timings, Flight Recorder rows, …) and the history",
+		Doc:     "One read-only SQL statement over the ring tables (see above). Probing's result shape: `{columns, rows (objects), row_count, total_rows, truncated}`, plus `data_quality`."}
 }
 
 // sqlUserError turns the engine's refusals into errors the model fixes.
@@ -124,7 +125,8 @@ func describeTables(env *Env) Def {
 		return ans, nil
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
-		Summary: "what each table and column means, and which tables have data on this node"}
+		Summary: "what each table and column means, and which tables have data on this node",
+		Doc:     "What each table and column means (type, unit, caveats) and which tables have data on this node now. `schema`/`table` filter; columns are listed once a table is named."}
 }
 
 // SchemaResources are probing://schema/catalog and one
@@ -200,5 +202,6 @@ func clusterQuery(env *Env) Def {
 		return queryAnswer{res}, sqlUserError(err)
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
-		Summary: "read-only SQL over every node's ring tables, with node and rank tag columns; filters applied on the nodes"}
+		Summary: "read-only SQL over every node's ring tables, with node and rank tag columns; filters applied on the nodes",
+		Doc:     "Whole-job scope only: one read-only SQL statement over every node's ring tables, node and rank tag columns, filters applied on the nodes, `data_quality` naming the nodes that did not answer."}
 }

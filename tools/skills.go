@@ -84,7 +84,8 @@ func listSkills(env *Env) Def {
 		return res, nil
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
-		Summary: "the scripted diagnoses (skills) available, with where each came from"}
+		Summary: "the scripted diagnoses (skills) available, with where each came from",
+		Doc:     "The scripted diagnoses (skills) available, with the root each came from (bundled, repo, user, project, env) and which it overrides."}
 }
 
 func firstLine(s string) string {
@@ -284,7 +285,9 @@ func planSkill(env *Env) Def {
 		r, err := PlanSkill(env, p.SkillID, p.Params)
 		return planAnswer{r}, err
 	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call, Summary: "a skill's steps expanded, without running them"}
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
+		Summary: "a skill's steps expanded, without running them",
+		Doc:     "A skill's steps expanded with the parameters (the SQL, the tool calls), nothing run."}
 }
 
 // RunSkillResult documents skills.RunResult for the output schema: step
@@ -331,5 +334,7 @@ func runSkill(env *Env) Def {
 		r, err := RunSkill(ctx, env, p.SkillID, p.Params)
 		return runAnswer{r}, err
 	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call, Summary: "run a scripted diagnosis: steps, findings, summary"}
+	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
+		Summary: "run a scripted diagnosis: steps, findings, summary",
+		Doc:     "Run a skill: each step's status and bounded data, findings (error/warning/info), summary and next steps."}
 }

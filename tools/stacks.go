@@ -100,7 +100,8 @@ func getStacks(env *Env) Def {
 		return res, nil
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
-		Summary: "every thread's stack in every local process, identical stacks merged with their ranks, odd ones out first"}
+		Summary: "every thread's stack in every local process, identical stacks merged with their ranks, odd ones out first",
+		Doc:     "Every thread's stack in every local process (or `pids`/`ranks`). Identical stacks are merged with their rank ranges, odd ones out first, idle threads collapsed. It falls back to the GIL-free faulthandler dump and adds /proc thread states. Stored in history."}
 }
 
 // boundProcesses keeps the per-process listing within the frame budget.

@@ -62,6 +62,10 @@ type Def struct {
 	Write bool
 	// Summary is the one line the server instructions give the tool.
 	Summary string
+	// Doc is the tool's row in the README's tool table, for a person
+	// choosing tools (the README is generated from it: see
+	// TestREADMEToolTable).
+	Doc string
 	// Call is the tool without MCP around it (skills use it).
 	Call Call
 }
