@@ -22,6 +22,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/cluster/fanout"
 	"github.com/probing-mcp/probing-mcp/flightrecorder/frsynth"
+	"github.com/probing-mcp/probing-mcp/internal/docgen"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 	"github.com/probing-mcp/probing-mcp/tools"
 )
@@ -78,14 +79,21 @@ func call(t *testing.T, c *client.Client, name string, args map[string]any) (*mc
 }
 
 // TestToolSnapshots fails on any unreviewed change to a tool's name,
-// description, schemas or annotations. Review, then:
+// title, description, input or output schema or annotations. Every tool is
+// snapshotted: the server is built with every family on (writes, output
+// schemas, the whole-job scope that lists the cluster tools), and a tool of
+// tools.All that it does not list fails the test. Review, then:
 //
 //	go test ./mcp -run TestToolSnapshots -update
 func TestToolSnapshots(t *testing.T) {
-	s, _ := testServer(t, true, "")
+	const fix = "go test ./mcp -run TestToolSnapshots -update"
+	s := serverWith(t, map[string]string{"PROBING_MCP_ALLOW_WRITE": "1", "PROBING_MCP_OUTPUT_SCHEMAS": "1"}, true)
 	listed := s.ListTools()
-	if len(listed) < 2 {
-		t.Fatalf("%d tools", len(listed))
+	job := fanout.NewJob(nil, fanout.NewClient("", 1), fanout.Options{})
+	for _, d := range tools.All(&tools.Env{SQL: &sqlengine.Engine{}, Skills: tools.DefaultSkills, Cluster: job}) {
+		if _, ok := listed[d.Tool.Name]; !ok {
+			t.Errorf("tool %s of tools.All is not listed with every family on, so it has no snapshot", d.Tool.Name)
+		}
 	}
 	for name, st := range listed {
 		got, err := json.MarshalIndent(st.Tool, "", "  ")
@@ -102,13 +110,18 @@ func TestToolSnapshots(t *testing.T) {
 			continue
 		}
 		want, err := os.ReadFile(path)
-		if err != nil || !bytes.Equal(want, got) {
-			t.Errorf("tool %s changed or has no snapshot; review the change, then run: go test ./mcp -run TestToolSnapshots -update", name)
+		switch {
+		case err != nil:
+			t.Errorf("tool %s has no snapshot (%v); review it, then run: %s", name, err, fix)
+		case !bytes.Equal(want, got):
+			t.Errorf("tool %s changed (- snapshot, + tool):\n%s\nreview the change, then run: %s", name, docgen.Diff(string(want), string(got)), fix)
 		}
 	}
 	snaps, _ := filepath.Glob(filepath.Join("testdata", "toolsnaps", "*.json"))
-	if !*update && len(snaps) != len(listed) {
-		t.Errorf("%d snapshots for %d tools: delete the snapshots of removed tools", len(snaps), len(listed))
+	for _, p := range snaps {
+		if _, ok := listed[strings.TrimSuffix(filepath.Base(p), ".json")]; !ok && !*update {
+			t.Errorf("%s: no tool of that name; delete the snapshot of a removed tool", p)
+		}
 	}
 }
 
