@@ -87,6 +87,22 @@ func (a *Agent) Rank() int {
 	return -1
 }
 
+// OfThisJob is whether what the agent says may speak for this job: it is
+// not untrusted (another user's files or job) and its process does not
+// belong to another data dir. The trust rule behind IsJobRank; alone it
+// also admits an agent with no known rank.
+func (a *Agent) OfThisJob() bool {
+	return a.Untrusted == "" && a.OtherDataDir == ""
+}
+
+// IsJobRank is whether the agent is one of the job's ranks: it may speak
+// for this job (OfThisJob) and knows its rank. The one rule every fan-out,
+// rank selection and evidence bundle counts ranks by; alive or dead is
+// each caller's own question.
+func (a *Agent) IsJobRank() bool {
+	return a.OfThisJob() && a.Rank() >= 0
+}
+
 // Options locate agents.
 type Options struct {
 	DataDir  string // storage.DataDir

@@ -33,11 +33,6 @@ type Local struct {
 // errNoSQL answers table requests of a node without an engine.
 var errNoSQL = errors.New("this node daemon has no SQL engine (its data dir could not be opened)")
 
-// ours is whether an agent speaks for a rank of this job on this node.
-func ours(a *agent.Agent) bool {
-	return a.Untrusted == "" && a.OtherDataDir == "" && a.Rank() >= 0
-}
-
 // Info lists the node's ranks.
 func (l *Local) Info(ctx context.Context) (*Info, error) {
 	as, err := agent.Discover(l.Agents)
@@ -47,7 +42,7 @@ func (l *Local) Info(ctx context.Context) (*Info, error) {
 	}
 	sizes := map[int]int{}
 	for _, a := range as {
-		if !ours(a) {
+		if !a.IsJobRank() {
 			continue
 		}
 		ri := RankInfo{Rank: a.Rank(), LocalRank: -1, PID: a.PID, Alive: a.Alive, Kind: a.Kind}
@@ -98,7 +93,7 @@ func (l *Local) selected(ranks string) ([]*agent.Agent, error) {
 		// selection to every node.
 		held := map[int]bool{}
 		for _, a := range all {
-			if ours(a) && a.Alive {
+			if a.IsJobRank() && a.Alive {
 				held[a.Rank()] = true
 			}
 		}

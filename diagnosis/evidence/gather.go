@@ -171,7 +171,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 	found, subs := splitSubAgents(found) // children's agents are no ranks (children.go)
 	var known []int
 	for _, a := range found {
-		if a.Untrusted == "" && a.OtherDataDir == "" && a.Rank() >= 0 {
+		if a.IsJobRank() {
 			known = append(known, a.Rank())
 		}
 	}
@@ -212,7 +212,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 		b.Conflicts = append(b.Conflicts, fmt.Sprintf(format, args...))
 	}
 	for _, a := range found {
-		if a.Untrusted != "" || a.OtherDataDir != "" || a.Rank() < 0 {
+		if !a.IsJobRank() {
 			continue
 		}
 		if id := a.Identity; id != nil && id.WorldSize > MaxWorld {
@@ -277,7 +277,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 	if b.World == 0 {
 		// Only dead processes said (post-mortem): the largest they said.
 		for _, a := range found {
-			if id := a.Identity; id != nil && a.Untrusted == "" && a.OtherDataDir == "" && id.WorldSize > b.World && id.WorldSize <= MaxWorld {
+			if id := a.Identity; id != nil && a.OfThisJob() && id.WorldSize > b.World && id.WorldSize <= MaxWorld {
 				b.World = id.WorldSize
 			}
 		}
