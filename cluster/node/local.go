@@ -54,11 +54,7 @@ func (l *Local) Info(ctx context.Context) (*Info, error) {
 		}
 		in.Ranks = append(in.Ranks, ri)
 	}
-	for ws, n := range sizes {
-		if n > sizes[in.World] || (n == sizes[in.World] && ws > in.World) {
-			in.World = ws
-		}
-	}
+	in.World = evidence.MajorityWorld(sizes)
 	sort.Slice(in.Ranks, func(i, j int) bool {
 		if in.Ranks[i].Rank != in.Ranks[j].Rank {
 			return in.Ranks[i].Rank < in.Ranks[j].Rank

@@ -123,15 +123,28 @@ type Bundle struct {
 // gets a place in the diagnosis, so an identity's number is bounded.
 const MaxWorld = 1 << 17
 
+// MajorityWorld is the world size the most ranks report, the larger on a
+// tie; 0 when none does. counts maps each reported world size (> 0) to
+// how many ranks report it. The one vote every level takes: a node's
+// bundle (worldOf), a node's Info and the coordinator's merge.
+func MajorityWorld(counts map[int]int) int {
+	best, n := 0, 0
+	for ws, c := range counts {
+		if c > n || (c == n && ws > best) {
+			best, n = ws, c
+		}
+	}
+	return best
+}
+
 // worldOf is the world size most live ranks report; a disagreement is a
 // conflict naming who said what.
 func worldOf(sizes map[int][]int, conflict func(string, ...any)) int {
-	best, n := 0, 0
+	counts := make(map[int]int, len(sizes))
 	for ws, rs := range sizes {
-		if len(rs) > n || (len(rs) == n && ws > best) {
-			best, n = ws, len(rs)
-		}
+		counts[ws] = len(rs)
 	}
+	best := MajorityWorld(counts)
 	if len(sizes) > 1 {
 		var parts []string
 		for ws, rs := range sizes {
