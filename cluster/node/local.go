@@ -138,7 +138,7 @@ func (l *Local) Stacks(ctx context.Context, req StacksRequest) (*StacksReply, er
 // Evidence is the node's bundle for the diagnosis, its Flight Recorder
 // raw: the coordinator analyses every node's dumps together.
 func (l *Local) Evidence(ctx context.Context, req EvidenceRequest) (*EvidenceReply, error) {
-	d := 15 * time.Second
+	d := agent.NodeBudget
 	if dl, ok := ctx.Deadline(); ok {
 		d = time.Until(dl)
 	}

@@ -22,7 +22,7 @@ import (
 type Options struct {
 	Agents agent.Options
 	SQL    *sqlengine.Engine
-	// Deadline bounds the whole gathering (default 15 s); each source
+	// Deadline bounds the whole gathering (default agent.NodeBudget, 15 s); each source
 	// gets what is left and says what it could not read.
 	Deadline time.Duration
 	// CommPerRank is how many recent collectives of each rank are read
@@ -162,7 +162,7 @@ func worldOf(sizes map[int][]int, conflict func(string, ...any)) int {
 // the diagnosis weighs what there is and says what is missing.
 func Gather(ctx context.Context, opt Options) *Bundle {
 	if opt.Deadline <= 0 {
-		opt.Deadline = 15 * time.Second
+		opt.Deadline = agent.NodeBudget
 	}
 	ctx, cancel := context.WithTimeout(ctx, opt.Deadline)
 	defer cancel()
