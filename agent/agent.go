@@ -404,12 +404,17 @@ func alive(a *Agent) bool {
 	return procfacts.Alive(a.PID, start)
 }
 
+// cmdline is the process's argv without its trailing empty arguments
+// (one is kept when all are empty); nil when unreadable or empty.
 func cmdline(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || len(b) == 0 {
+	args, err := procfacts.Cmdline(pid)
+	if err != nil {
 		return nil
 	}
-	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	for len(args) > 1 && args[len(args)-1] == "" {
+		args = args[:len(args)-1]
+	}
+	return args
 }
 
 // probingSockets lists the pids of @probing-<pid> abstract sockets.
