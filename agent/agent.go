@@ -87,6 +87,22 @@ func (a *Agent) Rank() int {
 	return -1
 }
 
+// OfThisJob is whether what the agent says may speak for this job: it is
+// not untrusted (another user's files or job) and its process does not
+// belong to another data dir. The trust rule behind IsJobRank; alone it
+// also admits an agent with no known rank.
+func (a *Agent) OfThisJob() bool {
+	return a.Untrusted == "" && a.OtherDataDir == ""
+}
+
+// IsJobRank is whether the agent is one of the job's ranks: it may speak
+// for this job (OfThisJob) and knows its rank. The one rule every fan-out,
+// rank selection and evidence bundle counts ranks by; alive or dead is
+// each caller's own question.
+func (a *Agent) IsJobRank() bool {
+	return a.OfThisJob() && a.Rank() >= 0
+}
+
 // Options locate agents.
 type Options struct {
 	DataDir  string // storage.DataDir
@@ -388,12 +404,17 @@ func alive(a *Agent) bool {
 	return procfacts.Alive(a.PID, start)
 }
 
+// cmdline is the process's argv without its trailing empty arguments
+// (one is kept when all are empty); nil when unreadable or empty.
 func cmdline(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || len(b) == 0 {
+	args, err := procfacts.Cmdline(pid)
+	if err != nil {
 		return nil
 	}
-	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	for len(args) > 1 && args[len(args)-1] == "" {
+		args = args[:len(args)-1]
+	}
+	return args
 }
 
 // probingSockets lists the pids of @probing-<pid> abstract sockets.

@@ -30,6 +30,14 @@ type StackOptions struct {
 	MaxFrames     int // per thread (default 200)
 }
 
+// NodeBudget is how long one node's reading of its processes may take
+// when the caller sets no deadline: a get_stacks capture on this node
+// (tools), the whole evidence gathering of a node (evidence.Gather's
+// default Deadline) and a node daemon's Evidence answer to a request
+// without a deadline (cluster/node). Each source inside gets what is
+// left of it.
+const NodeBudget = 15 * time.Second
+
 func (o *StackOptions) defaults() {
 	if o.AgentTimeout <= 0 {
 		o.AgentTimeout = 2 * time.Second

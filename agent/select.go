@@ -27,7 +27,7 @@ func Select(agents []*Agent, s Selection) ([]*Agent, error) {
 	if len(s.PIDs) == 0 && len(s.Ranks) == 0 {
 		var out []*Agent
 		for _, a := range agents {
-			if a.Alive && a.Kind != KindRingOnly && a.OtherDataDir == "" && a.Untrusted == "" {
+			if a.Alive && a.Kind != KindRingOnly && a.OfThisJob() {
 				out = append(out, a)
 			}
 		}
@@ -37,7 +37,8 @@ func Select(agents []*Agent, s Selection) ([]*Agent, error) {
 	byRank := map[int][]*Agent{}
 	for _, a := range agents {
 		byPID[a.PID] = a
-		if r := a.Rank(); r >= 0 && a.Alive && a.OtherDataDir == "" && a.Untrusted == "" {
+		if a.IsJobRank() && a.Alive {
+			r := a.Rank()
 			byRank[r] = append(byRank[r], a)
 		}
 	}

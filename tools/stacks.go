@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"time"
 
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -84,7 +83,7 @@ func getStacks(env *Env) Def {
 			if err != nil {
 				return GetStacksResult{}, err
 			}
-			ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			ctx, cancel := context.WithTimeout(ctx, agent.NodeBudget)
 			defer cancel()
 			procs = agent.CollectStacks(ctx, targets, agent.StackOptions{})
 			for _, pr := range procs {

@@ -384,12 +384,7 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 			merged.Problems = append(merged.Problems, fmt.Sprintf("%s never answered, so which ranks it holds is not known", nodeWords(m.Node)))
 		}
 	}
-	best, n := 0, -1
-	for ws, c := range worlds {
-		if c > n || (c == n && ws > best) {
-			best, n = ws, c
-		}
-	}
+	best := evidence.MajorityWorld(worlds)
 	if len(worlds) > 1 {
 		merged.Conflicts = append(merged.Conflicts, fmt.Sprintf("the nodes report different world sizes; %d, which most ranks report, is used", best))
 	}

@@ -33,11 +33,6 @@ type Local struct {
 // errNoSQL answers table requests of a node without an engine.
 var errNoSQL = errors.New("this node daemon has no SQL engine (its data dir could not be opened)")
 
-// ours is whether an agent speaks for a rank of this job on this node.
-func ours(a *agent.Agent) bool {
-	return a.Untrusted == "" && a.OtherDataDir == "" && a.Rank() >= 0
-}
-
 // Info lists the node's ranks.
 func (l *Local) Info(ctx context.Context) (*Info, error) {
 	as, err := agent.Discover(l.Agents)
@@ -47,7 +42,7 @@ func (l *Local) Info(ctx context.Context) (*Info, error) {
 	}
 	sizes := map[int]int{}
 	for _, a := range as {
-		if !ours(a) {
+		if !a.IsJobRank() {
 			continue
 		}
 		ri := RankInfo{Rank: a.Rank(), LocalRank: -1, PID: a.PID, Alive: a.Alive, Kind: a.Kind}
@@ -59,11 +54,7 @@ func (l *Local) Info(ctx context.Context) (*Info, error) {
 		}
 		in.Ranks = append(in.Ranks, ri)
 	}
-	for ws, n := range sizes {
-		if n > sizes[in.World] || (n == sizes[in.World] && ws > in.World) {
-			in.World = ws
-		}
-	}
+	in.World = evidence.MajorityWorld(sizes)
 	sort.Slice(in.Ranks, func(i, j int) bool {
 		if in.Ranks[i].Rank != in.Ranks[j].Rank {
 			return in.Ranks[i].Rank < in.Ranks[j].Rank
@@ -98,7 +89,7 @@ func (l *Local) selected(ranks string) ([]*agent.Agent, error) {
 		// selection to every node.
 		held := map[int]bool{}
 		for _, a := range all {
-			if ours(a) && a.Alive {
+			if a.IsJobRank() && a.Alive {
 				held[a.Rank()] = true
 			}
 		}
@@ -147,7 +138,7 @@ func (l *Local) Stacks(ctx context.Context, req StacksRequest) (*StacksReply, er
 // Evidence is the node's bundle for the diagnosis, its Flight Recorder
 // raw: the coordinator analyses every node's dumps together.
 func (l *Local) Evidence(ctx context.Context, req EvidenceRequest) (*EvidenceReply, error) {
-	d := 15 * time.Second
+	d := agent.NodeBudget
 	if dl, ok := ctx.Deadline(); ok {
 		d = time.Until(dl)
 	}

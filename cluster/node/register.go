@@ -57,7 +57,7 @@ func (l *Local) JobStores(runID func(getenv func(string) string) string) ([]JobS
 	}
 	byJob := map[[2]string]*found{}
 	for _, a := range as {
-		if !ours(a) || !a.Alive {
+		if !a.IsJobRank() || !a.Alive {
 			continue
 		}
 		env, err := procfacts.Env(a.PID)

@@ -22,7 +22,7 @@ import (
 type Options struct {
 	Agents agent.Options
 	SQL    *sqlengine.Engine
-	// Deadline bounds the whole gathering (default 15 s); each source
+	// Deadline bounds the whole gathering (default agent.NodeBudget, 15 s); each source
 	// gets what is left and says what it could not read.
 	Deadline time.Duration
 	// CommPerRank is how many recent collectives of each rank are read
@@ -123,15 +123,28 @@ type Bundle struct {
 // gets a place in the diagnosis, so an identity's number is bounded.
 const MaxWorld = 1 << 17
 
+// MajorityWorld is the world size the most ranks report, the larger on a
+// tie; 0 when none does. counts maps each reported world size (> 0) to
+// how many ranks report it. The one vote every level takes: a node's
+// bundle (worldOf), a node's Info and the coordinator's merge.
+func MajorityWorld(counts map[int]int) int {
+	best, n := 0, 0
+	for ws, c := range counts {
+		if c > n || (c == n && ws > best) {
+			best, n = ws, c
+		}
+	}
+	return best
+}
+
 // worldOf is the world size most live ranks report; a disagreement is a
 // conflict naming who said what.
 func worldOf(sizes map[int][]int, conflict func(string, ...any)) int {
-	best, n := 0, 0
+	counts := make(map[int]int, len(sizes))
 	for ws, rs := range sizes {
-		if len(rs) > n || (len(rs) == n && ws > best) {
-			best, n = ws, len(rs)
-		}
+		counts[ws] = len(rs)
 	}
+	best := MajorityWorld(counts)
 	if len(sizes) > 1 {
 		var parts []string
 		for ws, rs := range sizes {
@@ -149,7 +162,7 @@ func worldOf(sizes map[int][]int, conflict func(string, ...any)) int {
 // the diagnosis weighs what there is and says what is missing.
 func Gather(ctx context.Context, opt Options) *Bundle {
 	if opt.Deadline <= 0 {
-		opt.Deadline = 15 * time.Second
+		opt.Deadline = agent.NodeBudget
 	}
 	ctx, cancel := context.WithTimeout(ctx, opt.Deadline)
 	defer cancel()
@@ -171,7 +184,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 	found, subs := splitSubAgents(found) // children's agents are no ranks (children.go)
 	var known []int
 	for _, a := range found {
-		if a.Untrusted == "" && a.OtherDataDir == "" && a.Rank() >= 0 {
+		if a.IsJobRank() {
 			known = append(known, a.Rank())
 		}
 	}
@@ -212,7 +225,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 		b.Conflicts = append(b.Conflicts, fmt.Sprintf(format, args...))
 	}
 	for _, a := range found {
-		if a.Untrusted != "" || a.OtherDataDir != "" || a.Rank() < 0 {
+		if !a.IsJobRank() {
 			continue
 		}
 		if id := a.Identity; id != nil && id.WorldSize > MaxWorld {
@@ -277,7 +290,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 	if b.World == 0 {
 		// Only dead processes said (post-mortem): the largest they said.
 		for _, a := range found {
-			if id := a.Identity; id != nil && a.Untrusted == "" && a.OtherDataDir == "" && id.WorldSize > b.World && id.WorldSize <= MaxWorld {
+			if id := a.Identity; id != nil && a.OfThisJob() && id.WorldSize > b.World && id.WorldSize <= MaxWorld {
 				b.World = id.WorldSize
 			}
 		}

@@ -25,7 +25,7 @@ func MainSamples(ctx context.Context, opt Options, n int, gap time.Duration) map
 	}
 	var live []*agent.Agent
 	for _, a := range found {
-		if a.Alive && a.Untrusted == "" && a.OtherDataDir == "" && a.Rank() >= 0 && a.Kind != agent.KindRingOnly {
+		if a.Alive && a.IsJobRank() && a.Kind != agent.KindRingOnly {
 			live = append(live, a)
 		}
 	}

@@ -7,7 +7,6 @@ package procfacts
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io/fs"
 	"os"
@@ -91,14 +90,13 @@ func readProcess(root string, pid int) (*Process, error) {
 	if bt, ok := bootTime(root); ok {
 		p.Started = bt.Add(ticks(st.Start))
 	}
-	var b []byte
 
-	b, err = os.ReadFile(filepath.Join(dir, "cmdline"))
+	args, err := CmdlineAt(root, pid)
 	if err != nil {
 		return nil, procErr(pid, "cmdline", err)
 	}
-	if b = bytes.TrimSuffix(b, []byte{0}); len(b) > 0 {
-		p.Cmdline = strings.Split(string(b), "\x00")
+	if len(args) != 1 || args[0] != "" {
+		p.Cmdline = args // a lone empty argument reads as none
 	}
 
 	status, err := StatusAt(root, pid)
