@@ -93,48 +93,71 @@ func peerUID(ctx context.Context, local, remote netip.AddrPort) (int, error) {
 	return 0, errPeerUnknown
 }
 
-func scanTable(ctx context.Context, path string, keys [][2]string) (int, error) {
+// eachRow streams one of the kernel's socket tables, calling fn with each
+// row's fields until fn says it is done; it gives up at ctx's deadline. A
+// table that does not exist (no IPv6 on this host) has no rows.
+func eachRow(ctx context.Context, path string, fn func(fs []string) (done bool, err error)) error {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, errPeerUnknown // no IPv6 on this host
+		return nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("reading %s: %v", path, err)
+		return fmt.Errorf("reading %s: %v", path, err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 512), 4096)
 	for n := 0; sc.Scan(); n++ {
 		if n%256 == 0 && ctx.Err() != nil {
-			return 0, fmt.Errorf("reading %s: no answer within %s", path, peerLookupTime)
+			return fmt.Errorf("reading %s: no answer within %s", path, peerLookupTime)
 		}
 		fs := strings.Fields(sc.Text())
 		if len(fs) < 10 {
 			continue // the header
 		}
-		match := false
-		for _, k := range keys {
-			if k[0] != "" && strings.EqualFold(fs[1], k[0]) && strings.EqualFold(fs[2], k[1]) {
-				match = true
-			}
+		if done, err := fn(fs); done || err != nil {
+			return err
 		}
-		if !match {
-			continue
-		}
-		if fs[3] != "01" || fs[9] == "0" {
-			// A closed client's row; the 4-tuple is unique, so no other.
-			return 0, fmt.Errorf("the client's socket is no longer open (state %s)", fs[3])
-		}
-		uid, err := strconv.Atoi(fs[7])
-		if err != nil || uid < 0 {
-			return 0, fmt.Errorf("%s: uid column %q is not a number", path, fs[7])
-		}
-		return uid, nil
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("reading %s: %v", path, err)
+		return fmt.Errorf("reading %s: %v", path, err)
 	}
-	return 0, errPeerUnknown
+	return nil
+}
+
+// rowUID is a row's owner column.
+func rowUID(path string, fs []string) (int, error) {
+	uid, err := strconv.Atoi(fs[7])
+	if err != nil || uid < 0 {
+		return 0, fmt.Errorf("%s: uid column %q is not a number", path, fs[7])
+	}
+	return uid, nil
+}
+
+func scanTable(ctx context.Context, path string, keys [][2]string) (int, error) {
+	uid, found := 0, false
+	err := eachRow(ctx, path, func(fs []string) (bool, error) {
+		for _, k := range keys {
+			if k[0] != "" && strings.EqualFold(fs[1], k[0]) && strings.EqualFold(fs[2], k[1]) {
+				if fs[3] != "01" || fs[9] == "0" {
+					// A closed client's row; the 4-tuple is unique, so no other.
+					return true, fmt.Errorf("the client's socket is no longer open (state %s)", fs[3])
+				}
+				var err error
+				uid, err = rowUID(path, fs)
+				found = err == nil
+				return true, err
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if !found {
+		return 0, errPeerUnknown
+	}
+	return uid, nil
 }
 
 // kernelAddr writes ap as the kernel's tables do: each 32-bit word of the
@@ -196,35 +219,16 @@ func listenerUID(ctx context.Context, ap netip.AddrPort) (int, error) {
 	delete(want, "")
 	owners := map[int]bool{}
 	for _, path := range procNetTCP {
-		f, err := os.Open(path)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("reading %s: %v", path, err)
-		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 0, 512), 4096)
-		for n := 0; sc.Scan(); n++ {
-			if n%256 == 0 && ctx.Err() != nil {
-				f.Close()
-				return 0, fmt.Errorf("reading %s: no answer within %s", path, peerLookupTime)
+		err := eachRow(ctx, path, func(fs []string) (bool, error) {
+			if fs[3] != "0A" || !want[strings.ToUpper(fs[1])] {
+				return false, nil
 			}
-			fs := strings.Fields(sc.Text())
-			if len(fs) < 10 || fs[3] != "0A" || !want[strings.ToUpper(fs[1])] {
-				continue
-			}
-			uid, err := strconv.Atoi(fs[7])
-			if err != nil || uid < 0 {
-				f.Close()
-				return 0, fmt.Errorf("%s: uid column %q is not a number", path, fs[7])
-			}
+			uid, err := rowUID(path, fs)
 			owners[uid] = true
-		}
-		err = sc.Err()
-		f.Close()
+			return err != nil, err
+		})
 		if err != nil {
-			return 0, fmt.Errorf("reading %s: %v", path, err)
+			return 0, err
 		}
 	}
 	switch len(owners) {
