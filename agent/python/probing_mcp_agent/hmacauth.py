@@ -12,9 +12,10 @@ across a call out of this module.
 
 import hashlib
 import hmac
-import ipaddress
 import threading
 import time
+
+from . import tcphost
 
 SCHEME = "Probing-HMAC-SHA256"
 RESPONSE_HEADER = "X-Probing-Signature"
@@ -96,10 +97,10 @@ def split_host_port(addr):
 
 
 def _same_host(a, b):
-    try:
-        return ipaddress.ip_address(a) == ipaddress.ip_address(b)
-    except ValueError:
-        return a.lower() == b.lower()
+    ia, ib = tcphost._ip(a), tcphost._ip(b)
+    if ia is not None and ib is not None:
+        return ia == ib
+    return a.lower() == b.lower()
 
 
 def served_at(local, advertised=()):
@@ -112,21 +113,12 @@ def served_at(local, advertised=()):
             ah, ap = split_host_port(a)
             if ah is not None and ap == port and _same_host(ah, host):
                 return True
-        lhost, lport = local[0], local[1]
-        if lport != port:
+        lip = tcphost._ip(local[0])
+        if local[1] != port or lip is None:
             return False
-        try:
-            lip = ipaddress.ip_address(lhost)
-        except ValueError:
-            return False
-        if getattr(lip, "ipv4_mapped", None):
-            lip = lip.ipv4_mapped
-        try:
-            ip = ipaddress.ip_address(host)
-        except ValueError:
+        ip = tcphost._ip(host)
+        if ip is None:
             return host.lower() == "localhost" and lip.is_loopback
-        if getattr(ip, "ipv4_mapped", None):
-            ip = ip.ipv4_mapped
         return ip == lip
     return check
 
