@@ -265,7 +265,10 @@ func TestRealProbingJob(t *testing.T) {
 		t.Errorf("get_config server.address: %+v", cfg)
 	}
 
-	rep := diagnosis.Run(context.Background(), diagnosis.RunOptions{Evidence: evidence.Options{Agents: opt, Deadline: 60 * time.Second}})
+	rep, err := diagnosis.Run(context.Background(), diagnosis.RunOptions{Scope: &evidence.Node{Agents: opt, Deadline: 60 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("diagnosis: %s: %s", rep.State, rep.Summary)
 	var covered []int
 	for _, g := range rep.Ranks {

@@ -15,35 +15,34 @@ import (
 
 // RunOptions say where the evidence is and how to judge a stall.
 type RunOptions struct {
-	Evidence evidence.Options
-	State    StateOptions
-	// Gather, when set, gathers the bundle instead of evidence.Gather
-	// over Evidence (the coordinator: every node's, merged).
-	Gather func(context.Context) *evidence.Bundle
+	// Scope is this node (evidence.Node) or the whole job.
+	Scope evidence.Scope
+	State StateOptions
 }
 
 // Run is the evidence service's one entry point for a verdict: it gathers
-// the bundle for the scope (this node), diagnoses it and adds the source
-// line of each culprit frame. The MCP tool, the CLI, the skills and the
-// evals all call it, so they all give the same answer.
-func Run(ctx context.Context, opt RunOptions) Report {
-	var b *evidence.Bundle
-	if opt.Gather != nil {
-		b = opt.Gather(ctx)
-	} else {
-		b = evidence.Gather(ctx, opt.Evidence)
+// the bundle of the scope, diagnoses it and adds the source line of each
+// culprit frame. The MCP tool, the CLI, the skills and the evals all call
+// it, so they all give the same answer. The error is the scope's refusal
+// of a partial answer (PROBING_FANOUT_STRICT), never a missing source.
+func Run(ctx context.Context, opt RunOptions) (Report, error) {
+	b, cov, err := opt.Scope.Evidence(ctx, 0)
+	if err != nil {
+		return Report{}, err
 	}
 	in := FromBundle(b, opt.State)
 	rep := Diagnose(in)
-	if opt.Gather == nil && wantsSamples(rep) {
+	if wantsSamples(rep) {
 		// A moving job whose collectives no ring records: its straggler
 		// shows only as the rank that is elsewhere in every stack sample.
-		for r, ts := range evidence.MainSamples(ctx, opt.Evidence, sampleRounds, sampleGap) {
-			if f := in.Ranks[r]; f != nil {
-				f.Samples = ts
+		if samples := opt.Scope.Samples(ctx, sampleRounds, sampleGap); samples != nil {
+			for r, ts := range samples {
+				if f := in.Ranks[r]; f != nil {
+					f.Samples = ts
+				}
 			}
+			rep = Diagnose(in)
 		}
-		rep = Diagnose(in)
 	}
 	for i := range rep.Hypotheses {
 		h := &rep.Hypotheses[i]
@@ -67,7 +66,13 @@ func Run(ctx context.Context, opt RunOptions) Report {
 		}
 		h.Where.Source = src
 	}
-	return rep
+	if cov != nil {
+		rep.DataQuality = append([]string{"scope: the whole job, " + cov.Text()}, rep.DataQuality...)
+		if rep.State == StateUnknown {
+			rep.Summary = fmt.Sprintf("No rank of a training job was found on the %d of %d node(s) that answered: nothing to diagnose (are the nodes' agents running with PROBING=1, and do the daemons share the job's PROBING_DATA_DIR?).", cov.Answered, cov.Asked)
+		}
+	}
+	return rep, nil
 }
 
 // More stack samples for a moving job whose collectives no ring records:

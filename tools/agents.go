@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
@@ -23,45 +24,11 @@ type Target struct {
 	Ranks string `json:"ranks,omitempty" jsonschema_description:"Global ranks as ranges, e.g. 0-3,7"`
 }
 
-// agentsFor resolves a target into agents.
+// agentsFor resolves a target into this node's agents (the tools that
+// talk to one process: get_config, set_config, eval_python).
 func agentsFor(env *Env, t Target) ([]*agent.Agent, []*agent.Agent, error) {
-	all, err := agent.Discover(env.Agents)
-	if err != nil {
-		return nil, nil, err
-	}
-	sel := agent.Selection{PIDs: t.PIDs}
-	if strings.TrimSpace(t.Ranks) != "" {
-		if sel.Ranks, err = rankset.Parse(t.Ranks); err != nil {
-			return nil, nil, userErrorf("ranks %q: %v", t.Ranks, err)
-		}
-	}
-	picked, err := agent.Select(all, sel)
-	if err != nil {
-		return nil, nil, &UserError{msg: err.Error()}
-	}
-	if len(picked) == 0 {
-		msg := fmt.Sprintf("no live agent on this node (data dir %s, control sockets in %s); start the job with PROBING=1 and the agent installed (probing-mcp agent install), or use query for a dead job's rings",
-			env.Agents.DataDir, env.Agents.CtrlRoot)
-		if n, why := untrustedLive(all); n > 0 {
-			msg = fmt.Sprintf("no trusted live agent on this node: %d live process(es) are untrusted and never called (e.g. %s); list_processes lists them", n, why)
-		}
-		return nil, all, &UserError{msg: msg}
-	}
-	return picked, all, nil
-}
-
-// untrustedLive counts the live agents left out as untrusted, with one
-// reason.
-func untrustedLive(all []*agent.Agent) (int, string) {
-	n, why := 0, ""
-	for _, a := range all {
-		if a.Alive && a.Untrusted != "" {
-			if n++; why == "" {
-				why = fmt.Sprintf("pid %d: %s", a.PID, a.Untrusted)
-			}
-		}
-	}
-	return n, why
+	picked, all, err := env.node().Select(evidence.Selection{PIDs: t.PIDs, Ranks: t.Ranks})
+	return picked, all, scopeError(err)
 }
 
 // one resolves a target that must name exactly one process.

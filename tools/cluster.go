@@ -9,6 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/probing-mcp/probing-mcp/cluster/fanout"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
@@ -20,14 +21,19 @@ type CoverageView struct {
 	Answered int      `json:"nodes_answered"`
 	Missing  []string `json:"missing,omitempty"`
 	Problems []string `json:"problems,omitempty"`
-	raw      fanout.Coverage
+	raw      evidence.Coverage
 }
 
 // maxCoverageLines bounds the missing nodes and problems listed.
 const maxCoverageLines = 20
 
-func coverageView(c fanout.Coverage) *CoverageView {
-	v := &CoverageView{Text: c.Text(), Asked: c.Asked, Answered: c.Answered, raw: c}
+// coverageView is a whole-job answer's coverage, bounded; nil (a node's
+// answer) is nil.
+func coverageView(c *evidence.Coverage) *CoverageView {
+	if c == nil {
+		return nil
+	}
+	v := &CoverageView{Text: c.Text(), Asked: c.Asked, Answered: c.Answered, raw: *c}
 	for i, m := range c.Missing {
 		if i == maxCoverageLines {
 			v.Missing = append(v.Missing, fmt.Sprintf("… and %d more (truncated)", len(c.Missing)-i))
@@ -99,9 +105,6 @@ func listClusterNodes(env *Env) Def {
 		hints(true, false, true, false),
 	)
 	h, call := typed(func(ctx context.Context, p ListClusterNodesParams) (ListClusterNodesResult, error) {
-		if p.Offset < 0 || p.Limit < 0 || p.Limit > 1000 {
-			return ListClusterNodesResult{}, userErrorf("offset must be >= 0 and limit 0..1000")
-		}
 		if p.Limit == 0 {
 			p.Limit = 100
 		}
@@ -130,7 +133,7 @@ func listClusterNodes(env *Env) Def {
 			}
 		}
 		sel = append(bad, good...)
-		res := ListClusterNodesResult{Total: len(sel), Coverage: coverageView(cov),
+		res := ListClusterNodesResult{Total: len(sel), Coverage: coverageView(&cov),
 			Summary: fmt.Sprintf("%d node(s): %d answered, %d did not.", len(ns), cov.Answered, len(ns)-cov.Answered)}
 		end := min(len(sel), p.Offset+p.Limit)
 		if p.Offset < end {

@@ -2,7 +2,6 @@ package tools
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/probing-mcp/probing-mcp/diagnosis"
-	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 )
 
 // DiagnoseHangParams are the arguments of diagnose_hang.
@@ -47,14 +45,11 @@ func (r DiagnoseHangResult) ModelText() string {
 	return t
 }
 
-// Diagnose runs the evidence service and diagnosis for this node (the
-// MCP tool and the CLI share it).
+// Diagnose runs the evidence service and diagnosis for the server's scope
+// (the MCP tool and the CLI share it).
 func Diagnose(ctx context.Context, env *Env, p DiagnoseHangParams) (DiagnoseHangResult, error) {
 	if err := checkParams(p); err != nil {
 		return DiagnoseHangResult{}, userErrorf("%v", err)
-	}
-	if p.Offset < 0 || p.Limit < 0 || p.Limit > 1000 {
-		return DiagnoseHangResult{}, userErrorf("offset must be >= 0 and limit 0..1000")
 	}
 	if p.Limit == 0 {
 		p.Limit = 200
@@ -64,27 +59,9 @@ func Diagnose(ctx context.Context, env *Env, p DiagnoseHangParams) (DiagnoseHang
 		st.MinStall = time.Duration(p.StallSeconds) * time.Second
 		st.NoHistoryStall = st.MinStall
 	}
-	ro := diagnosis.RunOptions{Evidence: evidence.Options{Agents: env.Agents, SQL: env.SQL, GPU: env.GPU, Host: nodeHost()}, State: st}
-	var cov *CoverageView
-	if env.Cluster != nil {
-		// The whole job: every node's bundle, merged.
-		ro.Gather = func(ctx context.Context) *evidence.Bundle {
-			b, c := env.Cluster.Evidence(ctx, 0)
-			cov = coverageView(c)
-			return b
-		}
-	}
-	rep := diagnosis.Run(ctx, ro)
-	if cov != nil {
-		if err := env.Cluster.StrictError(cov.raw); err != nil {
-			return DiagnoseHangResult{}, &UserError{msg: err.Error()}
-		}
-		rep.DataQuality = append([]string{"scope: the whole job, " + cov.Text}, rep.DataQuality...)
-		if rep.State == diagnosis.StateUnknown {
-			rep.Summary = fmt.Sprintf("No rank of a training job was found on the %d of %d node(s) that answered: nothing to diagnose (are the nodes' agents running with PROBING=1, and do the daemons share the job's PROBING_DATA_DIR?).", cov.Answered, cov.Asked)
-		}
-	} else if rep.State == diagnosis.StateUnknown {
-		rep.DataQuality = append(rep.DataQuality, "looked for agents in data dir "+env.Agents.DataDir+" and control sockets in "+env.Agents.CtrlRoot)
+	rep, err := diagnosis.Run(ctx, diagnosis.RunOptions{Scope: env.scope(), State: st})
+	if err != nil {
+		return DiagnoseHangResult{}, scopeError(err)
 	}
 	res := DiagnoseHangResult{}
 	if p.Detail == "ranks" {

@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
@@ -404,29 +402,6 @@ type SnapshotFlightRecorderResult struct {
 	Coverage *CoverageView `json:"coverage,omitempty"`
 }
 
-// snapshotJob snapshots every torch rank of the job through the node
-// daemons and analyses the dumps together.
-func snapshotJob(ctx context.Context, env *Env, p SnapshotFlightRecorderParams, full bool) (SnapshotFlightRecorderResult, error) {
-	var res SnapshotFlightRecorderResult
-	dumps, cov, err := env.Cluster.FlightRecorder(ctx, p.Ranks, p.OnlyActive)
-	if err != nil {
-		return res, &UserError{msg: err.Error()}
-	}
-	res.Coverage = coverageView(cov)
-	res.Snapshots = []SnapshotView{}
-	for _, d := range dumps {
-		res.Snapshots = append(res.Snapshots, SnapshotView{Rank: d.Rank, Bytes: len(d.Data), DumpFunction: d.From})
-	}
-	b := &evidence.Bundle{FRDumps: dumps}
-	evidence.AnalyzeFR(ctx, b)
-	res.Failed = append(cov.Problems, b.Problems...)
-	if b.FR == nil {
-		return res, userErrorf("no rank returned a Flight Recorder snapshot (%s): %s", cov.Text(), strings.Join(res.Failed, "; "))
-	}
-	res.AnalyzeFlightRecorderResult = viewReport(b.FR, full, p.Offset, p.Limit)
-	return res, nil
-}
-
 func snapshotFlightRecorder(env *Env) Def {
 	tool := mcplib.NewTool("snapshot_flight_recorder",
 		mcplib.WithToolTitle("Snapshot the live Flight Recorder"),
@@ -443,32 +418,25 @@ func snapshotFlightRecorder(env *Env) Def {
 		if err != nil {
 			return res, err
 		}
-		if env.Cluster != nil && len(p.PIDs) == 0 {
-			return snapshotJob(ctx, env, p, full)
-		}
-		targets, _, err := agentsFor(env, p.Target)
+		ans, err := env.scope().FlightRecorder(ctx, evidence.Selection{PIDs: p.PIDs, Ranks: p.Ranks}, p.OnlyActive)
 		if err != nil {
-			return res, err
+			return res, scopeError(err)
 		}
-		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		defer cancel()
-		col := agent.CollectFlightRecorder(ctx, targets, p.OnlyActive)
+		res.Coverage = coverageView(ans.Coverage)
+		res.Failed = ans.Failed
 		res.Snapshots = []SnapshotView{}
-		for _, a := range targets {
-			s := col.Snapshots[a.PID]
-			if s == nil {
-				res.Failed = append(res.Failed, fmt.Sprint(col.Errors[a.PID]))
-				continue
+		for _, d := range ans.Dumps {
+			res.Snapshots = append(res.Snapshots, SnapshotView{PID: d.PID, Rank: d.Rank, Records: d.Records, ProcessGroups: d.ProcessGroups,
+				Version: d.Version, Bytes: len(d.Data), DumpFunction: d.DumpFunction, HistoryID: recordSnapshot(env, d)})
+		}
+		if len(ans.Loaded.Dumps) == 0 {
+			where := ""
+			if ans.Coverage != nil {
+				where = " (" + ans.Coverage.Text() + ")"
 			}
-			v := SnapshotView{PID: a.PID, Rank: s.Rank, Records: s.Records, ProcessGroups: s.ProcessGroups, Version: s.Version,
-				Bytes: len(s.Data), DumpFunction: s.DumpFunction}
-			v.HistoryID = recordSnapshot(env, a, s)
-			res.Snapshots = append(res.Snapshots, v)
+			return res, userErrorf("no process returned a Flight Recorder snapshot%s: %s", where, strings.Join(res.Failed, "; "))
 		}
-		if len(res.Snapshots) == 0 {
-			return res, userErrorf("no process returned a Flight Recorder snapshot: %s", strings.Join(res.Failed, "; "))
-		}
-		rep, err := fr.AnalyzeLoadedContext(ctx, col.Loaded, fr.Options{})
+		rep, err := fr.AnalyzeLoadedContext(ctx, ans.Loaded, fr.Options{})
 		if err != nil {
 			return res, stoppedError(ctx)
 		}
@@ -483,27 +451,24 @@ func snapshotFlightRecorder(env *Env) Def {
 		Doc:     "A live Flight Recorder snapshot of every local rank, stored in history and analysed as `analyze_flight_recorder` does."}
 }
 
-func recordSnapshot(env *Env, a *agent.Agent, s *agent.Snapshot) int64 {
+// recordSnapshot stores one dump in the history (best effort).
+func recordSnapshot(env *Env, d evidence.FRDump) int64 {
 	if env.History == nil {
 		return 0
 	}
 	var rank *int
-	if s.Rank >= 0 {
-		r := s.Rank
+	if d.Rank >= 0 {
+		r := d.Rank
 		rank = &r
 	}
-	host := ""
-	if a.Identity != nil {
-		host = a.Identity.Host
-	}
-	format := s.Format
+	format := d.Format
 	if format == "" {
 		format = "pickle"
 	}
-	id, err := env.History.AddSnapshot(history.Snapshot{Host: host, PID: a.PID, Rank: rank, WorldSize: max(s.WorldSize, 0),
-		Source: "live", Format: format, TraceVersion: s.Version, Entries: s.Records, Data: s.Data, Note: s.DumpFunction})
+	id, err := env.History.AddSnapshot(history.Snapshot{Host: d.Host, PID: d.PID, Rank: rank, WorldSize: d.WorldSize,
+		Source: "live", Format: format, TraceVersion: d.Version, Entries: d.Records, Data: d.Data, Note: d.DumpFunction})
 	if err != nil {
-		env.Logger.Warn("snapshot not recorded in history", "pid", a.PID, "err", err)
+		env.Logger.Warn("snapshot not recorded in history", "pid", d.PID, "err", err)
 		return 0
 	}
 	return id

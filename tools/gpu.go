@@ -12,7 +12,6 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/probing-mcp/probing-mcp/cluster"
-	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/internal/rankset"
@@ -87,28 +86,15 @@ func gpuStatus(env *Env) Def {
 
 // GPUStatus answers gpu_status.
 func GPUStatus(ctx context.Context, env *Env, p GPUStatusParams) (GPUStatusResult, error) {
-	switch p.Detail {
-	case "", "summary", "devices":
-	default:
-		return GPUStatusResult{}, userErrorf("detail %q: want summary or devices", p.Detail)
-	}
-	if p.MaxDevices < 0 || p.MaxDevices > 1024 || p.Offset < 0 {
-		return GPUStatusResult{}, userErrorf("max_devices must be 0..1024 and offset >= 0")
-	}
 	if p.MaxDevices == 0 {
 		p.MaxDevices = 64
 	}
 	res := GPUStatusResult{now: time.Now()}
-	var reps []gpu.Report
-	if env.Cluster != nil {
-		rs, cov, err := env.Cluster.GPU(ctx)
-		if err != nil {
-			return GPUStatusResult{}, &UserError{msg: err.Error()}
-		}
-		reps, res.Coverage = rs, coverageView(cov)
-	} else {
-		reps = []gpu.Report{evidence.NodeGPU(ctx, env.GPU, env.SQL, nodeHost())}
+	reps, cov, err := env.scope().GPU(ctx)
+	if err != nil {
+		return GPUStatusResult{}, scopeError(err)
 	}
+	res.Coverage = coverageView(cov)
 	if p.Host != "" {
 		var sel []gpu.Report
 		var hosts []string

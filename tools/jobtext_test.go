@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/fanout"
@@ -103,9 +105,9 @@ func TestGetStacksHostile(t *testing.T) {
 			{Name: h, Frames: []stacks.Frame{{File: h, Line: 1, Function: h}}}}})
 	}
 	procs = append(procs, stacks.Process{PID: 104, Rank: 4, Host: h, Source: h, Err: h})
-	cov := fanout.Coverage{Asked: 2, Answered: 1, Problems: []string{"⟦node-a⟧ said: " + jobtext.Quote(h, jobtext.Line)},
-		Missing: []fanout.Outcome{{Node: cluster.Node{Host: h, Addr: h, Ranks: h}, Err: &fanout.PeerError{Addr: h, Kind: h, Msg: "refused: " + jobtext.Quote(h, jobtext.Line)}}}}
-	res := GetStacksResult{Sources: map[string]string{jobtext.Clip(h, jobtext.Name): "ranks 0-4"}, Coverage: coverageView(cov)}
+	cov := evidence.Coverage{Asked: 2, Answered: 1, Problems: []string{"⟦node-a⟧ said: " + jobtext.Quote(h, jobtext.Line)},
+		Missing: []evidence.Outcome{{Node: cluster.Node{Host: h, Addr: h, Ranks: h}, Err: &evidence.PeerError{Addr: h, Kind: h, Msg: "refused: " + jobtext.Quote(h, jobtext.Line)}}}}
+	res := GetStacksResult{Sources: map[string]string{jobtext.Clip(h, jobtext.Name): "ranks 0-4"}, Coverage: coverageView(&cov)}
 	res.Merged = stacks.Merge(procs, stacks.MergeOptions{})
 	jobtexttest.Check(t, "get_stacks", res.ModelText(), 8<<10)
 	res.Processes = boundProcesses(procs, 0)

@@ -45,14 +45,7 @@ func queryTool(env *Env) Def {
 		hints(true, false, true, false),
 	)
 	h, call := typed(func(ctx context.Context, p QueryParams) (queryAnswer, error) {
-		if env.SQL == nil {
-			return queryAnswer{}, userErrorf("the SQL engine is not available on this server")
-		}
-		if env.Cluster != nil {
-			res, err := env.Cluster.Query(ctx, p.SQL, p.Limit)
-			return queryAnswer{res}, sqlUserError(err)
-		}
-		res, err := env.SQL.Query(ctx, p.SQL, p.Limit)
+		res, err := env.scope().Query(ctx, p.SQL, p.Limit)
 		return queryAnswer{res}, sqlUserError(err)
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
@@ -70,7 +63,7 @@ func sqlUserError(err error) error {
 		}
 		return &UserError{msg: msg}
 	}
-	return err
+	return scopeError(err)
 }
 
 // DescribeTablesParams are the arguments of describe_tables.
@@ -198,7 +191,7 @@ func clusterQuery(env *Env) Def {
 		hints(true, false, true, false),
 	)
 	h, call := typed(func(ctx context.Context, p QueryParams) (queryAnswer, error) {
-		res, err := env.Cluster.Query(ctx, p.SQL, p.Limit)
+		res, err := env.scope().Query(ctx, p.SQL, p.Limit)
 		return queryAnswer{res}, sqlUserError(err)
 	})
 	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,

@@ -113,8 +113,10 @@ type SkillParams struct {
 }
 
 // skillBackend runs skill steps against this server: SQL through the
-// read-only engine, tool steps through this server's read-only tools,
-// called in process, api steps as a GET on the lowest-rank live agent.
+// scope's read-only engine (every node's tables in the whole job, like
+// the stacks and the verdict its tool steps read), tool steps through this
+// server's read-only tools, called in process, api steps as a GET on the
+// lowest-rank live agent of this node.
 type skillBackend struct {
 	env   *Env
 	tools map[string]Call
@@ -133,10 +135,7 @@ func newSkillBackend(env *Env) *skillBackend {
 }
 
 func (b *skillBackend) Query(ctx context.Context, sql string, limit int) (*skills.Table, error) {
-	if b.env.SQL == nil {
-		return nil, fmt.Errorf("the SQL engine is not available")
-	}
-	res, err := b.env.SQL.Query(ctx, sql, limit)
+	res, err := b.env.scope().Query(ctx, sql, limit)
 	if err != nil {
 		var qe *sqlengine.Error
 		if errors.As(err, &qe) && (qe.Kind == "read_only" || qe.Kind == "multiple" || qe.Kind == "empty") {
@@ -147,6 +146,10 @@ func (b *skillBackend) Query(ctx context.Context, sql string, limit int) (*skill
 	t := &skills.Table{Columns: res.Columns}
 	for _, r := range res.Rows {
 		t.Rows = append(t.Rows, r.Values())
+	}
+	if q := res.DataQuality; q != nil && q.NodesAsked > 0 {
+		// A whole-job answer: the step says how many nodes it reached.
+		return t, &skills.PartialError{NodesQueried: q.NodesAsked, NodesFailed: q.NodesFailed}
 	}
 	return t, nil
 }
@@ -204,9 +207,9 @@ func (b *skillBackend) Get(ctx context.Context, path string) (string, error) {
 	return string(body), err
 }
 
-// PeerCount is 0: this server queries the local node only (no federation
-// yet), so use_global resolves to false unless a skill is told otherwise.
-func (b *skillBackend) PeerCount(ctx context.Context) (int, error) { return 0, nil }
+// PeerCount is the scope's other nodes: 0 on a node, so use_global
+// resolves to false there unless a skill is told otherwise.
+func (b *skillBackend) PeerCount(ctx context.Context) (int, error) { return b.env.scope().Peers(ctx) }
 
 // SkillResources serve skill://{id}: the skill's guidance (SKILL.md) and
 // its steps (steps.yaml).
@@ -252,7 +255,7 @@ func PlanSkill(env *Env, id string, params map[string]string) (*skills.PlanResul
 	return p, nil
 }
 
-// RunSkill runs a skill against this server: SQL on the local engine, tool
+// RunSkill runs a skill against this server: SQL in the server's scope, tool
 // steps through the read-only tools. A step that needs a write tool is
 // refused unless writes are allowed.
 func RunSkill(ctx context.Context, env *Env, id string, params map[string]string) (*skills.RunResult, error) {

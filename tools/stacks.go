@@ -3,16 +3,14 @@ package tools
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"sort"
 
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
-	"github.com/probing-mcp/probing-mcp/internal/rankset"
 	"github.com/probing-mcp/probing-mcp/stacks"
 	"github.com/probing-mcp/probing-mcp/storage/history"
 )
@@ -56,40 +54,12 @@ func getStacks(env *Env) Def {
 		hints(true, false, false, false),
 	)
 	h, call := typed(func(ctx context.Context, p GetStacksParams) (GetStacksResult, error) {
-		if p.MaxGroups < 0 || p.MaxGroups > 50 || p.MaxFrames < 0 || p.MaxFrames > 200 {
-			return GetStacksResult{}, userErrorf("max_groups must be 0..50 and max_frames 0..200")
+		ans, err := env.scope().Stacks(ctx, evidence.Selection{PIDs: p.PIDs, Ranks: p.Ranks})
+		if err != nil {
+			return GetStacksResult{}, scopeError(err)
 		}
-		res := GetStacksResult{Sources: map[string]string{}}
-		var procs []stacks.Process
-		if env.Cluster != nil && len(p.PIDs) == 0 {
-			// The whole job: each node's daemon captures its ranks.
-			ps, cov, err := env.Cluster.Stacks(ctx, p.Ranks)
-			if err != nil {
-				return GetStacksResult{}, &UserError{msg: err.Error()}
-			}
-			procs, res.Coverage = ps, coverageView(cov)
-			// Thousands of processes: each source with its ranks as
-			// ranges, not one entry per pid.
-			by := map[string][]int{}
-			for _, pr := range procs {
-				src := jobtext.Clip(pr.Source, jobtext.Name) // a node's word
-				by[src] = append(by[src], pr.Rank)
-			}
-			for src, rs := range by {
-				res.Sources[src] = "ranks " + rankset.Format(rs)
-			}
-		} else {
-			targets, _, err := agentsFor(env, p.Target)
-			if err != nil {
-				return GetStacksResult{}, err
-			}
-			ctx, cancel := context.WithTimeout(ctx, agent.NodeBudget)
-			defer cancel()
-			procs = agent.CollectStacks(ctx, targets, agent.StackOptions{})
-			for _, pr := range procs {
-				res.Sources[fmt.Sprint(pr.PID)] = pr.Source
-			}
-		}
+		procs := ans.Processes
+		res := GetStacksResult{Sources: ans.Sources, Coverage: coverageView(ans.Coverage)}
 		res.Merged = stacks.Merge(procs, stacks.MergeOptions{MaxGroups: p.MaxGroups, MaxFrames: p.MaxFrames, IncludeIdle: p.IncludeIdle})
 		if p.Merge != nil && !*p.Merge {
 			res.Processes = boundProcesses(procs, p.MaxFrames)

@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+
 	"github.com/probing-mcp/probing-mcp/cluster"
-	"github.com/probing-mcp/probing-mcp/cluster/fanout"
 	"github.com/probing-mcp/probing-mcp/internal/rankset"
 	"github.com/probing-mcp/probing-mcp/stacks"
 )
@@ -33,9 +34,9 @@ func sizes(t *testing.T, tool string, r modelTexter) (jsonLen, textLen int) {
 // node, every rank's main thread in all_reduce but culprit's, in its data
 // loader, and three idle pin-memory threads a rank. Every tenth node did
 // not answer (n%20 == 9 unreachable, n%20 == 19 timed out).
-func synthStacks(ranks, culprit int, faults bool) ([]stacks.Process, fanout.Coverage) {
+func synthStacks(ranks, culprit int, faults bool) ([]stacks.Process, evidence.Coverage) {
 	var procs []stacks.Process
-	cov := fanout.Coverage{}
+	cov := evidence.Coverage{}
 	for n := 0; n*8 < ranks; n++ {
 		cov.Asked++
 		var rs []int
@@ -45,11 +46,11 @@ func synthStacks(ranks, culprit int, faults bool) ([]stacks.Process, fanout.Cove
 		host := fmt.Sprintf("node%04d", n)
 		if faults && (n%20 == 9 || n%20 == 19) {
 			node := cluster.Node{Host: host, Addr: fmt.Sprintf("127.0.%d.%d:9781", 10+n/250, 1+n%250), NodeRank: n, Ranks: rankset.Format(rs)}
-			err := &fanout.PeerError{Addr: node.Addr, Kind: "unreachable", Msg: "connection refused: no node daemon listens there (is `probing-mcp node` running on that node?)"}
+			err := &evidence.PeerError{Addr: node.Addr, Kind: "unreachable", Msg: "connection refused: no node daemon listens there (is `probing-mcp node` running on that node?)"}
 			if n%20 == 19 {
-				err = &fanout.PeerError{Addr: node.Addr, Kind: "timeout", Msg: "this node could not answer within the caller's 3.999s"}
+				err = &evidence.PeerError{Addr: node.Addr, Kind: "timeout", Msg: "this node could not answer within the caller's 3.999s"}
 			}
-			cov.Missing = append(cov.Missing, fanout.Outcome{Node: node, Err: err})
+			cov.Missing = append(cov.Missing, evidence.Outcome{Node: node, Err: err})
 			continue
 		}
 		cov.Answered++
@@ -75,8 +76,8 @@ func synthStacks(ranks, culprit int, faults bool) ([]stacks.Process, fanout.Cove
 }
 
 // wholeJobStacks builds get_stacks' whole-job result as its handler does.
-func wholeJobStacks(procs []stacks.Process, cov fanout.Coverage) GetStacksResult {
-	res := GetStacksResult{Sources: map[string]string{}, Coverage: coverageView(cov)}
+func wholeJobStacks(procs []stacks.Process, cov evidence.Coverage) GetStacksResult {
+	res := GetStacksResult{Sources: map[string]string{}, Coverage: coverageView(&cov)}
 	by := map[string][]int{}
 	for _, pr := range procs {
 		by[pr.Source] = append(by[pr.Source], pr.Rank)

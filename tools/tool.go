@@ -45,12 +45,39 @@ type Env struct {
 	// OutputSchemas lists each tool's output schema in tools/list
 	// (PROBING_MCP_OUTPUT_SCHEMAS); off by default, for the token budget.
 	OutputSchemas bool
-	// Cluster, when set, makes the whole job every tool's default scope
-	// (serve --job/--peers): the node daemons are asked, not this node.
+	// Cluster, when set, makes the whole job the scope of every tool
+	// (serve --job/--peers: the node daemons are asked, not this node)
+	// and adds the tools only the whole job has (list_cluster_nodes,
+	// cluster_query).
 	Cluster *fanout.Job
 	// GPU is this process's GPU sampler (serve in the node scope); nil
 	// reads the newest round a sampler left in the rings through SQL.
 	GPU evidence.GPUSource
+}
+
+// scope is where every tool reads the job's evidence: the whole job
+// when the server has one, else this node. No tool branches on which.
+func (e *Env) scope() evidence.Scope {
+	if e.Cluster != nil {
+		// Pids name this node's processes (list_processes lists them).
+		return e.Cluster.Scope(e.node())
+	}
+	return e.node()
+}
+
+// node is this node's scope, from the Env's sources.
+func (e *Env) node() *evidence.Node {
+	return &evidence.Node{Agents: e.Agents, SQL: e.SQL, Sampler: e.GPU, Host: nodeHost()}
+}
+
+// scopeError is a scope's failure as the tool says it: a selection or a
+// whole-job answer the caller can act on is the caller's to fix.
+func scopeError(err error) error {
+	var ce *evidence.CallError
+	if errors.As(err, &ce) {
+		return &UserError{msg: ce.Msg}
+	}
+	return err
 }
 
 // Def is one tool and how the server must treat it.

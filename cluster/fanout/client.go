@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
 	"github.com/probing-mcp/probing-mcp/internal/hmacauth"
@@ -36,13 +38,6 @@ const (
 	KindRefused     = "refused"     // the node answered with an error
 	KindNotDaemon   = "not_daemon"  // an original Probing agent: listed, not queried
 )
-
-// PeerError is why one node gave no answer.
-type PeerError struct {
-	Addr, Kind, Msg string
-}
-
-func (e *PeerError) Error() string { return e.Msg }
 
 // MaxReply bounds one node's answer (its evidence holds every rank's
 // threads and raw Flight Recorder dumps: torch keeps 2,000 entries a
@@ -122,7 +117,7 @@ func loopback(addr string) bool {
 // body (nil for none), the answer decoded into resp.
 func (c *Client) Do(ctx context.Context, n cluster.Node, method, path string, req, resp any) error {
 	pe := func(kind, format string, args ...any) error {
-		return &PeerError{Addr: n.Addr, Kind: kind, Msg: fmt.Sprintf(format, args...)}
+		return &evidence.PeerError{Addr: n.Addr, Kind: kind, Msg: fmt.Sprintf(format, args...)}
 	}
 	if n.Kind == cluster.KindProbing {
 		return pe(KindNotDaemon, "an original Probing agent, not a node daemon: run `probing-mcp node` on %s to include its ranks", n.Host)
@@ -257,19 +252,19 @@ func classify(ctx context.Context, addr string, err error) error {
 	var ne net.Error
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) || errors.Is(err, os.ErrDeadlineExceeded):
-		return &PeerError{Addr: addr, Kind: KindTimeout, Msg: "no answer in time"}
+		return &evidence.PeerError{Addr: addr, Kind: KindTimeout, Msg: "no answer in time"}
 	case errors.Is(err, context.Canceled):
-		return &PeerError{Addr: addr, Kind: KindTimeout, Msg: "the request was cancelled"}
+		return &evidence.PeerError{Addr: addr, Kind: KindTimeout, Msg: "the request was cancelled"}
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return &PeerError{Addr: addr, Kind: KindUnreachable, Msg: "connection refused: no node daemon listens there (is `probing-mcp node` running on that node?)"}
+		return &evidence.PeerError{Addr: addr, Kind: KindUnreachable, Msg: "connection refused: no node daemon listens there (is `probing-mcp node` running on that node?)"}
 	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
-		return &PeerError{Addr: addr, Kind: KindUnreachable, Msg: "the connection broke mid-answer (the daemon died?)"}
+		return &evidence.PeerError{Addr: addr, Kind: KindUnreachable, Msg: "the connection broke mid-answer (the daemon died?)"}
 	}
 	if strings.Contains(err.Error(), "malformed HTTP") || strings.Contains(err.Error(), "readLoopPeekFailLocked") {
 		// The second: it wrote before it was asked, which no HTTP server does.
-		return &PeerError{Addr: addr, Kind: KindGarbage, Msg: "it does not speak HTTP"}
+		return &evidence.PeerError{Addr: addr, Kind: KindGarbage, Msg: "it does not speak HTTP"}
 	}
-	return &PeerError{Addr: addr, Kind: KindUnreachable, Msg: bound(err.Error(), 200)}
+	return &evidence.PeerError{Addr: addr, Kind: KindUnreachable, Msg: bound(err.Error(), 200)}
 }
 
 func bound(s string, n int) string {

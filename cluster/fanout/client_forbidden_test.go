@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/fanout"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
@@ -27,7 +29,7 @@ func TestForbiddenSaysWhy(t *testing.T) {
 	n := cluster.Node{Host: "n0", Addr: s.Listener.Addr().String(), Kind: cluster.KindDaemon}
 	var info node.Info
 	err := fanout.NewClient("", 1).Do(context.Background(), n, http.MethodGet, node.PathInfo, nil, &info)
-	var pe *fanout.PeerError
+	var pe *evidence.PeerError
 	if !errors.As(err, &pe) || pe.Kind != fanout.KindAuth || !strings.Contains(pe.Msg, why) || strings.Contains(pe.Msg, "token was refused") {
 		t.Errorf("got %v", err)
 	}

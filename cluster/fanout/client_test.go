@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
 )
@@ -33,7 +35,7 @@ func TestReplyCapPerPath(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	var out map[string]any
 	err := c.Do(ctx, n, http.MethodPost, node.PathStacks, nil, &out)
-	var pe *PeerError
+	var pe *evidence.PeerError
 	if !errors.As(err, &pe) || pe.Kind != KindGarbage || !strings.Contains(pe.Msg, "its answer to /v1/stacks is over 32 MiB") {
 		t.Fatalf("stacks: %v", err)
 	}

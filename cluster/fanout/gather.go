@@ -23,23 +23,6 @@ import (
 // ending) as a whole, so that nothing a node sends reads as the
 // coordinator's own words (jobtext).
 
-// nodeWords names a node in a line: its host quoted, its address.
-func nodeWords(n cluster.Node) string {
-	return jobtext.Quote(n.Host, jobtext.Name) + " (" + addrWords(n.Addr) + ")"
-}
-
-// addrWords is an address as is when it is one, else quoted.
-func addrWords(a string) string { return jobtext.Token(a, jobtext.Name) }
-
-// ranksWords is a rank set membership was told: as is when it is one,
-// else quoted (the store's text).
-func ranksWords(s string) string {
-	if _, err := rankset.Parse(s); err != nil {
-		return jobtext.Quote(s, jobtext.Name)
-	}
-	return s
-}
-
 // nodeSaid is a line a node composed, quoted, after its node's name.
 func nodeSaid(n cluster.Node, line string) string {
 	return jobtext.Quote(n.Host, jobtext.Name) + " said: " + jobtext.Quote(line, jobtext.Line)
@@ -90,7 +73,7 @@ func newOwnership(ns []cluster.Node) *ownership {
 func (o *ownership) claim(n cluster.Node, ranks []int) {
 	ok, lies := claims(n, ranks)
 	if len(lies) > 0 {
-		o.lies = append(o.lies, fmt.Sprintf("%s answered for ranks %s, which membership registered to no rank of it (%s): dropped", nodeWords(n), rankset.Format(lies), ranksWords(n.Ranks)))
+		o.lies = append(o.lies, fmt.Sprintf("%s answered for ranks %s, which membership registered to no rank of it (%s): dropped", evidence.NodeWords(n), rankset.Format(lies), evidence.RanksWords(n.Ranks)))
 	}
 	if ranksOf(n) == nil {
 		// Its ranks are not known: those another node registered are not
@@ -106,7 +89,7 @@ func (o *ownership) claim(n cluster.Node, ranks []int) {
 		}
 		ok = keep
 		if len(others) > 0 {
-			o.lies = append(o.lies, fmt.Sprintf("%s (%s), whose ranks membership does not know, answered for ranks %s, which other nodes registered: dropped", jobtext.Quote(n.Host, jobtext.Name), addrWords(n.Addr), rankset.Format(others)))
+			o.lies = append(o.lies, fmt.Sprintf("%s (%s), whose ranks membership does not know, answered for ranks %s, which other nodes registered: dropped", jobtext.Quote(n.Host, jobtext.Name), evidence.AddrWords(n.Addr), rankset.Format(others)))
 		}
 	}
 	for _, r := range ok {
@@ -148,7 +131,7 @@ func clipList(xs []string, n int) string {
 	xs = slices.Clone(xs)
 	sort.Strings(xs)
 	for i := range xs {
-		xs[i] = addrWords(xs[i])
+		xs[i] = evidence.AddrWords(xs[i])
 	}
 	if len(xs) > n {
 		return fmt.Sprintf("%s and %d more", strings.Join(xs[:n], ", "), len(xs)-n)
@@ -193,10 +176,10 @@ func settle[T any](ns []cluster.Node, as []answered[T], ranks func(T) []int) (ow
 }
 
 // Stacks captures every rank's threads through its node's daemon.
-func (j *Job) Stacks(ctx context.Context, ranks string) ([]stacks.Process, Coverage, error) {
+func (j *Job) Stacks(ctx context.Context, ranks string) ([]stacks.Process, evidence.Coverage, error) {
 	ns, problems, err := j.nodes(ctx)
 	if err != nil {
-		return nil, Coverage{Problems: problems}, err
+		return nil, evidence.Coverage{Problems: problems}, err
 	}
 	var mu sync.Mutex
 	var as []answered[node.StacksReply]
@@ -243,10 +226,10 @@ func (j *Job) Stacks(ctx context.Context, ranks string) ([]stacks.Process, Cover
 }
 
 // FlightRecorder snapshots every torch rank through its node's daemon.
-func (j *Job) FlightRecorder(ctx context.Context, ranks string, onlyActive bool) ([]evidence.FRDump, Coverage, error) {
+func (j *Job) FlightRecorder(ctx context.Context, ranks string, onlyActive bool) ([]evidence.FRDump, evidence.Coverage, error) {
 	ns, problems, err := j.nodes(ctx)
 	if err != nil {
-		return nil, Coverage{Problems: problems}, err
+		return nil, evidence.Coverage{Problems: problems}, err
 	}
 	var mu sync.Mutex
 	var as []answered[node.FRReply]
@@ -295,12 +278,12 @@ const maxDumpBytes = 1 << 30
 // whole job's. A node that does not answer makes its ranks unreachable
 // (said per rank), never a failure; the Flight Recorder dumps of every
 // node are analysed together.
-func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, Coverage) {
+func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, evidence.Coverage) {
 	merged := &evidence.Bundle{Ranks: map[int]*evidence.RankEvidence{}, Unreachable: map[int]string{}}
 	ns, problems, err := j.nodes(ctx)
 	if err != nil {
 		merged.Problems = append(problems, "membership: "+err.Error())
-		return merged, Coverage{Problems: merged.Problems}
+		return merged, evidence.Coverage{Problems: merged.Problems}
 	}
 	var mu sync.Mutex
 	var as []answered[*evidence.Bundle]
@@ -311,11 +294,11 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 		}
 		b := rep.Bundle
 		if b == nil {
-			return &PeerError{Addr: n.Addr, Kind: KindGarbage, Msg: "its answer holds no evidence bundle"}
+			return &evidence.PeerError{Addr: n.Addr, Kind: KindGarbage, Msg: "its answer holds no evidence bundle"}
 		}
 		for r, e := range b.Ranks {
 			if e == nil || e.Rank != r || r < 0 || r >= evidence.MaxWorld {
-				return &PeerError{Addr: n.Addr, Kind: KindGarbage, Msg: fmt.Sprintf("its bundle's rank %d is malformed", r)}
+				return &evidence.PeerError{Addr: n.Addr, Kind: KindGarbage, Msg: fmt.Sprintf("its bundle's rank %d is malformed", r)}
 			}
 		}
 		mu.Lock()
@@ -377,11 +360,11 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 		rs := ranksOf(m.Node)
 		for _, r := range rs {
 			if merged.Ranks[r] == nil {
-				merged.Unreachable[r] = fmt.Sprintf("its node %s did not answer: %s: %s", nodeWords(m.Node), m.Err.Kind, m.Err.Msg)
+				merged.Unreachable[r] = fmt.Sprintf("its node %s did not answer: %s: %s", evidence.NodeWords(m.Node), m.Err.Kind, m.Err.Msg)
 			}
 		}
 		if len(rs) == 0 {
-			merged.Problems = append(merged.Problems, fmt.Sprintf("%s never answered, so which ranks it holds is not known", nodeWords(m.Node)))
+			merged.Problems = append(merged.Problems, fmt.Sprintf("%s never answered, so which ranks it holds is not known", evidence.NodeWords(m.Node)))
 		}
 	}
 	best := evidence.MajorityWorld(worlds)
@@ -406,10 +389,10 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 // GPU asks every node for its GPUs. A node's report with more devices
 // than a node can hold (gpu.MaxDevices) is garbage, not a node; one
 // without a host is named by its node.
-func (j *Job) GPU(ctx context.Context) ([]gpu.Report, Coverage, error) {
+func (j *Job) GPU(ctx context.Context) ([]gpu.Report, evidence.Coverage, error) {
 	ns, problems, err := j.nodes(ctx)
 	if err != nil {
-		return nil, Coverage{Problems: problems}, err
+		return nil, evidence.Coverage{Problems: problems}, err
 	}
 	var mu sync.Mutex
 	var reps []gpu.Report
@@ -420,10 +403,10 @@ func (j *Job) GPU(ctx context.Context) ([]gpu.Report, Coverage, error) {
 		}
 		r := rep.Report
 		if len(r.Devices) > gpu.MaxDevices || len(r.Xids) > gpu.MaxXidEvents {
-			return &PeerError{Addr: n.Addr, Kind: KindGarbage, Msg: fmt.Sprintf("its GPU report lists %d devices and %d Xid events (at most %d and %d)", len(r.Devices), len(r.Xids), gpu.MaxDevices, gpu.MaxXidEvents)}
+			return &evidence.PeerError{Addr: n.Addr, Kind: KindGarbage, Msg: fmt.Sprintf("its GPU report lists %d devices and %d Xid events (at most %d and %d)", len(r.Devices), len(r.Xids), gpu.MaxDevices, gpu.MaxXidEvents)}
 		}
 		if r.Source == "" && r.Status.State == "" {
-			return &PeerError{Addr: n.Addr, Kind: KindGarbage, Msg: "its answer holds no GPU report"}
+			return &evidence.PeerError{Addr: n.Addr, Kind: KindGarbage, Msg: "its answer holds no GPU report"}
 		}
 		if r.Host == "" {
 			r.Host = n.Host

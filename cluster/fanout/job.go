@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/fedsql"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
@@ -99,47 +101,6 @@ func NewJob(m Members, c *Client, opt Options) *Job {
 	return &Job{Members: m, Client: c, Opt: opt, last: map[string]*node.Info{}, seen: map[string]time.Time{}}
 }
 
-// Outcome is one node's part in a fan-out.
-type Outcome struct {
-	Node cluster.Node
-	Err  *PeerError
-	Took time.Duration
-}
-
-// Coverage says who answered a fan-out and who did not, and why.
-type Coverage struct {
-	Asked, Answered int
-	Missing         []Outcome
-	// Problems are membership's and the nodes' own partial answers.
-	Problems []string
-}
-
-// Complete is whether every node asked answered.
-func (c Coverage) Complete() bool { return c.Answered == c.Asked && c.Asked > 0 }
-
-// Text is one line: "3/4 nodes answered; node-d (10.0.0.4:9781) timed
-// out: no answer in time (ranks 12-15)".
-func (c Coverage) Text() string {
-	s := fmt.Sprintf("%d/%d node(s) answered", c.Answered, c.Asked)
-	for i, m := range c.Missing {
-		if i == 8 {
-			s += fmt.Sprintf("; and %d more", len(c.Missing)-i)
-			break
-		}
-		s += "; " + m.Words()
-	}
-	return s
-}
-
-// Words say who did not answer and why.
-func (o Outcome) Words() string {
-	s := fmt.Sprintf("%s %s: %s", nodeWords(o.Node), addrWords(o.Err.Kind), o.Err.Msg)
-	if o.Node.Ranks != "" {
-		s += " (ranks " + ranksWords(o.Node.Ranks) + ")"
-	}
-	return s
-}
-
 type progressKey struct{}
 
 // Progress is told how far a fan-out is.
@@ -151,7 +112,7 @@ func WithProgress(ctx context.Context, p Progress) context.Context {
 }
 
 // ErrPartial is the strict mode's error for a partial answer.
-type ErrPartial struct{ Coverage Coverage }
+type ErrPartial struct{ Coverage evidence.Coverage }
 
 func (e *ErrPartial) Error() string {
 	return "partial answer refused (" + cluster.EnvStrict + "=1): " + e.Coverage.Text()
@@ -172,7 +133,7 @@ func (j *Job) nodes(ctx context.Context) ([]cluster.Node, []string, error) {
 	uniq := ns[:0]
 	for _, n := range ns {
 		if seen[n.Addr] {
-			problems = append(problems, fmt.Sprintf("%s is listed twice: asked once", nodeWords(n)))
+			problems = append(problems, fmt.Sprintf("%s is listed twice: asked once", evidence.NodeWords(n)))
 			continue
 		}
 		seen[n.Addr] = true
@@ -193,13 +154,13 @@ func (j *Job) nodes(ctx context.Context) ([]cluster.Node, []string, error) {
 }
 
 // each calls fn on every node, Concurrency at a time, each within the
-// peer timeout and all within the deadline. fn's PeerError (or any error)
+// peer timeout and all within the deadline. fn's evidence.PeerError (or any error)
 // makes the node missing.
-func (j *Job) each(ctx context.Context, ns []cluster.Node, fn func(ctx context.Context, n cluster.Node) error) Coverage {
+func (j *Job) each(ctx context.Context, ns []cluster.Node, fn func(ctx context.Context, n cluster.Node) error) evidence.Coverage {
 	ctx, cancel := context.WithTimeout(ctx, j.Opt.Deadline)
 	defer cancel()
 	progress, _ := ctx.Value(progressKey{}).(Progress)
-	cov := Coverage{Asked: len(ns)}
+	cov := evidence.Coverage{Asked: len(ns)}
 	var mu sync.Mutex
 	sem := make(chan struct{}, max(j.Opt.Concurrency, 1))
 	var wg sync.WaitGroup
@@ -211,7 +172,7 @@ func (j *Job) each(ctx context.Context, ns []cluster.Node, fn func(ctx context.C
 		}
 		if ctx.Err() != nil {
 			mu.Lock()
-			cov.Missing = append(cov.Missing, Outcome{Node: n, Err: &PeerError{Addr: n.Addr, Kind: KindTimeout, Msg: "not asked: the fan-out's deadline passed first"}})
+			cov.Missing = append(cov.Missing, evidence.Outcome{Node: n, Err: &evidence.PeerError{Addr: n.Addr, Kind: KindTimeout, Msg: "not asked: the fan-out's deadline passed first"}})
 			mu.Unlock()
 			continue
 		}
@@ -226,11 +187,11 @@ func (j *Job) each(ctx context.Context, ns []cluster.Node, fn func(ctx context.C
 			defer mu.Unlock()
 			done++
 			if err != nil {
-				pe, ok := err.(*PeerError)
+				pe, ok := err.(*evidence.PeerError)
 				if !ok {
-					pe = &PeerError{Addr: n.Addr, Kind: KindGarbage, Msg: err.Error()}
+					pe = &evidence.PeerError{Addr: n.Addr, Kind: KindGarbage, Msg: err.Error()}
 				}
-				cov.Missing = append(cov.Missing, Outcome{Node: n, Err: pe, Took: time.Since(t0)})
+				cov.Missing = append(cov.Missing, evidence.Outcome{Node: n, Err: pe, Took: time.Since(t0)})
 			} else {
 				cov.Answered++
 				j.mu.Lock()
@@ -285,10 +246,10 @@ type NodeStatus struct {
 }
 
 // Nodes asks every node for its ranks.
-func (j *Job) Nodes(ctx context.Context) ([]NodeStatus, Coverage, error) {
+func (j *Job) Nodes(ctx context.Context) ([]NodeStatus, evidence.Coverage, error) {
 	ns, problems, err := j.nodes(ctx)
 	if err != nil {
-		return nil, Coverage{Problems: problems}, err
+		return nil, evidence.Coverage{Problems: problems}, err
 	}
 	out := make([]NodeStatus, len(ns))
 	idx := map[string]int{}
@@ -340,7 +301,7 @@ func (j *Job) Nodes(ctx context.Context) ([]NodeStatus, Coverage, error) {
 }
 
 // strict turns a partial coverage into an error when asked to.
-func (j *Job) strict(cov Coverage) error {
+func (j *Job) strict(cov evidence.Coverage) error {
 	if j.Opt.Strict && !cov.Complete() {
 		return &ErrPartial{Coverage: cov}
 	}
@@ -348,4 +309,4 @@ func (j *Job) strict(cov Coverage) error {
 }
 
 // StrictError is the strict mode's error for a coverage, nil otherwise.
-func (j *Job) StrictError(cov Coverage) error { return j.strict(cov) }
+func (j *Job) StrictError(cov evidence.Coverage) error { return j.strict(cov) }

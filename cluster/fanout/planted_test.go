@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/fanout"
@@ -76,7 +78,7 @@ func TestPlantedAddressLearnsNoToken(t *testing.T) {
 	defer cancel()
 	var info node.Info
 	err := c.Do(ctx, n, http.MethodGet, node.PathInfo, nil, &info)
-	var pe *fanout.PeerError
+	var pe *evidence.PeerError
 	if !errors.As(err, &pe) || pe.Kind != fanout.KindAuth || !strings.Contains(pe.Msg, "not counted") || info.World != 0 {
 		t.Fatalf("a planted node's answer counted: %v %+v", err, info)
 	}
@@ -149,7 +151,7 @@ s.serve_forever()`
 	for tok, why := range map[string]string{"": "runs as uid 65534", "tok": "the answer is not signed"} {
 		var info node.Info
 		err := fanout.NewClient(tok, 1).Do(ctx, n, http.MethodGet, node.PathInfo, nil, &info)
-		var pe *fanout.PeerError
+		var pe *evidence.PeerError
 		if !errors.As(err, &pe) || pe.Kind != fanout.KindAuth || !strings.Contains(pe.Msg, why) || info.World != 0 {
 			t.Errorf("token %q: another user's loopback daemon counted: %v %+v", tok, err, info)
 		}

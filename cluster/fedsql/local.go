@@ -32,11 +32,14 @@ func (l *Local) ID() string { return l.NodeID }
 // Tags are the node's tags.
 func (l *Local) Tags() NodeTags { return l.NodeTags }
 
-// Tables lists the node's ring tables (not the documentation tables nor
-// the history) with their columns, tag columns included.
+// Tables lists the node's ring tables and probing.rings (the rings
+// themselves, each node's), with their columns, tag columns included; not
+// the documentation tables (every node's are the same) nor the history
+// (the coordinator's own).
 func (l *Local) Tables(ctx context.Context) ([]Table, error) {
 	rows, err := l.Engine.QueryRows(ctx, `SELECT table_schema, table_name, column_name, data_type FROM information_schema.columns
-		WHERE lower(table_schema) NOT IN ('probing', 'history') ORDER BY table_schema, table_name, ordinal_position`, sqlengine.MaxScanRows)
+		WHERE lower(table_schema) <> 'history' AND (lower(table_schema) <> 'probing' OR lower(table_name) = 'rings')
+		ORDER BY table_schema, table_name, ordinal_position`, sqlengine.MaxScanRows)
 	if err != nil {
 		return nil, err
 	}

@@ -105,6 +105,7 @@ func Query(ctx context.Context, nodes []Node, sqlText string, limit int, opt Opt
 	if err := sqlengine.CheckReadOnly(sqlText); err != nil {
 		return nil, err
 	}
+	sqlText = unGlobal(sqlText)
 	q := &query{ctx: ctx, start: time.Now(), nodes: nodes, sql: sqlText, limit: sqlengine.ClampLimit(limit), opt: opt, failed: map[string]string{}}
 	q.phase.Store("while it waited for the nodes")
 	var res *sqlengine.Result
@@ -119,6 +120,9 @@ func Query(ctx context.Context, nodes []Node, sqlText string, limit int, opt Opt
 	}
 	return res, nil
 }
+
+// maxFailedListed bounds the nodes data_quality lists as failed.
+const maxFailedListed = 50
 
 func (q *query) run() (*sqlengine.Result, error) {
 	parts, down, err := q.copyRows()
@@ -155,6 +159,14 @@ func (q *query) run() (*sqlengine.Result, error) {
 		qu.Notes = append(qu.Notes, "did not answer: "+m)
 	}
 	qu.Notes = append(qu.Notes, q.notes...)
+	qu.NodesAsked = len(q.nodes)
+	for id := range q.failed {
+		qu.NodesFailed = append(qu.NodesFailed, jobtext.Token(id, jobtext.Name))
+	}
+	sort.Strings(qu.NodesFailed)
+	if n := len(qu.NodesFailed); n > maxFailedListed {
+		qu.NodesFailed = append(qu.NodesFailed[:maxFailedListed], fmt.Sprintf("… and %d more", n-maxFailedListed))
+	}
 	qu.Partial = len(q.failed) > 0 || len(q.notes) > 0
 	res.DataQuality = qu
 	return res, nil

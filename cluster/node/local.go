@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
@@ -17,8 +16,9 @@ import (
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
-// Local serves this node: its agents (agent.Discover), the fallbacks of
-// agent.Stacks, the evidence service's Gather and the ring tables.
+// Local serves this node to the coordinator: the node's evidence.Scope
+// (evidence.Node, as a member of the job) in the node API's replies, with
+// each process named by the host its job knows, and the ring tables.
 type Local struct {
 	Self    cluster.Node
 	Version string
@@ -73,36 +73,11 @@ func (l *Local) Info(ctx context.Context) (*Info, error) {
 	return in, nil
 }
 
-// selected are the live agents of the node for a rank selection.
-func (l *Local) selected(ranks string) ([]*agent.Agent, error) {
-	all, err := agent.Discover(l.Agents)
-	if err != nil {
-		return nil, err
-	}
-	sel := agent.Selection{}
-	if strings.TrimSpace(ranks) != "" {
-		rs, err := rankset.Parse(ranks)
-		if err != nil {
-			return nil, fmt.Errorf("ranks %q: %v", ranks, err)
-		}
-		// Only the ones this node holds: the coordinator sends the whole
-		// selection to every node.
-		held := map[int]bool{}
-		for _, a := range all {
-			if a.IsJobRank() && a.Alive {
-				held[a.Rank()] = true
-			}
-		}
-		for _, r := range rs {
-			if held[r] {
-				sel.Ranks = append(sel.Ranks, r)
-			}
-		}
-		if len(sel.Ranks) == 0 {
-			return nil, nil
-		}
-	}
-	return agent.Select(all, sel)
+// scope is the node as one of a whole-job scope: the coordinator's
+// selection is the job's, its deadline the node's time, its Flight
+// Recorder dumps raw.
+func (l *Local) scope() *evidence.Node {
+	return &evidence.Node{Agents: l.Agents, SQL: l.SQL, Sampler: l.GPUSampler, Host: l.Self.Host, Member: true}
 }
 
 // hostOf is the node's name as the job of process pid knows it (the name
@@ -124,59 +99,38 @@ func (l *Local) hostOf(pid int) string {
 
 // Stacks captures every selected process's threads.
 func (l *Local) Stacks(ctx context.Context, req StacksRequest) (*StacksReply, error) {
-	as, err := l.selected(req.Ranks)
+	ans, err := l.scope().Stacks(ctx, evidence.Selection{Ranks: req.Ranks})
 	if err != nil {
 		return nil, err
 	}
-	procs := agent.CollectStacks(ctx, as, agent.StackOptions{})
-	for i := range procs {
-		procs[i].Host = l.hostOf(procs[i].PID)
+	for i := range ans.Processes {
+		ans.Processes[i].Host = l.hostOf(ans.Processes[i].PID)
 	}
-	return &StacksReply{Processes: procs}, nil
+	return &StacksReply{Processes: ans.Processes}, nil
 }
 
 // Evidence is the node's bundle for the diagnosis, its Flight Recorder
 // raw: the coordinator analyses every node's dumps together.
 func (l *Local) Evidence(ctx context.Context, req EvidenceRequest) (*EvidenceReply, error) {
-	d := agent.NodeBudget
-	if dl, ok := ctx.Deadline(); ok {
-		d = time.Until(dl)
+	b, _, err := l.scope().Evidence(ctx, req.CommPerRank)
+	if err != nil {
+		return nil, err
 	}
-	b := evidence.Gather(ctx, evidence.Options{Agents: l.Agents, SQL: l.SQL, Deadline: d, CommPerRank: req.CommPerRank, RawFR: true,
-		GPU: l.GPUSampler, Host: l.Self.Host})
 	return &EvidenceReply{Bundle: b}, nil
 }
 
 // FlightRecorder snapshots the selected torch ranks.
 func (l *Local) FlightRecorder(ctx context.Context, req FRRequest) (*FRReply, error) {
-	as, err := l.selected(req.Ranks)
+	ans, err := l.scope().FlightRecorder(ctx, evidence.Selection{Ranks: req.Ranks}, req.OnlyActive)
 	if err != nil {
 		return nil, err
 	}
-	var torch []*agent.Agent
-	for _, a := range as {
-		if a.Identity != nil && a.Identity.Torch != "" {
-			torch = append(torch, a)
-		}
+	for i := range ans.Dumps {
+		d := &ans.Dumps[i]
+		d.Host = l.hostOf(d.PID)
+		d.From = fmt.Sprintf("%s pid %d", d.Host, d.PID)
 	}
-	col := agent.CollectFlightRecorder(ctx, torch, req.OnlyActive)
-	rep := &FRReply{Dumps: []evidence.FRDump{}}
-	for _, a := range torch {
-		if err := col.Errors[a.PID]; err != nil {
-			rep.Problems = append(rep.Problems, fmt.Sprintf("rank %d (pid %d): %v", a.Rank(), a.PID, err))
-		}
-		if s := col.Snapshots[a.PID]; s != nil {
-			r := s.Rank
-			if r < 0 {
-				r = a.Rank()
-			}
-			rep.Dumps = append(rep.Dumps, evidence.FRDump{Rank: r, From: fmt.Sprintf("%s pid %d", l.hostOf(a.PID), a.PID), Data: s.Data})
-		}
-	}
-	if n := len(as) - len(torch); n > 0 {
-		rep.Problems = append(rep.Problems, fmt.Sprintf("%d process(es) without torch have no Flight Recorder", n))
-	}
-	return rep, nil
+	return &FRReply{Dumps: ans.Dumps, Problems: ans.Failed}, nil
 }
 
 func (l *Local) fed() (*fedsql.Local, error) {
@@ -208,5 +162,9 @@ func (l *Local) Scan(ctx context.Context, req fedsql.ScanRequest) (*fedsql.ScanR
 // GPU is the node's GPUs: the live sampler's newest round, else the
 // rings', else why there is none (never an error).
 func (l *Local) GPU(ctx context.Context, _ GPURequest) (*GPUReply, error) {
-	return &GPUReply{Report: evidence.NodeGPU(ctx, l.GPUSampler, l.SQL, l.Self.Host)}, nil
+	reps, _, err := l.scope().GPU(ctx)
+	if err != nil || len(reps) != 1 {
+		return nil, fmt.Errorf("the node's GPU report: %v", err)
+	}
+	return &GPUReply{Report: reps[0]}, nil
 }

@@ -167,13 +167,16 @@ func demoVerdict(ctx context.Context, job *demojob.Job) (diagnosis.Report, error
 		return diagnosis.Report{}, err
 	}
 	opt := diagnosis.RunOptions{
-		Evidence: evidence.Options{Agents: agent.Options{DataDir: job.DataDir, CtrlRoot: job.CtrlRoot}, SQL: e},
-		State:    diagnosis.StateOptions{MinStall: 5 * time.Second},
+		Scope: &evidence.Node{Agents: agent.Options{DataDir: job.DataDir, CtrlRoot: job.CtrlRoot}, SQL: e},
+		State: diagnosis.StateOptions{MinStall: 5 * time.Second},
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
-		rep := diagnosis.Run(ctx, opt)
+		rep, err := diagnosis.Run(ctx, opt)
+		if err != nil {
+			return rep, err
+		}
 		if rep.State == diagnosis.StateStalled && (len(rep.Hypotheses) == 0 || rep.Hypotheses[0].Confidence == diagnosis.High) || ctx.Err() != nil {
 			rep.Bound()
 			return rep, nil

@@ -27,6 +27,16 @@ type FRDump struct {
 	// From says where it came from (the pid snapshotted, the dump file).
 	From string `json:"from"`
 	Data []byte `json:"data"`
+	// What a live snapshot said of itself (for the history and the
+	// snapshot listing); absent for a dump file.
+	PID           int    `json:"pid,omitempty"`
+	Host          string `json:"host,omitempty"`
+	WorldSize     int    `json:"world_size,omitempty"`
+	Records       int    `json:"records,omitempty"`
+	ProcessGroups int    `json:"process_groups,omitempty"`
+	Version       string `json:"version,omitempty"`
+	Format        string `json:"format,omitempty"`
+	DumpFunction  string `json:"dump_function,omitempty"`
 }
 
 // maxFRBytes bounds the raw dumps one gathering keeps.
@@ -118,17 +128,8 @@ func AnalyzeFR(ctx context.Context, b *Bundle) {
 	if len(b.FRDumps) == 0 {
 		return
 	}
-	loaded := &fr.Loaded{}
-	for _, d := range b.FRDumps {
-		dump, err := fr.DecodeContext(ctx, d.Data, fr.Limits{})
-		if err != nil {
-			b.Problems = append(b.Problems, fmt.Sprintf("rank %d's Flight Recorder (%s) does not decode: %v", d.Rank, d.From, err))
-			continue
-		}
-		agent.DropAgentFRFrames(dump)
-		dump.Rank, dump.Path = d.Rank, d.From
-		loaded.Dumps = append(loaded.Dumps, dump)
-	}
+	loaded, problems := LoadFR(ctx, b.FRDumps)
+	b.Problems = append(b.Problems, problems...)
 	if len(loaded.Dumps) == 0 {
 		return
 	}

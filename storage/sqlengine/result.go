@@ -51,6 +51,11 @@ type Quality struct {
 	InvalidUTF8     int      `json:"invalid_utf8_values,omitempty"`
 	CellsCut        int      `json:"cells_cut,omitempty"`
 	Notes           []string `json:"notes,omitempty"`
+	// NodesAsked and NodesFailed are a whole-job query's nodes: how many
+	// were asked, and the addresses of those that did not answer (at
+	// most 50, then how many more).
+	NodesAsked  int      `json:"nodes_asked,omitempty"`
+	NodesFailed []string `json:"nodes_failed,omitempty"`
 }
 
 const maxProblems = 20
