@@ -38,7 +38,7 @@ func (r AnalyzeFlightRecorderResult) writeText(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, "; version %s, %s, %s", orDash(rv.Versions), orDash(rv.Formats), timing)
 	if rv.MissingDumps != "" {
-		b.WriteString("; no dump from " + rankWords(rv.MissingDumps))
+		b.WriteString("; no dump from " + rankset.Words(rv.MissingDumps))
 	}
 	b.WriteString(".\n")
 	fmt.Fprintf(b, "Process groups: %d of %d with a problem", r.ProblemGroups, r.TotalGroups)
@@ -160,7 +160,7 @@ func (r SnapshotFlightRecorderResult) ModelText() string {
 	}
 	fmt.Fprintf(&b, "Snapshots: %d (", len(r.Snapshots))
 	if len(ranks) > 0 {
-		b.WriteString(rankWords(rankset.Format(ranks)))
+		b.WriteString(rankset.Words(rankset.Format(ranks)))
 	}
 	if len(pids) > 0 {
 		if len(ranks) > 0 {

@@ -107,7 +107,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(out, "\nThe job is stuck. %d agents answer. What get_stacks sees (identical stacks merged, odd ones out first):\n\n", len(live))
 	procs := agent.CollectStacks(ctx, live, agent.StackOptions{})
 	merged := stacks.Merge(procs, stacks.MergeOptions{})
-	if err := merged.WriteText(out); err != nil {
+	if _, err := io.WriteString(out, merged.Text(stacks.TextOptions{})); err != nil {
 		return fail(err)
 	}
 	repo := findRepo()
