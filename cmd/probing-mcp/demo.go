@@ -115,7 +115,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(out, "\nWhat snapshot_flight_recorder finds (each rank's Flight Recorder, analysed together):")
 		col := agent.CollectFlightRecorder(ctx, live, false)
 		rep := fr.AnalyzeLoaded(col.Loaded, fr.Options{})
-		if err := rep.WriteText(out, false); err != nil {
+		if _, err := io.WriteString(out, rep.View(fr.ViewOptions{}).Text()); err != nil {
 			return fail(err)
 		}
 	}
