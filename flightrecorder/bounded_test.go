@@ -3,6 +3,7 @@ package flightrecorder
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -70,29 +71,35 @@ func TestBounded(t *testing.T) {
 	}
 }
 
-// TestWriteTextBounded: the text lists the worst groups and a few notes
-// each, clips lines, and stops at maxTextBytes, saying so each time.
-func TestWriteTextBounded(t *testing.T) {
+// TestTextBounded: the text (analyze's page of it here) lists the worst
+// groups and a few lines of each list, clips lines, and stops listing
+// groups past maxTextBytes, saying so each time.
+func TestTextBounded(t *testing.T) {
 	r := bigReport(300, 5000, 30, 3000)
-	var b strings.Builder
-	if err := r.WriteText(&b, false); err != nil {
-		t.Fatal(err)
-	}
-	out := b.String()
-	if len(out) > 2<<20 || !strings.Contains(out, "… 200 more process group(s) not shown: the worst 100 are") ||
-		!strings.Contains(out, "… 20 more notes (--json)") || !strings.Contains(out, "… 20 more warnings (--verbose)") {
+	out := r.View(TerminalView(false)).Text()
+	if len(out) > 2<<20 || !strings.Contains(out, "More groups: 200 not listed; --pg or --ranks narrows the analysis.") ||
+		!strings.Contains(out, "… listed 0 of 0 file problem(s) and 8 of 30 warning(s) (--json lists them)") {
 		t.Errorf("%d bytes:\n%.3000s", len(out), out)
 	}
 	for _, l := range strings.Split(out, "\n") {
-		if len(l) > maxTextLine+64 {
+		if len(l) > maxTextFinding+64 {
 			t.Fatalf("a line of %d bytes", len(l))
 		}
 	}
-	b.Reset()
-	if err := bigReport(1100, 5000, 5000, 3000).WriteText(&b, true); err != nil {
-		t.Fatal(err)
-	}
-	if out := b.String(); len(out) > maxTextBytes+4096 || !strings.HasSuffix(out, "(--json, --pg or --ranks say the rest)\n") {
+	out = bigReport(1100, 5000, 5000, 3000).View(TerminalView(true)).Text()
+	if len(out) > maxTextBytes || !strings.Contains(out, "More groups: 76 not listed") ||
+		!strings.Contains(out, "  … 41 more evidence line(s) (--json lists them)") || !strings.Contains(out, "  … 904 more line(s) (--json)") {
 		t.Errorf("verbose: %d bytes, ending %q", len(out), out[max(0, len(out)-200):])
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if len(l) > maxTextFinding+64 {
+			t.Fatalf("verbose: a line of %d bytes", len(l))
+		}
+	}
+	// A page past maxTextBytes stops listing its groups.
+	g := GroupView{PGName: "0", Verdict: "UNDECIDED", Finding: strings.Repeat("x", maxTextFinding)}
+	v := View{Verdict: "UNDECIDED", ProcessGroups: slices.Repeat([]GroupView{g}, maxTextBytes/maxTextFinding+10), term: &terminal{}}
+	if out := v.Text(); len(out) > maxTextBytes+2*maxTextFinding || !strings.Contains(out, "… the text stops here, past 16777216 bytes: ") {
+		t.Errorf("a page past the bound: %d bytes, ending %q", len(out), out[max(0, len(out)-300):])
 	}
 }

@@ -2,18 +2,19 @@ package flightrecorder
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/probing-mcp/probing-mcp/internal/jobtext/jobtexttest"
 )
 
-// TestWriteTextQuotesDumpText: issue 23. A dump's group name and
-// description, thread and frames are the job's text, and so is a dump
-// file's name: the terminal text quotes them, verbose or not, the NoMatch
-// line names the groups quoted, and a file problem says its path once,
-// quoted (an os error's copy of it is "the file").
-func TestWriteTextQuotesDumpText(t *testing.T) {
+// TestTextQuotesDumpText: issue 23. A dump's group name and description,
+// thread and frames are the job's text, and so is a dump file's name: the
+// text quotes them, the tools' and the terminal's, verbose or not, the
+// NoMatch line names the groups quoted, and a file problem says its path
+// once, quoted (an os error's copy of it is "the file").
+func TestTextQuotesDumpText(t *testing.T) {
 	dir := t.TempDir()
 	jobtexttest.WriteFRDumps(t, dir)
 	ld, err := LoadContext(context.Background(), []string{dir}, LoadOptions{})
@@ -21,12 +22,8 @@ func TestWriteTextQuotesDumpText(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := Analyze(ld.Dumps, Options{})
-	for _, verbose := range []bool{false, true} {
-		var b strings.Builder
-		if err := rep.WriteText(&b, verbose); err != nil {
-			t.Fatal(err)
-		}
-		jobtexttest.Check(t, "analyze", b.String(), 16<<10)
+	for _, o := range []ViewOptions{{}, {Full: true}, TerminalView(false), TerminalView(true)} {
+		jobtexttest.Check(t, fmt.Sprintf("analyze %+v", o), rep.View(o).Text(), 16<<10)
 	}
 	jobtexttest.Check(t, "summary", rep.Summary, 2<<10)
 	if rep := Analyze(ld.Dumps, Options{PG: "nosuch"}); rep.NoMatch == "" {

@@ -280,7 +280,7 @@ func applySoftLimit() {
 // PROBING_FR_* or the defaults), as a load and an analysis run: render
 // writes through a writer that measures on every write and fails past the
 // ceiling, and the error is then the *MemoryCeilingError. A rendering is
-// bounded (Report.Bounded, WriteText), so this is the last guard, not the
+// bounded (Report.Bounded, View.Text), so this is the last guard, not the
 // first.
 func RenderGuarded(ctx context.Context, lim Limits, w io.Writer, render func(io.Writer) error) error {
 	lim, _ = lim.resolved()

@@ -2,211 +2,183 @@ package flightrecorder
 
 import (
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
-// WriteText renders the report for a human at a terminal: the verdict
-// first, then one paragraph per process group, worst first. verbose adds
-// healthy groups' details and fr_trace's transcript when the report has it.
-//
-// The text is bounded whatever the report holds (see Bounded): at most
-// maxTextGroups groups (maxShownGroups verbose), a few notes and problems
-// each (all of them up to the bounds verbose), clipped lines, and
-// maxTextBytes in all; every cut says so.
-func (r *Report) WriteText(w io.Writer, verbose bool) error {
-	p := &printer{w: w, left: maxTextBytes}
-	nGroups, nNotes, lineBytes := maxTextGroups, maxTextNotes, maxTextLine
-	if verbose {
-		nGroups, nNotes, lineBytes = maxShownGroups, maxShownLines, maxShownText
-	}
-	rs := r.Ranks
+// Bounds of the text beyond the view's own.
+const (
+	maxTextLagging  = 8
+	maxTextEvidence = 10
+	// maxTextFinding: a finding line is the analysis' own and short; a
+	// tensor list in it can make one long.
+	maxTextFinding    = 4 << 10
+	maxTextTranscript = 4096
+	// maxTextBytes stops the groups of a view past this much text (a
+	// terminal's --verbose page of a thousand groups).
+	maxTextBytes = 16 << 20
+)
+
+// Text is the one text rendering of a Flight Recorder report, for the
+// tools (what the model reads) and the CLI: the verdict and summary, the
+// dumps seen, one paragraph per listed process group, the paging,
+// fr_trace's view, then data quality. Every list is bounded and every cut
+// says how to see the rest, in the reader's words (ViewOptions.Terminal);
+// the dump's text is quoted (jobtext).
+func (v View) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s\n", v.Verdict, rankset.ShortSets(strings.TrimSpace(v.Summary)))
+	rv := v.Ranks
 	timing := "timing off"
-	if rs.TimingOn {
+	if rv.TimingEnabled {
 		timing = "timing on"
 	}
-	p.f("Flight Recorder analysis: %d dump(s), ranks %s, version %s, %s, %s\n", len(rs.Dumped), rs.DumpedText, rs.Versions, rs.Formats, timing)
-	if len(rs.MissingDump) > 0 {
-		p.f("No dump from rank(s) %s\n", rankText(rs.MissingDump))
+	fmt.Fprintf(&b, "Dumps: ranks %s", rankset.Short(rv.Dumped))
+	if rv.ExpectedWorld > 0 {
+		fmt.Fprintf(&b, " of world %d", rv.ExpectedWorld)
 	}
-	p.f("\n%s\n", clipText(r.Summary, maxShownText))
-	healthy, shown, more := 0, 0, 0
-	for _, pr := range r.ProcessGroups {
-		switch {
-		case pr.Finding.Kind == KindHealthy && !verbose:
-			healthy++
-		case shown == nGroups:
-			more++
-		default:
-			shown++
-			p.group(pr, nNotes, lineBytes)
+	fmt.Fprintf(&b, "; version %s, %s, %s", orDash(rv.Versions), orDash(rv.Formats), timing)
+	if rv.MissingDumps != "" {
+		b.WriteString("; no dump from " + rankset.Words(rv.MissingDumps))
+	}
+	b.WriteString(".\n")
+	fmt.Fprintf(&b, "Process groups: %d of %d with a problem", v.ProblemGroups, v.TotalGroups)
+	if n := len(v.ProcessGroups); n > 0 {
+		fmt.Fprintf(&b, "; listed %d-%d", v.Offset+1, v.Offset+n)
+	}
+	b.WriteString(".\n")
+	for i, g := range v.ProcessGroups {
+		if b.Len() > maxTextBytes {
+			fmt.Fprintf(&b, "… the text stops here, past %d bytes: %d more listed group(s) not shown (--json, --pg or --ranks say the rest).\n", maxTextBytes, len(v.ProcessGroups)-i)
+			break
 		}
+		v.writeGroup(&b, g)
 	}
-	if more > 0 {
-		p.f("\n… %d more process group(s) not shown: the worst %d are (--pg or --ranks narrows the analysis).\n", more, shown)
-	}
-	if healthy > 0 {
-		p.f("\n%d more process group(s) OK (all collectives matched; --verbose lists them).\n", healthy)
-	}
-	if ft := r.FRTrace; ft.Aborted != "" {
-		p.f("\nfr_trace would stop: %s", jobtext.Quote(ft.Aborted, jobtext.Line))
-		if ft.UsedAllowIncomplete && ft.Skipped == "" {
-			p.f(" (with --allow-incomplete-ranks it goes on; its verdicts are shown per group)")
-		}
-		p.f("\n")
-	}
-	if s := r.FRTrace.Skipped; s != "" {
-		p.f("\n%s\n", s)
-	}
-	if verbose && len(r.FRTrace.Transcript) > 0 {
-		p.f("\nfr_trace transcript:\n")
-		for i, l := range r.FRTrace.Transcript {
-			if i == maxShownLines {
-				p.f("  … %d more lines\n", len(r.FRTrace.Transcript)-i)
-				break
-			}
-			p.f("  %s\n", jobtext.Quote(l, min(lineBytes, 1<<10))) // fr_trace's output, the dump's text in it
-		}
-	}
-	dq := r.DataQuality
-	if len(dq.Files) > 0 || len(dq.Warnings) > 0 {
-		p.f("\nData quality:\n")
-		for i, fp := range dq.Files {
-			if i == nNotes {
-				p.f("  … %d more file problems%s\n", len(dq.Files)-i, orVerbose(verbose))
-				break
-			}
-			p.f("  %s\n", jobtext.Cut(fp.Text(), lineBytes)) // the path quoted
-		}
-		for i, wn := range dq.Warnings {
-			if i == nNotes {
-				p.f("  … %d more warnings%s\n", len(dq.Warnings)-i, orVerbose(verbose))
-				break
-			}
-			p.f("  %s\n", jobtext.Cut(wn, lineBytes)) // names in it quoted where composed
-		}
-	}
-	return p.err
-}
-
-// Bounds of the text (WriteText); verbose text has Bounded's.
-const (
-	maxTextGroups = 100
-	maxTextNotes  = 10
-	maxTextLine   = 1024
-	maxTextBytes  = 16 << 20
-)
-
-func orVerbose(verbose bool) string {
-	if verbose {
-		return ""
-	}
-	return " (--verbose)"
-}
-
-// printer writes until an error or maxTextBytes, then says it stopped.
-type printer struct {
-	w    io.Writer
-	err  error
-	left int
-}
-
-func (p *printer) f(format string, args ...any) {
-	if p.err != nil || p.left < 0 {
-		return
-	}
-	s := fmt.Sprintf(format, args...)
-	if len(s) > p.left {
-		s = clipText(s, p.left) + fmt.Sprintf("\n… the text stops here: it passed %d bytes (--json, --pg or --ranks say the rest)\n", maxTextBytes)
-		p.left = -1
-	} else {
-		p.left -= len(s)
-	}
-	_, p.err = io.WriteString(p.w, s)
-}
-
-func (p *printer) group(pr PGReport, nNotes, lineBytes int) {
-	p.f("\n%s  ranks %s  %s", PGLabel(pr.PGName, pr.PGDesc), pr.MembersText, pr.Verdict)
-	if pr.Verdict != VerdictOK && pr.CollectiveSeqID >= 0 {
-		p.f(" at #%d %s", pr.CollectiveSeqID, jobtext.Quote(pr.ProfilingName, jobtext.Name))
-	}
-	p.f("  [%s, confidence %s]\n", pr.Finding.Kind, pr.Finding.Confidence)
-	p.f("  %s\n", clipText(pr.Finding.Line, lineBytes))
-	if len(pr.CulpritRanks) > 0 {
-		p.f("  culprit rank(s): %s\n", rankText(pr.CulpritRanks))
-	}
-	for _, f := range pr.Secondary {
-		p.f("  also %s: %s\n", f.Kind, clipText(f.Line, lineBytes))
-	}
-	if a := pr.Arrival; a != nil {
-		p.f("  arrivals: %s\n", a.Line)
-	}
-	if len(pr.LaggingRanks) > 0 {
-		p.f("  lagging ranks (worst first):\n")
-		for _, l := range pr.LaggingRanks {
-			p.f("    rank %-5d enqueued #%d  completed #%d  %s\n", l.Rank, l.LastEnqueued, l.LastCompleted, l.Note)
-		}
-		if pr.LagTruncated {
-			p.f("    ...\n")
-		}
-	}
-	if len(pr.CulpritFrames) > 0 {
-		if pr.Verdict == VerdictMissingRanks {
-			p.f("  culprit's last recorded op (stack):\n")
+	if v.Truncated {
+		if v.term != nil {
+			fmt.Fprintf(&b, "More groups: %d not listed; --pg or --ranks narrows the analysis.\n", v.TotalGroups-v.HealthyOmitted-v.NextOffset)
 		} else {
-			p.f("  culprit stack:\n")
-		}
-		writeFrames(p, pr.CulpritFrames, 8)
-	}
-	if len(pr.PeerFrames) > 0 && pr.Verdict != VerdictOK {
-		p.f("  peers' stack:\n")
-		writeFrames(p, pr.PeerFrames, 8)
-	}
-	if n := pr.FRTrace; n != nil {
-		if n.Agrees {
-			p.f("  fr_trace agrees")
-			if n.Header != "" {
-				p.f(": %s", jobtext.Quote(n.Header, min(lineBytes, jobtext.Line)))
-			}
-			p.f("\n")
-		} else {
-			p.f("  fr_trace says %s", n.Verdict)
-			if len(n.CulpritRanks) > 0 {
-				p.f(" (culprits %s)", rankText(n.CulpritRanks))
-			}
-			p.f(": %s\n", jobtext.Quote(n.Why, min(lineBytes, jobtext.Line))) // fr_trace's words, with the dump's text
+			fmt.Fprintf(&b, "More groups: call again with the same arguments and offset=%d.\n", v.NextOffset)
 		}
 	}
-	notes := 0
-	for _, e := range pr.Finding.Evidence {
-		if !strings.HasPrefix(e, "Not all ranks") && !strings.HasPrefix(e, "Collective sequence") {
-			if notes++; notes > nNotes {
-				continue
+	if v.Hint != "" {
+		b.WriteString(v.Hint + ".\n")
+	}
+	if v.FRTrace.Aborted != "" {
+		b.WriteString("fr_trace would stop: " + jobtext.Quote(v.FRTrace.Aborted, jobtext.Line)) // its words, the dump's text in them
+		if v.term != nil && v.term.allowIncomplete && v.FRTrace.NotReplayed == "" {
+			b.WriteString(" (with --allow-incomplete-ranks it goes on; its verdicts are shown per group)")
+		}
+		b.WriteString("\n")
+	}
+	if v.FRTrace.NotReplayed != "" {
+		b.WriteString(jobtext.CutLine(v.FRTrace.NotReplayed, 300) + "\n")
+	}
+	if v.FRTrace.Disagreements > 0 {
+		fmt.Fprintf(&b, "fr_trace differs from this analysis in %d group(s) (each group's fr_trace line says how).\n", v.FRTrace.Disagreements)
+	}
+	if v.term != nil && len(v.term.transcript) > 0 {
+		b.WriteString("fr_trace transcript:\n")
+		for i, l := range v.term.transcript {
+			if i == maxTextTranscript {
+				fmt.Fprintf(&b, "  … %d more line(s) (--json)\n", len(v.term.transcript)-i)
+				break
 			}
-			p.f("  note: %s\n", jobtext.Quote(e, min(lineBytes, jobtext.Line))) // fr_trace's words, with the dump's text
+			b.WriteString("  " + jobtext.Quote(l, 1<<10) + "\n") // fr_trace's output, the dump's text in it
 		}
 	}
-	if notes > nNotes {
-		p.f("  … %d more notes (--json)\n", notes-nNotes)
+	dq := v.DataQuality
+	if dq.Partial || len(dq.FileProblems) > 0 || len(dq.Warnings) > 0 {
+		b.WriteString("Data quality:")
+		if dq.Partial {
+			b.WriteString(" partial (some dumps unreadable or missing)")
+		}
+		b.WriteString("\n")
+		for _, p := range dq.FileProblems {
+			b.WriteString("  file: " + jobtext.CutLine(p, 200) + "\n")
+		}
+		for _, w := range dq.Warnings {
+			b.WriteString("  warning: " + jobtext.CutLine(w, 200) + "\n")
+		}
+		if dq.Truncated {
+			fmt.Fprintf(&b, "  … listed %d of %d file problem(s) and %d of %d warning(s)", len(dq.FileProblems), dq.TotalProblems, len(dq.Warnings), dq.TotalWarnings)
+			if v.term != nil {
+				b.WriteString(" (--json lists them)")
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+func (v View) writeGroup(b *strings.Builder, g GroupView) {
+	fmt.Fprintf(b, "[%s, ranks %s] %s", PGLabel(g.PGName, g.PGDesc), rankset.Short(g.Ranks), g.Verdict)
+	if g.Kind != "" {
+		fmt.Fprintf(b, " (%s, %s confidence)", g.Kind, orDash(g.Confidence))
+	}
+	if g.CollectiveSeqID > 0 || g.ProfilingName != "" {
+		fmt.Fprintf(b, " at collective #%d", g.CollectiveSeqID)
+		if g.ProfilingName != "" {
+			b.WriteString(" " + jobtext.Quote(g.ProfilingName, jobtext.Name))
+		}
+	}
+	if g.CulpritRanks != "" {
+		b.WriteString("; culprits " + rankset.Short(g.CulpritRanks))
+	}
+	if g.MissingRanks != "" {
+		b.WriteString("; missing " + rankset.Short(g.MissingRanks))
+	}
+	if g.MissingDumps != "" {
+		b.WriteString("; no dump from " + rankset.Short(g.MissingDumps))
+	}
+	b.WriteString("\n")
+	if g.Finding != "" {
+		b.WriteString("  " + jobtext.Cut(rankset.ShortSets(g.Finding), maxTextFinding) + "\n")
+	}
+	for i, l := range g.Lagging {
+		if i == maxTextLagging {
+			b.WriteString(v.more(len(g.Lagging)-i, "lagging rank(s)", "lagging_ranks"))
+			break
+		}
+		b.WriteString("  lagging: " + l + "\n")
+	}
+	for _, f := range g.OtherFindings {
+		b.WriteString("  also: " + jobtext.CutLine(rankset.ShortSets(f), 300) + "\n")
+	}
+	if len(g.CulpritStack) > 0 {
+		b.WriteString("  culprit stack: " + strings.Join(g.CulpritStack, " ← ") + "\n")
+	}
+	if len(g.PeerStack) > 0 {
+		b.WriteString("  peer stack: " + strings.Join(g.PeerStack, " ← ") + "\n")
+	}
+	for i, e := range g.Evidence {
+		if i == maxTextEvidence {
+			b.WriteString(v.more(len(g.Evidence)-i, "evidence line(s)", "evidence"))
+			break
+		}
+		b.WriteString("  evidence: " + jobtext.Quote(e, jobtext.Line) + "\n") // fr_trace's words, the dump's text in them
+	}
+	if g.FRTrace != "" {
+		b.WriteString("  fr_trace: " + jobtext.CutLine(g.FRTrace, 600) + "\n")
 	}
 }
 
-// writeFrames prints up to n frames, innermost first, as StackToShow
-// picks them.
-func writeFrames(p *printer, frames []Frame, n int) {
-	frames, native := StackToShow(frames)
-	if native > 0 {
-		p.f("    (%d native frames not shown: the JSON report has them)\n", native)
+// more says a group's list was cut and where the rest is: the tools'
+// structured content, or analyze's --json.
+func (v View) more(n int, what, field string) string {
+	if v.term != nil {
+		return fmt.Sprintf("  … %d more %s (--json lists them)\n", n, what)
 	}
-	for i, f := range frames {
-		if i == n {
-			p.f("    ... %d more frames\n", len(frames)-n)
-			return
-		}
-		p.f("    %s\n", f.Text())
+	return fmt.Sprintf("  … %d more %s in structured content: %s\n", n, what, field)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
 	}
+	return s
 }
 
 // StackToShow picks the frames of a recorded stack worth reading first. A

@@ -185,9 +185,13 @@ func TestMergeTruncation(t *testing.T) {
 	if g.Where != "pid 7" || g.PIDs != "7" || g.Ranks != "" {
 		t.Errorf("unranked: %q %q %q", g.Where, g.PIDs, g.Ranks)
 	}
-	var text bytes.Buffer
-	if err := m.WriteText(&text); err != nil || !strings.Contains(text.String(), "... 40 frames omitted ...") {
-		t.Errorf("%v\n%s", err, text.String())
+	// The text shows 8 frame lines and counts the rest; the merge's
+	// marker shows where it falls within them.
+	if text := m.Text(TextOptions{}); !strings.Contains(text, "⟦f7⟧ ⟦/job/r.py⟧:8\n    … 3 more outer frame(s)") {
+		t.Errorf("%s", text)
+	}
+	if text := Merge(ps, MergeOptions{MaxFrames: 6}).Text(TextOptions{}); !strings.Contains(text, "... 44 frames omitted ... (max_frames raises the limit)") {
+		t.Errorf("%s", text)
 	}
 }
 
@@ -257,8 +261,8 @@ func TestMergeEmpty(t *testing.T) {
 	if m.Summary != "no threads captured from 0 process(es)" || m.Groups == nil || len(m.Groups) != 0 {
 		t.Errorf("%+v", m)
 	}
-	if err := m.WriteText(&bytes.Buffer{}); err != nil {
-		t.Error(err)
+	if text := m.Text(TextOptions{}); !strings.HasPrefix(text, "no threads captured from 0 process(es)\n0 process(es), 0 thread(s)") {
+		t.Errorf("%q", text)
 	}
 }
 
@@ -270,18 +274,17 @@ func TestNormalizeName(t *testing.T) {
 	}
 }
 
-func TestWriteText(t *testing.T) {
+// TestText: the one rendering (get_stacks' text, the demo's): the counts,
+// the odd one out first with its innermost frame, the majority's ranks,
+// the idle threads counted and a partial capture said.
+func TestText(t *testing.T) {
 	ps := job()
 	ps[5].Err = "partial: 1 thread unreadable"
-	var b bytes.Buffer
-	if err := Merge(ps, MergeOptions{}).WriteText(&b); err != nil {
-		t.Fatal(err)
-	}
-	out := b.String()
+	out := Merge(ps, MergeOptions{}).Text(TextOptions{})
 	for _, want := range []string{
-		"Stacks of 16 process(es) (ranks 0-15): 80 thread(s), 6 distinct stack(s)\n",
-		"\n[1] ODD ONE OUT  main thread: rank 9 (1 thread(s) in 1 process(es))\n    names: ⟦MainThread⟧\n    ⟦wait⟧  ⟦/usr/lib/python3.11/threading.py⟧:320\n",
-		"[3] main thread: ranks 0-8,10-15 (15 thread(s) in 15 process(es))",
+		"\n16 process(es) (ranks 0-15), 80 thread(s), 6 distinct stack(s).\n",
+		"\n[1] ODD ONE OUT main thread, rank 9: 1 thread(s)\n    ⟦wait⟧ ⟦threading.py⟧:320\n",
+		"[3] main thread, ranks 0-8,10-15: 15 thread(s)",
 		"Idle: 48 thread(s) in 2 stack(s)",
 		"rank 5 (pid 1005) on ⟦node-a⟧, agent: ⟦partial: 1 thread unreadable⟧",
 	} {
@@ -356,13 +359,10 @@ func TestMergeBoundsJobText(t *testing.T) {
 	if len(b) > 16<<10 {
 		t.Fatalf("%d bytes", len(b))
 	}
-	var text strings.Builder
-	if err := m.WriteText(&text); err != nil {
-		t.Fatal(err)
-	}
+	text := m.Text(TextOptions{Processes: ps})
 	jobtexttest.Check(t, "summary", m.Summary, 4<<10)
-	jobtexttest.Check(t, "text", text.String(), 16<<10)
-	if !strings.Contains(text.String(), "train.py⟧") {
-		t.Errorf("the path's tail is not kept: %.500s", text.String())
+	jobtexttest.Check(t, "text", text, 16<<10)
+	if !strings.Contains(text, "train.py⟧") {
+		t.Errorf("the path's tail is not kept: %.500s", text)
 	}
 }

@@ -2,109 +2,216 @@ package stacks
 
 import (
 	"fmt"
-	"io"
+	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
-// WriteText renders the merge for a person at a terminal: the summary,
-// then each group with its stack innermost first, then what was collapsed,
-// omitted or could not be captured.
-func (m Merged) WriteText(w io.Writer) error {
-	p := &printer{w: w}
-	who := ""
-	if m.Ranks != "" {
-		who = " (" + rankWords(m.Ranks) + ")"
+// Bounds of the text: whatever the rank count, the groups are Merge's
+// (MaxGroups), each with at most maxTextFrames frame lines.
+const (
+	maxTextFrames    = 8
+	maxTextProcesses = 16
+	maxTextThreads   = 8
+	maxTextFailures  = 5
+	// againSet: a rank set the summary line gave in full is cut shorter
+	// when named again.
+	againSet = 40
+)
+
+// TextOptions is what the caller knows beyond the merge.
+type TextOptions struct {
+	// WholeJob: the merge is the whole job's, gathered from the node
+	// daemons; the caller says which nodes answered, so the count line
+	// leaves the ranks out, and says Answered of Asked when some did not.
+	WholeJob        bool
+	Asked, Answered int
+	// Processes, when set, is listed after the groups: each process's
+	// threads unmerged (get_stacks' merge=false).
+	Processes []Process
+}
+
+// Text is the one rendering of a merge, for the get_stacks tool and the
+// CLI alike: the one-line summary (long rank sets cut), then each group's
+// stack innermost first with repeated frames folded, then what was
+// collapsed, cut or failed; every list bounded, every cut said with the
+// argument that shows the rest. Job text is quoted (jobtext).
+func (m Merged) Text(o TextOptions) string {
+	var b strings.Builder
+	b.WriteString(rankset.ShortSets(m.Summary) + "\n")
+	fmt.Fprintf(&b, "%d process(es)", m.Processes)
+	if m.Ranks != "" && !o.WholeJob { // the whole job: the caller's scope says who is missing
+		b.WriteString(" (" + rankset.Words(m.Ranks) + ")")
 	}
-	p.f("Stacks of %d process(es)%s: %d thread(s), %d distinct stack(s)\n", m.Processes, who, m.Threads, m.Stacks)
-	p.f("%s\n", m.Summary)
+	fmt.Fprintf(&b, ", %d thread(s), %d distinct stack(s)", m.Threads, m.Stacks)
+	if o.WholeJob && o.Answered < o.Asked {
+		fmt.Fprintf(&b, "; partial: %d of %d node(s) answered (Scope below)", o.Answered, o.Asked)
+	}
+	b.WriteString(".\n")
 	for i, g := range m.Groups {
 		tag := ""
 		switch {
 		case g.Outlier:
-			tag = "ODD ONE OUT  "
+			tag = "ODD ONE OUT "
 		case g.Idle:
-			tag = "idle  "
+			tag = "idle "
 		}
-		p.f("\n[%d] %s%s: %s (%d thread(s) in %d process(es))\n", i+1, tag, g.Role, g.Where, g.Count, g.Processes)
-		if len(g.Names) > 0 {
-			names := make([]string, len(g.Names))
-			for i, n := range g.Names {
-				names[i] = jobtext.Quote(n, jobtext.Name)
-			}
-			p.f("    names: %s\n", strings.Join(names, ", "))
+		who := g.Where
+		if g.Ranks != "" {
+			who = strings.Replace(who, g.Ranks, rankset.ShortTo(g.Ranks, againSet), 1)
 		}
+		fmt.Fprintf(&b, "[%d] %s%s, %s: %d thread(s)", i+1, tag, g.Role, who, g.Count)
 		if len(g.States) > 0 {
-			var st []string
-			for s, n := range g.States {
-				st = append(st, fmt.Sprintf("%s×%d", s, n))
-			}
-			slices.Sort(st)
-			wchan := ""
+			b.WriteString(", states " + statesText(g.States))
 			if len(g.Members) > 0 && g.Members[0].WChan != "" {
-				wchan = " (first: wchan " + jobtext.Quote(g.Members[0].WChan, jobtext.Name) + ")"
+				b.WriteString(" (wchan " + jobtext.Quote(g.Members[0].WChan, jobtext.Name) + ")")
 			}
-			p.f("    states: %s%s\n", strings.Join(st, " "), wchan)
 		}
-		if len(g.Frames) == 0 {
-			p.f("    <no Python frame>\n")
-		}
-		for _, f := range g.Frames {
-			if f.File == "" {
-				p.f("      %s\n", f.Function)
-				continue
-			}
-			line := "?"
-			if f.Line > 0 {
-				line = fmt.Sprint(f.Line)
-			}
-			p.f("    %s  %s:%s\n", quoteFunc(f.Function), jobtext.QuoteTail(f.File, jobtext.Path), line)
-		}
+		b.WriteString("\n")
+		writeFrames(&b, g.Frames, "    ")
 		if g.FramesTruncated {
-			p.f("      ... (outermost frames cut by the capture)\n")
+			b.WriteString("    … outermost frames cut by the capture itself\n")
 		}
 	}
 	if m.IdleThreads > 0 {
-		p.f("\nIdle: %d thread(s) in %d stack(s) waiting in the standard library (threading, queue, selectors, …), not listed.\n", m.IdleThreads, m.IdleGroups)
+		fmt.Fprintf(&b, "Idle: %d thread(s) in %d stack(s) waiting in the standard library, not listed (include_idle=true lists them).\n", m.IdleThreads, m.IdleGroups)
 	}
 	if m.OmittedGroups > 0 {
-		p.f("Omitted: %d more group(s), %d thread(s), over the group limit.\n", m.OmittedGroups, m.OmittedThreads)
+		fmt.Fprintf(&b, "Cut: %d more stack group(s) (%d thread(s)) over max_groups: pass max_groups up to 50, or ranks to narrow.\n", m.OmittedGroups, m.OmittedThreads)
+	}
+	if o.Processes != nil {
+		writeProcesses(&b, o.Processes)
 	}
 	if len(m.Failed) > 0 {
-		p.f("\nCapture failed or partial:\n")
-		for _, f := range m.Failed {
-			who := fmt.Sprintf("pid %d", f.PID)
-			if f.Rank >= 0 {
-				who = fmt.Sprintf("rank %d (pid %d)", f.Rank, f.PID)
+		b.WriteString("Capture failed or partial:\n")
+		for i, f := range m.Failed {
+			if i == maxTextFailures {
+				fmt.Fprintf(&b, "  … %d more (structured content: failed)\n", len(m.Failed)-i+m.FailedOmitted)
+				break
 			}
-			if f.Host != "" {
-				who += " on " + jobtext.Quote(f.Host, jobtext.Name)
-			}
-			p.f("  %s, %s: %s\n", who, cmpOrDash(f.Source), jobtext.Quote(f.Err, jobtext.Line))
+			fmt.Fprintf(&b, "  %s, %s: %s\n", procWho(f.PID, f.Rank, f.Host), word(f.Source), jobtext.Quote(f.Err, jobtext.Message))
 		}
-		if m.FailedOmitted > 0 {
-			p.f("  ... and %d more\n", m.FailedOmitted)
+		if m.FailedOmitted > 0 && len(m.Failed) <= maxTextFailures {
+			fmt.Fprintf(&b, "  … and %d more\n", m.FailedOmitted)
 		}
 	}
-	return p.err
+	return b.String()
 }
 
-func cmpOrDash(s string) string {
+// word is a closed-vocabulary word a job or node filled (a source, a
+// state): "-" when empty, as is when a plain word, else quoted.
+func word(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return jobtext.Token(s, jobtext.Name)
 }
 
-type printer struct {
-	w   io.Writer
-	err error
+func procWho(pid, rank int, host string) string {
+	who := "pid " + strconv.Itoa(pid)
+	if rank >= 0 {
+		who = fmt.Sprintf("rank %d (pid %d)", rank, pid)
+	}
+	if host != "" {
+		who += " on " + jobtext.Quote(host, jobtext.Name)
+	}
+	return who
 }
 
-func (p *printer) f(format string, args ...any) {
-	if p.err == nil {
-		_, p.err = fmt.Fprintf(p.w, format, args...)
+func statesText(states map[string]int) string {
+	var st []string
+	for s, n := range states {
+		st = append(st, fmt.Sprintf("%s×%d", jobtext.Token(s, 16), n))
+	}
+	slices.Sort(st)
+	return strings.Join(st, " ")
+}
+
+// writeFrames writes a stack innermost first, one line a frame, a run of
+// the same function in the same file folded into one (×n), at most
+// maxTextFrames lines; the rest is counted.
+func writeFrames(b *strings.Builder, frames []Frame, indent string) {
+	if len(frames) == 0 {
+		b.WriteString(indent + "<no Python frame>\n")
+		return
+	}
+	lines := 0
+	for i := 0; i < len(frames); {
+		j := i + 1
+		for j < len(frames) && frames[j].File == frames[i].File && frames[j].Function == frames[i].Function && frames[i].File != "" {
+			j++
+		}
+		if lines == maxTextFrames {
+			fmt.Fprintf(b, "%s… %d more outer frame(s) (structured content: frames)\n", indent, len(frames)-i)
+			return
+		}
+		f := frames[i]
+		switch {
+		case f.File == "": // Merge's "... N frames omitted ..." marker
+			fmt.Fprintf(b, "%s%s (max_frames raises the limit)\n", indent, f.Function)
+		default:
+			line := "?"
+			if f.Line > 0 {
+				line = strconv.Itoa(f.Line)
+			}
+			fmt.Fprintf(b, "%s%s %s:%s", indent, quoteFunc(f.Function), jobtext.QuoteTail(shortFile(f.File), jobtext.Path), line)
+			if j-i > 1 {
+				fmt.Fprintf(b, " ×%d", j-i)
+			}
+			b.WriteString("\n")
+		}
+		lines++
+		i = j
+	}
+}
+
+// shortFile keeps a library file's path from its package on
+// (torch/distributed/distributed_c10d.py) and the standard library's by
+// its name; a user's file stays as captured, so it can be opened.
+func shortFile(f string) string {
+	if i := strings.LastIndex(f, "site-packages/"); i >= 0 {
+		return f[i+len("site-packages/"):]
+	}
+	if i := strings.LastIndex(f, "dist-packages/"); i >= 0 {
+		return f[i+len("dist-packages/"):]
+	}
+	if strings.Contains(f, "/lib/python3") {
+		return path.Base(f)
+	}
+	return f
+}
+
+// writeProcesses is the unmerged listing: each process's threads, each
+// thread's innermost frames, bounded.
+func writeProcesses(b *strings.Builder, procs []Process) {
+	b.WriteString("Per process (merge=false):\n")
+	for i, p := range procs {
+		if i == maxTextProcesses {
+			fmt.Fprintf(b, "… %d more process(es): pass pids or ranks to see them\n", len(procs)-i)
+			return
+		}
+		fmt.Fprintf(b, "%s, %s: %d thread(s)\n", procWho(p.PID, p.Rank, p.Host), word(p.Source), len(p.Threads))
+		for k, t := range p.Threads {
+			if k == maxTextThreads {
+				fmt.Fprintf(b, "  … %d more thread(s): pass pids=[%d] alone\n", len(p.Threads)-k, p.PID)
+				break
+			}
+			name := "-"
+			if t.Name != "" {
+				name = jobtext.Quote(t.Name, jobtext.Name)
+			}
+			if t.IsMain {
+				name += " (main)"
+			}
+			if t.State != "" {
+				name += " state " + jobtext.Token(t.State, 16)
+			}
+			b.WriteString("  " + name + ":\n")
+			writeFrames(b, t.Frames, "    ")
+		}
 	}
 }

@@ -3,7 +3,6 @@ package tools
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 
 	mcplib "github.com/mark3labs/mcp-go/mcp"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
-	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/internal/rankset"
 	"github.com/probing-mcp/probing-mcp/storage/history"
 )
@@ -27,80 +25,28 @@ type AnalyzeFlightRecorderParams struct {
 	Limit  int      `json:"limit,omitempty" jsonschema:"minimum=0,maximum=50" jsonschema_description:"Process groups per page: default 10 (summary) or 5 (full), max 50"`
 }
 
-// AnalyzeFlightRecorderResult is the verdict, bounded for a context window:
-// rank sets are ranges, groups are paged, long lists are cut and say so.
+// AnalyzeFlightRecorderResult is the verdict, bounded for a context window
+// (fr.View: rank sets are ranges, groups are paged, long lists are cut and
+// say so), and where it was stored.
 type AnalyzeFlightRecorderResult struct {
-	Summary        string          `json:"summary"`
-	Verdict        string          `json:"verdict"`
-	Ranks          RankView        `json:"ranks"`
-	ProcessGroups  []GroupView     `json:"process_groups"`
-	TotalGroups    int             `json:"total_groups"`
-	ProblemGroups  int             `json:"problem_groups"`
-	HealthyOmitted int             `json:"healthy_groups_omitted"`
-	Offset         int             `json:"offset"`
-	NextOffset     int             `json:"next_offset,omitempty"`
-	Truncated      bool            `json:"truncated"`
-	FRTrace        FRTraceView     `json:"fr_trace"`
-	DataQuality    DataQualityView `json:"data_quality"`
-	Hint           string          `json:"hint,omitempty"`
+	fr.View
 	// HistoryID is the row of history.diagnoses this verdict was stored as.
 	HistoryID int64 `json:"history_id,omitempty"`
 }
 
-// RankView says which ranks were analysed.
-type RankView struct {
-	Dumped        string `json:"dumped"`
-	MissingDumps  string `json:"missing_dumps,omitempty"`
-	ExpectedWorld int    `json:"expected_world_size"`
-	Versions      string `json:"versions"`
-	Formats       string `json:"formats"`
-	TimingEnabled bool   `json:"timing_enabled"`
-}
-
-// GroupView is one process group's verdict.
-type GroupView struct {
-	PGName          string   `json:"pg_name"`
-	PGDesc          string   `json:"pg_desc"`
-	Ranks           string   `json:"ranks"`
-	Verdict         string   `json:"verdict"`
-	Kind            string   `json:"kind"`
-	Confidence      string   `json:"confidence"`
-	CollectiveSeqID int64    `json:"collective_seq_id"`
-	ProfilingName   string   `json:"profiling_name,omitempty"`
-	MissingRanks    string   `json:"missing_ranks,omitempty"`
-	CulpritRanks    string   `json:"culprit_ranks,omitempty"`
-	MissingDumps    string   `json:"missing_dumps,omitempty"`
-	Finding         string   `json:"finding"`
-	Lagging         []string `json:"lagging_ranks,omitempty"`
-	OtherFindings   []string `json:"other_findings,omitempty"`
-	CulpritStack    []string `json:"culprit_stack,omitempty"`
-	PeerStack       []string `json:"peer_stack,omitempty"`
-	Evidence        []string `json:"evidence,omitempty"`
-	FRTrace         string   `json:"fr_trace"`
-}
-
-// FRTraceView is what torch's own analyzer would conclude.
-type FRTraceView struct {
-	Aborted       string `json:"aborted,omitempty"`
-	NotReplayed   string `json:"not_replayed,omitempty"`
-	Disagreements int    `json:"groups_where_we_differ"`
-}
-
-// DataQualityView lists what limited the analysis, bounded.
-type DataQualityView struct {
-	Partial       bool     `json:"partial"`
-	FileProblems  []string `json:"file_problems,omitempty"`
-	Warnings      []string `json:"warnings,omitempty"`
-	TotalProblems int      `json:"total_file_problems"`
-	TotalWarnings int      `json:"total_warnings"`
-	Truncated     bool     `json:"truncated"`
-}
+// The view's parts, by the names this package gave them before they moved.
+type (
+	RankView        = fr.ViewRanks
+	GroupView       = fr.GroupView
+	FRTraceView     = fr.ViewFRTrace
+	DataQualityView = fr.ViewDataQuality
+)
 
 const (
-	maxDQItems     = 8
-	maxLagSummary  = 3
-	maxStackFrames = 8
-	maxPageLimit   = 50
+	// maxDQItems bounds a result's list of problems (skills' too).
+	maxDQItems = 8
+	// maxPageLimit is the tools' largest page of groups (their schema's).
+	maxPageLimit = 50
 )
 
 func analyzeFlightRecorder(env *Env) Def {
@@ -222,153 +168,11 @@ func pageMode(detail string, offset, limit int) (full bool, err error) {
 	return full, nil
 }
 
-// viewReport pages and condenses a report. In summary mode only groups with
-// a problem are listed; healthy ones are counted.
+// viewReport pages and condenses a report (fr.Report.View) for the tools.
+// In summary mode only groups with a problem are listed; healthy ones are
+// counted.
 func viewReport(rep *fr.Report, full bool, offset, limit int) AnalyzeFlightRecorderResult {
-	if limit == 0 {
-		limit = 10
-		if full {
-			limit = 5
-		}
-	}
-	limit = min(limit, maxPageLimit)
-	res := AnalyzeFlightRecorderResult{
-		Summary: clip(rep.Summary, 2000), Verdict: rep.Verdict, TotalGroups: len(rep.ProcessGroups), Offset: offset,
-		Ranks: RankView{Dumped: rep.Ranks.DumpedText, MissingDumps: rankSet(rep.Ranks.MissingDump), ExpectedWorld: rep.Ranks.Expected,
-			Versions: rep.Ranks.Versions, Formats: rep.Ranks.Formats, TimingEnabled: rep.Ranks.TimingOn},
-		ProcessGroups: []GroupView{},
-		FRTrace:       FRTraceView{Aborted: clip(rep.FRTrace.Aborted, 2000), NotReplayed: rep.FRTrace.Skipped},
-	}
-	var listed []fr.PGReport
-	for _, pr := range rep.ProcessGroups {
-		if pr.Finding.Kind != fr.KindHealthy {
-			res.ProblemGroups++
-		}
-		if pr.FRTrace != nil && !pr.FRTrace.Agrees {
-			res.FRTrace.Disagreements++
-		}
-		if full || pr.Finding.Kind != fr.KindHealthy {
-			listed = append(listed, pr)
-		} else {
-			res.HealthyOmitted++
-		}
-	}
-	for i := offset; i < len(listed) && i < offset+limit; i++ {
-		res.ProcessGroups = append(res.ProcessGroups, groupView(listed[i], full))
-	}
-	if offset+limit < len(listed) {
-		res.Truncated, res.NextOffset = true, offset+limit
-	}
-	if res.HealthyOmitted > 0 {
-		res.Hint = fmt.Sprintf("%d healthy group(s) not listed; detail=full lists every group with lagging ranks and stacks", res.HealthyOmitted)
-	}
-	dq := rep.DataQuality
-	res.DataQuality = DataQualityView{Partial: dq.Partial, TotalProblems: len(dq.Files), TotalWarnings: len(dq.Warnings)}
-	for i, fp := range dq.Files {
-		if i == maxDQItems {
-			res.DataQuality.Truncated = true
-			break
-		}
-		res.DataQuality.FileProblems = append(res.DataQuality.FileProblems, fp.Text())
-	}
-	for i, w := range dq.Warnings {
-		if i == maxDQItems {
-			res.DataQuality.Truncated = true
-			break
-		}
-		res.DataQuality.Warnings = append(res.DataQuality.Warnings, w)
-	}
-	return res
-}
-
-// maxViewSet bounds a rank set in the view: a group of a million
-// members, every other one without a dump, is megabytes of ranges.
-const maxViewSet = 1024
-
-// maxViewEvidence bounds a group's evidence lines (one per wrapped ring
-// in a large job).
-const maxViewEvidence = 50
-
-func rankSet(ranks []int) string { return rankset.FormatMax(ranks, maxViewSet) }
-
-func groupView(pr fr.PGReport, full bool) GroupView {
-	// The names are the dump's text: clipped (a group whose name is
-	// longer is picked by its ranks, not by pg).
-	g := GroupView{PGName: jobtext.Clip(pr.PGName, 1<<10), PGDesc: jobtext.Clip(pr.PGDesc, 1<<10), Ranks: pr.MembersText, Verdict: pr.Verdict, Kind: pr.Finding.Kind,
-		Confidence: pr.Finding.Confidence, CollectiveSeqID: pr.CollectiveSeqID, ProfilingName: jobtext.Clip(pr.ProfilingName, jobtext.Func),
-		MissingRanks: rankSet(pr.MissingRanks), CulpritRanks: rankSet(pr.CulpritRanks),
-		MissingDumps: rankSet(pr.MissingDumps), Finding: pr.Finding.Line}
-	nLag := maxLagSummary
-	if full {
-		nLag = len(pr.LaggingRanks)
-	}
-	for i, l := range pr.LaggingRanks {
-		if i == nLag {
-			g.Lagging = append(g.Lagging, fmt.Sprintf("... %d more (detail=full)", len(pr.LaggingRanks)-nLag))
-			break
-		}
-		line := fmt.Sprintf("rank %d: enqueued #%d, completed #%d, behind %d", l.Rank, l.LastEnqueued, l.LastCompleted, l.Behind)
-		if l.Note != "" {
-			line += " (" + l.Note + ")"
-		}
-		g.Lagging = append(g.Lagging, line)
-	}
-	if n := pr.FRTrace; n != nil {
-		switch {
-		case n.Agrees:
-			g.FRTrace = "agrees"
-		default:
-			g.FRTrace = "says " + n.Verdict
-			if len(n.CulpritRanks) > 0 {
-				g.FRTrace += " (culprits " + rankSet(n.CulpritRanks) + ")"
-			}
-			if full {
-				g.FRTrace += ": " + jobtext.Quote(n.Why, jobtext.Line) // its words, the dump's text in them
-			} else {
-				g.FRTrace += "; detail=full explains the difference"
-			}
-		}
-	}
-	for _, f := range pr.Secondary {
-		g.OtherFindings = append(g.OtherFindings, f.Kind+": "+f.Line)
-	}
-	if a := pr.Arrival; a != nil {
-		g.OtherFindings = append(g.OtherFindings, "arrivals: "+a.Line)
-	}
-	if full {
-		g.CulpritStack = frameLines(pr.CulpritFrames)
-		g.PeerStack = frameLines(pr.PeerFrames)
-		for i, e := range pr.Finding.Evidence {
-			if i == maxViewEvidence {
-				g.Evidence = append(g.Evidence, fmt.Sprintf("… %d more (probing-mcp analyze --json has them)", len(pr.Finding.Evidence)-i))
-				break
-			}
-			g.Evidence = append(g.Evidence, clip(e, 2000))
-		}
-	} else if len(pr.CulpritFrames) > 0 {
-		// The innermost user frame is usually the one that explains a divergence.
-		shown, _ := fr.StackToShow(pr.CulpritFrames)
-		g.CulpritStack = frameLines(shown[:min(3, len(shown))])
-	}
-	return g
-}
-
-// frameLines renders a recorded stack: its Python frames first when it is
-// a C++ stack (fr.StackToShow), the native ones counted.
-func frameLines(frames []fr.Frame) []string {
-	var out []string
-	frames, native := fr.StackToShow(frames)
-	if native > 0 {
-		out = append(out, fmt.Sprintf("(%d native frames not shown)", native))
-	}
-	for i, f := range frames {
-		if i == maxStackFrames {
-			out = append(out, fmt.Sprintf("... %d more frames", len(frames)-maxStackFrames))
-			break
-		}
-		out = append(out, f.Text())
-	}
-	return out
+	return AnalyzeFlightRecorderResult{View: rep.View(fr.ViewOptions{Full: full, Offset: offset, Limit: min(limit, maxPageLimit)})}
 }
 
 // SnapshotFlightRecorderParams are the arguments of snapshot_flight_recorder.

@@ -2,8 +2,8 @@ package tools
 
 import (
 	"fmt"
-	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
@@ -14,27 +14,26 @@ import (
 // clients show the model): long rank sets cut, lines and cells capped,
 // every cut said with how to get the rest.
 
-// reRankSet finds the rank sets a domain package's text names
-// ("ranks 0-4,6-71,…"), so that one computed for the JSON can be shown cut.
-var reRankSet = regexp.MustCompile(`(ranks? )(\d+(?:[-,]\d+)+)`)
-
-// shortSets cuts every long rank set in s (rankset.Short).
-func shortSets(s string) string { return shortSetsTo(s, rankset.MaxText) }
+// shortSets cuts every long rank set in s (rankset.ShortSets).
+func shortSets(s string) string { return rankset.ShortSets(s) }
 
 // shortSetsTo cuts every rank set in s to max bytes.
-func shortSetsTo(s string, max int) string {
-	return reRankSet.ReplaceAllStringFunc(s, func(m string) string {
-		sub := reRankSet.FindStringSubmatch(m)
-		return sub[1] + rankset.ShortTo(sub[2], max)
-	})
-}
+func shortSetsTo(s string, max int) string { return rankset.ShortSetsTo(s, max) }
 
-// clip cuts one of our lines to n bytes at a rune boundary, marking the
-// cut and closing a quote it cuts open (jobtext.Cut); newlines become
-// spaces so that one item stays one line, and any control character left
-// is escaped (jobtext.Clean). Job text in it must be quoted already.
-func clip(s string, n int) string {
-	return jobtext.Cut(jobtext.Clean(strings.Join(strings.Fields(s), " ")), n)
+// clip cuts one of our lines to n bytes (jobtext.CutLine). Job text in it
+// must be quoted already.
+func clip(s string, n int) string { return jobtext.CutLine(s, n) }
+
+// procWho names a process: "rank 3 (pid 12)", "pid 12", with its host.
+func procWho(pid, rank int, host string) string {
+	who := "pid " + strconv.Itoa(pid)
+	if rank >= 0 {
+		who = fmt.Sprintf("rank %d (pid %d)", rank, pid)
+	}
+	if host != "" {
+		who += " on " + jobtext.Quote(host, jobtext.Name)
+	}
+	return who
 }
 
 // token is a closed-vocabulary word a job or node filled (a source, a

@@ -2,94 +2,30 @@ package tools
 
 import (
 	"fmt"
-	"path"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/probing-mcp/probing-mcp/internal/jobtext"
-	"github.com/probing-mcp/probing-mcp/internal/rankset"
 	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
-// Bounds of get_stacks' text: whatever the rank count, the groups are
-// Merge's (max_groups), each with at most maxTextFrames frame lines.
-const (
-	maxTextFrames    = 8
-	maxTextProcesses = 16
-	maxTextThreads   = 8
-	maxTextFailures  = 5
-	// againSet: a rank set the summary line gave in full is cut shorter
-	// when named again.
-	againSet = 40
-)
+// againSet: a rank set named again after the summary line gave it is cut
+// shorter (as stacks' text does).
+const againSet = 40
 
-// ModelText is the merge's one-line summary (stacks' own, long rank
-// sets cut), then each group's stack innermost first with repeated frames
-// folded, then what was collapsed, cut or failed, the sources, the history
-// rows and the whole-job coverage.
+// ModelText is the merge as stacks renders it for every reader (the
+// groups, what was collapsed, cut or failed, merge=false's listing), then
+// what only the tool knows: the sources, the history rows and the
+// whole-job coverage.
 func (r GetStacksResult) ModelText() string {
 	var b strings.Builder
-	m := r.Merged
-	b.WriteString(shortSets(m.Summary) + "\n")
-	fmt.Fprintf(&b, "%d process(es)", m.Processes)
-	if m.Ranks != "" && r.Coverage == nil { // the whole job: Scope says who is missing
-		b.WriteString(" (" + rankWords(m.Ranks) + ")")
+	o := stacks.TextOptions{Processes: r.Processes}
+	if c := r.Coverage; c != nil {
+		o.WholeJob, o.Asked, o.Answered = true, c.Asked, c.Answered
 	}
-	fmt.Fprintf(&b, ", %d thread(s), %d distinct stack(s)", m.Threads, m.Stacks)
-	if c := r.Coverage; c != nil && c.Answered < c.Asked {
-		fmt.Fprintf(&b, "; partial: %d of %d node(s) answered (Scope below)", c.Answered, c.Asked)
-	}
-	b.WriteString(".\n")
-	for i, g := range m.Groups {
-		tag := ""
-		switch {
-		case g.Outlier:
-			tag = "ODD ONE OUT "
-		case g.Idle:
-			tag = "idle "
-		}
-		who := g.Where
-		if g.Ranks != "" {
-			who = strings.Replace(who, g.Ranks, rankset.ShortTo(g.Ranks, againSet), 1)
-		}
-		fmt.Fprintf(&b, "[%d] %s%s, %s: %d thread(s)", i+1, tag, g.Role, who, g.Count)
-		if len(g.States) > 0 {
-			b.WriteString(", states " + statesText(g.States))
-			if len(g.Members) > 0 && g.Members[0].WChan != "" {
-				b.WriteString(" (wchan " + jobtext.Quote(g.Members[0].WChan, jobtext.Name) + ")")
-			}
-		}
-		b.WriteString("\n")
-		writeFrames(&b, g.Frames, "    ")
-		if g.FramesTruncated {
-			b.WriteString("    … outermost frames cut by the capture itself\n")
-		}
-	}
-	if m.IdleThreads > 0 {
-		fmt.Fprintf(&b, "Idle: %d thread(s) in %d stack(s) waiting in the standard library, not listed (include_idle=true lists them).\n", m.IdleThreads, m.IdleGroups)
-	}
-	if m.OmittedGroups > 0 {
-		fmt.Fprintf(&b, "Cut: %d more stack group(s) (%d thread(s)) over max_groups: pass max_groups up to 50, or ranks to narrow.\n", m.OmittedGroups, m.OmittedThreads)
-	}
-	if r.Processes != nil {
-		writeProcesses(&b, r.Processes)
-	}
-	if len(m.Failed) > 0 {
-		b.WriteString("Capture failed or partial:\n")
-		for i, f := range m.Failed {
-			if i == maxTextFailures {
-				fmt.Fprintf(&b, "  … %d more (structured content: failed)\n", len(m.Failed)-i+m.FailedOmitted)
-				break
-			}
-			fmt.Fprintf(&b, "  %s, %s: %s\n", procWho(f.PID, f.Rank, f.Host), token(f.Source), jobtext.Quote(f.Err, jobtext.Message))
-		}
-		if m.FailedOmitted > 0 && len(m.Failed) <= maxTextFailures {
-			fmt.Fprintf(&b, "  … and %d more\n", m.FailedOmitted)
-		}
-	}
-	if s := sourcesText(r.Sources, m.Ranks); s != "" {
+	b.WriteString(r.Merged.Text(o))
+	if s := sourcesText(r.Sources, r.Merged.Ranks); s != "" {
 		b.WriteString("Sources: " + s + "\n")
 	}
 	if len(r.HistoryIDs) > 0 {
@@ -97,119 +33,6 @@ func (r GetStacksResult) ModelText() string {
 	}
 	b.WriteString(coverageText(r.Coverage))
 	return b.String()
-}
-
-// rankWords is "rank 3" or "ranks 0-3,7", cut when long.
-func rankWords(set string) string {
-	if strings.ContainsAny(set, ",-") {
-		return "ranks " + rankset.Short(set)
-	}
-	return "rank " + set
-}
-
-func procWho(pid, rank int, host string) string {
-	who := "pid " + strconv.Itoa(pid)
-	if rank >= 0 {
-		who = fmt.Sprintf("rank %d (pid %d)", rank, pid)
-	}
-	if host != "" {
-		who += " on " + jobtext.Quote(host, jobtext.Name)
-	}
-	return who
-}
-
-func statesText(states map[string]int) string {
-	var st []string
-	for s, n := range states {
-		st = append(st, fmt.Sprintf("%s×%d", jobtext.Token(s, 16), n))
-	}
-	slices.Sort(st)
-	return strings.Join(st, " ")
-}
-
-// writeFrames writes a stack innermost first, one line a frame, a run of
-// the same function in the same file folded into one (×n), at most
-// maxTextFrames lines; the rest is counted.
-func writeFrames(b *strings.Builder, frames []stacks.Frame, indent string) {
-	if len(frames) == 0 {
-		b.WriteString(indent + "<no Python frame>\n")
-		return
-	}
-	lines := 0
-	for i := 0; i < len(frames); {
-		j := i + 1
-		for j < len(frames) && frames[j].File == frames[i].File && frames[j].Function == frames[i].Function && frames[i].File != "" {
-			j++
-		}
-		if lines == maxTextFrames {
-			fmt.Fprintf(b, "%s… %d more outer frame(s) (structured content: frames)\n", indent, len(frames)-i)
-			return
-		}
-		f := frames[i]
-		switch {
-		case f.File == "": // Merge's "... N frames omitted ..." marker
-			fmt.Fprintf(b, "%s%s (max_frames raises the limit)\n", indent, f.Function)
-		default:
-			line := "?"
-			if f.Line > 0 {
-				line = strconv.Itoa(f.Line)
-			}
-			fmt.Fprintf(b, "%s%s %s:%s", indent, jobtext.Quote(f.Function, jobtext.Func), jobtext.QuoteTail(shortFile(f.File), jobtext.Path), line)
-			if j-i > 1 {
-				fmt.Fprintf(b, " ×%d", j-i)
-			}
-			b.WriteString("\n")
-		}
-		lines++
-		i = j
-	}
-}
-
-// shortFile keeps a library file's path from its package on
-// (torch/distributed/distributed_c10d.py) and the standard library's by
-// its name; a user's file stays as captured, so it can be opened.
-func shortFile(f string) string {
-	if i := strings.LastIndex(f, "site-packages/"); i >= 0 {
-		return f[i+len("site-packages/"):]
-	}
-	if i := strings.LastIndex(f, "dist-packages/"); i >= 0 {
-		return f[i+len("dist-packages/"):]
-	}
-	if strings.Contains(f, "/lib/python3") {
-		return path.Base(f)
-	}
-	return f
-}
-
-// writeProcesses is merge=false's listing: each process's threads, each
-// thread's innermost frames, bounded.
-func writeProcesses(b *strings.Builder, procs []stacks.Process) {
-	b.WriteString("Per process (merge=false):\n")
-	for i, p := range procs {
-		if i == maxTextProcesses {
-			fmt.Fprintf(b, "… %d more process(es): pass pids or ranks to see them\n", len(procs)-i)
-			return
-		}
-		fmt.Fprintf(b, "%s, %s: %d thread(s)\n", procWho(p.PID, p.Rank, p.Host), token(p.Source), len(p.Threads))
-		for k, t := range p.Threads {
-			if k == maxTextThreads {
-				fmt.Fprintf(b, "  … %d more thread(s): pass pids=[%d] alone\n", len(p.Threads)-k, p.PID)
-				break
-			}
-			name := "-"
-			if t.Name != "" {
-				name = jobtext.Quote(t.Name, jobtext.Name)
-			}
-			if t.IsMain {
-				name += " (main)"
-			}
-			if t.State != "" {
-				name += " state " + jobtext.Token(t.State, 16)
-			}
-			b.WriteString("  " + name + ":\n")
-			writeFrames(b, t.Frames, "    ")
-		}
-	}
 }
 
 // sourcesText groups the sources: "agent: pids 101,102; faulthandler: pid

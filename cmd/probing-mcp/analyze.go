@@ -171,7 +171,9 @@ func analyze(args []string, stdout, stderr io.Writer) int {
 			enc.SetIndent("", "  ")
 			return enc.Encode(rep.Bounded())
 		}
-		return rep.WriteText(w, *verbose)
+		// The tools' rendering (fr.View.Text), in the CLI's words.
+		_, err := io.WriteString(w, rep.View(fr.TerminalView(*verbose)).Text())
+		return err
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "probing-mcp analyze: %v\n", err)

@@ -108,7 +108,7 @@ func TestAnalyzeHostileSharedLists(t *testing.T) {
 		want string // in stdout (exit 0) or stderr
 	}{
 		{"default", nil, nil, 1, "16 groups name 16000000 members in all"},
-		{"raised", []string{raised}, nil, 0, "No dump from rank(s) 1-999999"},
+		{"raised", []string{raised}, nil, 0, "no dump from ranks 1-999999"},
 		{"raised/json", []string{raised}, []string{"--json"}, 0, `"truncated": true`},
 		{"raised/ceiling", []string{raised}, []string{"--max-memory", "40MiB"}, 1, "over the memory ceiling of 40.0 MiB (as asked)"},
 	} {

@@ -107,7 +107,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(out, "\nThe job is stuck. %d agents answer. What get_stacks sees (identical stacks merged, odd ones out first):\n\n", len(live))
 	procs := agent.CollectStacks(ctx, live, agent.StackOptions{})
 	merged := stacks.Merge(procs, stacks.MergeOptions{})
-	if err := merged.WriteText(out); err != nil {
+	if _, err := io.WriteString(out, merged.Text(stacks.TextOptions{})); err != nil {
 		return fail(err)
 	}
 	repo := findRepo()
@@ -115,7 +115,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(out, "\nWhat snapshot_flight_recorder finds (each rank's Flight Recorder, analysed together):")
 		col := agent.CollectFlightRecorder(ctx, live, false)
 		rep := fr.AnalyzeLoaded(col.Loaded, fr.Options{})
-		if err := rep.WriteText(out, false); err != nil {
+		if _, err := io.WriteString(out, rep.View(fr.ViewOptions{}).Text()); err != nil {
 			return fail(err)
 		}
 	}

@@ -106,14 +106,15 @@ func TestCppStackDumps(t *testing.T) {
 		t.Errorf("culprit frames %v", pg.CulpritFrames)
 	}
 	// The text shows where the job called the collective, not torch's
-	// native frames first.
-	var text strings.Builder
-	if err := r.WriteText(&text, false); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(text.String(), "native frames not shown") || !strings.Contains(text.String(), "⟦train_step⟧ at ⟦train.py⟧:80") ||
-		strings.Contains(text.String(), "CapturedTraceback") {
-		t.Errorf("text:\n%s", text.String())
+	// native frames first: the summary its innermost Python frames, the
+	// full detail the job's own frames with the native ones counted.
+	const call = "⟦all_reduce⟧ at ⟦torch/distributed/distributed_c10d.py⟧:2950"
+	for _, o := range []fr.ViewOptions{{}, {Full: true}} {
+		text := r.View(o).Text()
+		if strings.Contains(text, "CapturedTraceback") || !o.Full && !strings.Contains(text, "culprit stack: "+call) ||
+			o.Full && (!strings.Contains(text, "culprit stack: (17 native frames not shown) ← "+call) || !strings.Contains(text, "⟦train_step⟧ at ⟦train.py⟧:80")) {
+			t.Errorf("text %+v:\n%s", o, text)
+		}
 	}
 }
 

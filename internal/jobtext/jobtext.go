@@ -183,6 +183,14 @@ func Cut(s string, n int) string {
 	return p + "…"
 }
 
+// CutLine makes one line of ours of s, cut to n bytes (Cut): newlines
+// and runs of spaces become one space, so that one item stays one line,
+// and any control character left is escaped (Clean). Job text in it must
+// be quoted already.
+func CutLine(s string, n int) string {
+	return Cut(Clean(strings.Join(strings.Fields(s), " ")), n)
+}
+
 // halfEscape drops an escape the cut left incomplete at p's end (half of
 // \u202e or \x1b).
 func halfEscape(p string) string {

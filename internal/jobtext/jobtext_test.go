@@ -145,3 +145,12 @@ func TestClipEscapesWhatJSONLeaves(t *testing.T) {
 		t.Errorf("%q", got)
 	}
 }
+
+func TestCutLine(t *testing.T) {
+	if got := jobtext.CutLine("a\n  b\x1b c", 100); got != `a b\x1b c` {
+		t.Errorf("%q", got)
+	}
+	if got := jobtext.CutLine("rank 1 "+jobtext.Quote("long name", 64), 12); got != "rank 1 ⟦lo⟧…" {
+		t.Errorf("%q", got)
+	}
+}

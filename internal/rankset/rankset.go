@@ -5,6 +5,7 @@ package rankset
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -148,4 +149,27 @@ func ShortTo(set string, limit int) string {
 		return set
 	}
 	return fmt.Sprintf("%s,… (%d ranks in all)", set[:cut], max(Count(set), 0))
+}
+
+// Words is "rank 3" or "ranks 0-3,7", the set cut when long (Short).
+func Words(set string) string {
+	if strings.ContainsAny(set, ",-") {
+		return "ranks " + Short(set)
+	}
+	return "rank " + set
+}
+
+// reSets finds the rank sets a text names ("ranks 0-4,6-71,…"), so that
+// one computed whole for the JSON can be shown cut.
+var reSets = regexp.MustCompile(`(ranks? )(\d+(?:[-,]\d+)+)`)
+
+// ShortSets cuts every long rank set a text names (Short).
+func ShortSets(s string) string { return ShortSetsTo(s, MaxText) }
+
+// ShortSetsTo cuts every rank set a text names to limit bytes.
+func ShortSetsTo(s string, limit int) string {
+	return reSets.ReplaceAllStringFunc(s, func(m string) string {
+		sub := reSets.FindStringSubmatch(m)
+		return sub[1] + ShortTo(sub[2], limit)
+	})
 }

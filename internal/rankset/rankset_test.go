@@ -100,3 +100,19 @@ func TestFormatMax(t *testing.T) {
 		t.Errorf("a cut set cut again keeps its count: %q", got)
 	}
 }
+
+func TestWordsAndShortSets(t *testing.T) {
+	if got := Words("3"); got != "rank 3" {
+		t.Errorf("%q", got)
+	}
+	if got := Words("0-3,7"); got != "ranks 0-3,7" {
+		t.Errorf("%q", got)
+	}
+	long := "ranks 0-71,80-151,160-231,240-311 wait; rank 5 is in ⟦x⟧"
+	if got := ShortSetsTo(long, 16); got != "ranks 0-71,80-151,… (288 ranks in all) wait; rank 5 is in ⟦x⟧" {
+		t.Errorf("%q", got)
+	}
+	if got := ShortSets(long); got != long {
+		t.Errorf("a set within MaxText is kept: %q", got)
+	}
+}

@@ -1,0 +1,281 @@
+package flightrecorder
+
+import (
+	"fmt"
+
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
+)
+
+// View is a report condensed and paged for a reader with little room (a
+// model's context, a terminal): rank sets are ranges, groups are paged,
+// long lists are cut and say so. It is the structured content of the
+// Flight Recorder tools, and its Text is the one text rendering of a
+// report, for the tools and the CLI alike.
+type View struct {
+	Summary        string          `json:"summary"`
+	Verdict        string          `json:"verdict"`
+	Ranks          ViewRanks       `json:"ranks"`
+	ProcessGroups  []GroupView     `json:"process_groups"`
+	TotalGroups    int             `json:"total_groups"`
+	ProblemGroups  int             `json:"problem_groups"`
+	HealthyOmitted int             `json:"healthy_groups_omitted"`
+	Offset         int             `json:"offset"`
+	NextOffset     int             `json:"next_offset,omitempty"`
+	Truncated      bool            `json:"truncated"`
+	FRTrace        ViewFRTrace     `json:"fr_trace"`
+	DataQuality    ViewDataQuality `json:"data_quality"`
+	Hint           string          `json:"hint,omitempty"`
+
+	// term is set for a terminal (ViewOptions.Terminal). Unexported: it
+	// is in neither the tools' JSON nor their schema.
+	term *terminal
+}
+
+// terminal is what only probing-mcp analyze's text shows: its hints name
+// the CLI's flags, and it has what those flags did.
+type terminal struct {
+	transcript      []string // fr_trace's log (--verbose)
+	allowIncomplete bool     // fr_trace went on past missing dumps
+}
+
+// ViewRanks says which ranks were analysed.
+type ViewRanks struct {
+	Dumped        string `json:"dumped"`
+	MissingDumps  string `json:"missing_dumps,omitempty"`
+	ExpectedWorld int    `json:"expected_world_size"`
+	Versions      string `json:"versions"`
+	Formats       string `json:"formats"`
+	TimingEnabled bool   `json:"timing_enabled"`
+}
+
+// GroupView is one process group's verdict.
+type GroupView struct {
+	PGName          string   `json:"pg_name"`
+	PGDesc          string   `json:"pg_desc"`
+	Ranks           string   `json:"ranks"`
+	Verdict         string   `json:"verdict"`
+	Kind            string   `json:"kind"`
+	Confidence      string   `json:"confidence"`
+	CollectiveSeqID int64    `json:"collective_seq_id"`
+	ProfilingName   string   `json:"profiling_name,omitempty"`
+	MissingRanks    string   `json:"missing_ranks,omitempty"`
+	CulpritRanks    string   `json:"culprit_ranks,omitempty"`
+	MissingDumps    string   `json:"missing_dumps,omitempty"`
+	Finding         string   `json:"finding"`
+	Lagging         []string `json:"lagging_ranks,omitempty"`
+	OtherFindings   []string `json:"other_findings,omitempty"`
+	CulpritStack    []string `json:"culprit_stack,omitempty"`
+	PeerStack       []string `json:"peer_stack,omitempty"`
+	Evidence        []string `json:"evidence,omitempty"`
+	FRTrace         string   `json:"fr_trace"`
+}
+
+// ViewFRTrace is what torch's own analyzer would conclude.
+type ViewFRTrace struct {
+	Aborted       string `json:"aborted,omitempty"`
+	NotReplayed   string `json:"not_replayed,omitempty"`
+	Disagreements int    `json:"groups_where_we_differ"`
+}
+
+// ViewDataQuality lists what limited the analysis, bounded.
+type ViewDataQuality struct {
+	Partial       bool     `json:"partial"`
+	FileProblems  []string `json:"file_problems,omitempty"`
+	Warnings      []string `json:"warnings,omitempty"`
+	TotalProblems int      `json:"total_file_problems"`
+	TotalWarnings int      `json:"total_warnings"`
+	Truncated     bool     `json:"truncated"`
+}
+
+// ViewOptions pick a view's page and its reader.
+type ViewOptions struct {
+	// Full lists healthy groups too, with every lagging rank, the culprit's
+	// and peers' stacks, the evidence and fr_trace's reasons.
+	Full bool
+	// Offset skips that many listed groups; Limit lists at most that many
+	// (0: 10, or 5 with Full).
+	Offset, Limit int
+	// Terminal is for probing-mcp analyze: the hints name its flags
+	// (--verbose, --json, --pg) instead of the tools' arguments, and the
+	// text adds fr_trace's transcript when the report has it.
+	Terminal bool
+}
+
+// TerminalView is probing-mcp analyze's page: the worst 100 problem
+// groups, or (verbose) every group up to 1024 with its details, in the
+// CLI's words.
+func TerminalView(verbose bool) ViewOptions {
+	o := ViewOptions{Full: verbose, Limit: 100, Terminal: true}
+	if verbose {
+		o.Limit = 1024
+	}
+	return o
+}
+
+// Bounds of a view.
+const (
+	maxViewDQ        = 8
+	maxViewLagging   = 3 // in summary; Full lists every lagging rank the report kept
+	maxViewFrames    = 8
+	maxViewSummary   = 2000
+	maxViewAborted   = 2000
+	maxViewEvidence  = 50 // one per wrapped ring in a large job
+	maxViewEvidenceB = 2000
+	// maxViewSet bounds a rank set: a group of a million members, every
+	// other one without a dump, is megabytes of ranges.
+	maxViewSet = 1024
+)
+
+// View pages and condenses the report. Without Full only groups with a
+// problem are listed; healthy ones are counted.
+func (r *Report) View(o ViewOptions) View {
+	if o.Limit <= 0 {
+		o.Limit = 10
+		if o.Full {
+			o.Limit = 5
+		}
+	}
+	o.Offset = max(o.Offset, 0)
+	askFull := "detail=full" // how the reader asks for Full
+	if o.Terminal {
+		askFull = "--verbose"
+	}
+	v := View{
+		Summary: jobtext.CutLine(r.Summary, maxViewSummary), Verdict: r.Verdict, TotalGroups: len(r.ProcessGroups), Offset: o.Offset,
+		Ranks: ViewRanks{Dumped: r.Ranks.DumpedText, MissingDumps: viewSet(r.Ranks.MissingDump), ExpectedWorld: r.Ranks.Expected,
+			Versions: r.Ranks.Versions, Formats: r.Ranks.Formats, TimingEnabled: r.Ranks.TimingOn},
+		ProcessGroups: []GroupView{},
+		FRTrace:       ViewFRTrace{Aborted: jobtext.CutLine(r.FRTrace.Aborted, maxViewAborted), NotReplayed: r.FRTrace.Skipped},
+	}
+	if o.Terminal {
+		v.term = &terminal{allowIncomplete: r.FRTrace.UsedAllowIncomplete}
+		if o.Full {
+			v.term.transcript = r.FRTrace.Transcript
+		}
+	}
+	var listed []PGReport
+	for _, pr := range r.ProcessGroups {
+		if pr.Finding.Kind != KindHealthy {
+			v.ProblemGroups++
+		}
+		if pr.FRTrace != nil && !pr.FRTrace.Agrees {
+			v.FRTrace.Disagreements++
+		}
+		if o.Full || pr.Finding.Kind != KindHealthy {
+			listed = append(listed, pr)
+		} else {
+			v.HealthyOmitted++
+		}
+	}
+	for i := o.Offset; i < len(listed) && i < o.Offset+o.Limit; i++ {
+		v.ProcessGroups = append(v.ProcessGroups, groupView(listed[i], o.Full, askFull))
+	}
+	if o.Offset+o.Limit < len(listed) {
+		v.Truncated, v.NextOffset = true, o.Offset+o.Limit
+	}
+	if v.HealthyOmitted > 0 {
+		v.Hint = fmt.Sprintf("%d healthy group(s) not listed; %s lists every group with lagging ranks and stacks", v.HealthyOmitted, askFull)
+	}
+	dq := r.DataQuality
+	v.DataQuality = ViewDataQuality{Partial: dq.Partial, TotalProblems: len(dq.Files), TotalWarnings: len(dq.Warnings)}
+	for i, fp := range dq.Files {
+		if i == maxViewDQ {
+			v.DataQuality.Truncated = true
+			break
+		}
+		v.DataQuality.FileProblems = append(v.DataQuality.FileProblems, fp.Text())
+	}
+	for i, w := range dq.Warnings {
+		if i == maxViewDQ {
+			v.DataQuality.Truncated = true
+			break
+		}
+		v.DataQuality.Warnings = append(v.DataQuality.Warnings, w)
+	}
+	return v
+}
+
+func viewSet(ranks []int) string { return rankset.FormatMax(ranks, maxViewSet) }
+
+// groupView condenses one group; askFull is how the reader asks for the
+// details a summary leaves out.
+func groupView(pr PGReport, full bool, askFull string) GroupView {
+	// The names are the dump's text: clipped (a group whose name is
+	// longer is picked by its ranks, not by pg).
+	g := GroupView{PGName: jobtext.Clip(pr.PGName, 1<<10), PGDesc: jobtext.Clip(pr.PGDesc, 1<<10), Ranks: pr.MembersText, Verdict: pr.Verdict, Kind: pr.Finding.Kind,
+		Confidence: pr.Finding.Confidence, CollectiveSeqID: pr.CollectiveSeqID, ProfilingName: jobtext.Clip(pr.ProfilingName, jobtext.Func),
+		MissingRanks: viewSet(pr.MissingRanks), CulpritRanks: viewSet(pr.CulpritRanks),
+		MissingDumps: viewSet(pr.MissingDumps), Finding: pr.Finding.Line}
+	nLag := maxViewLagging
+	if full {
+		nLag = len(pr.LaggingRanks)
+	}
+	for i, l := range pr.LaggingRanks {
+		if i == nLag {
+			g.Lagging = append(g.Lagging, fmt.Sprintf("... %d more (%s)", len(pr.LaggingRanks)-nLag, askFull))
+			break
+		}
+		line := fmt.Sprintf("rank %d: enqueued #%d, completed #%d, behind %d", l.Rank, l.LastEnqueued, l.LastCompleted, l.Behind)
+		if l.Note != "" {
+			line += " (" + l.Note + ")"
+		}
+		g.Lagging = append(g.Lagging, line)
+	}
+	if n := pr.FRTrace; n != nil {
+		switch {
+		case n.Agrees:
+			g.FRTrace = "agrees"
+		default:
+			g.FRTrace = "says " + n.Verdict
+			if len(n.CulpritRanks) > 0 {
+				g.FRTrace += " (culprits " + viewSet(n.CulpritRanks) + ")"
+			}
+			if full {
+				g.FRTrace += ": " + jobtext.Quote(n.Why, jobtext.Line) // its words, the dump's text in them
+			} else {
+				g.FRTrace += "; " + askFull + " explains the difference"
+			}
+		}
+	}
+	for _, f := range pr.Secondary {
+		g.OtherFindings = append(g.OtherFindings, f.Kind+": "+f.Line)
+	}
+	if a := pr.Arrival; a != nil {
+		g.OtherFindings = append(g.OtherFindings, "arrivals: "+a.Line)
+	}
+	if full {
+		g.CulpritStack = frameLines(pr.CulpritFrames)
+		g.PeerStack = frameLines(pr.PeerFrames)
+		for i, e := range pr.Finding.Evidence {
+			if i == maxViewEvidence {
+				g.Evidence = append(g.Evidence, fmt.Sprintf("… %d more (probing-mcp analyze --json has them)", len(pr.Finding.Evidence)-i))
+				break
+			}
+			g.Evidence = append(g.Evidence, jobtext.CutLine(e, maxViewEvidenceB))
+		}
+	} else if len(pr.CulpritFrames) > 0 {
+		// The innermost user frame is usually the one that explains a divergence.
+		shown, _ := StackToShow(pr.CulpritFrames)
+		g.CulpritStack = frameLines(shown[:min(3, len(shown))])
+	}
+	return g
+}
+
+// frameLines renders a recorded stack: its Python frames first when it is
+// a C++ stack (StackToShow), the native ones counted.
+func frameLines(frames []Frame) []string {
+	var out []string
+	frames, native := StackToShow(frames)
+	if native > 0 {
+		out = append(out, fmt.Sprintf("(%d native frames not shown)", native))
+	}
+	for i, f := range frames {
+		if i == maxViewFrames {
+			out = append(out, fmt.Sprintf("... %d more frames", len(frames)-maxViewFrames))
+			break
+		}
+		out = append(out, f.Text())
+	}
+	return out
+}
