@@ -93,7 +93,7 @@ func (m Merged) Text(o TextOptions) string {
 				fmt.Fprintf(&b, "  … %d more (structured content: failed)\n", len(m.Failed)-i+m.FailedOmitted)
 				break
 			}
-			fmt.Fprintf(&b, "  %s, %s: %s\n", procWho(f.PID, f.Rank, f.Host), word(f.Source), jobtext.Quote(f.Err, jobtext.Message))
+			fmt.Fprintf(&b, "  %s, %s: %s\n", Who(f.PID, f.Rank, f.Host), jobtext.Word(f.Source), jobtext.Quote(f.Err, jobtext.Message))
 		}
 		if m.FailedOmitted > 0 && len(m.Failed) <= maxTextFailures {
 			fmt.Fprintf(&b, "  … and %d more\n", m.FailedOmitted)
@@ -102,16 +102,9 @@ func (m Merged) Text(o TextOptions) string {
 	return b.String()
 }
 
-// word is a closed-vocabulary word a job or node filled (a source, a
-// state): "-" when empty, as is when a plain word, else quoted.
-func word(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return jobtext.Token(s, jobtext.Name)
-}
-
-func procWho(pid, rank int, host string) string {
+// Who names a process: "rank 3 (pid 12)", "pid 12", with its host
+// quoted.
+func Who(pid, rank int, host string) string {
 	who := "pid " + strconv.Itoa(pid)
 	if rank >= 0 {
 		who = fmt.Sprintf("rank %d (pid %d)", rank, pid)
@@ -121,7 +114,6 @@ func procWho(pid, rank int, host string) string {
 	}
 	return who
 }
-
 func statesText(states map[string]int) string {
 	var st []string
 	for s, n := range states {
@@ -194,7 +186,7 @@ func writeProcesses(b *strings.Builder, procs []Process) {
 			fmt.Fprintf(b, "… %d more process(es): pass pids or ranks to see them\n", len(procs)-i)
 			return
 		}
-		fmt.Fprintf(b, "%s, %s: %d thread(s)\n", procWho(p.PID, p.Rank, p.Host), word(p.Source), len(p.Threads))
+		fmt.Fprintf(b, "%s, %s: %d thread(s)\n", Who(p.PID, p.Rank, p.Host), jobtext.Word(p.Source), len(p.Threads))
 		for k, t := range p.Threads {
 			if k == maxTextThreads {
 				fmt.Fprintf(b, "  … %d more thread(s): pass pids=[%d] alone\n", len(p.Threads)-k, p.PID)

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // Bounds of the agents' tools' text.
@@ -81,7 +82,7 @@ func (r ListProcessesResult) ModelText() string {
 // ModelText is one line per key: key = value, settable or not, its doc.
 func (r GetConfigResult) ModelText() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %d config key(s)", procWho(r.PID, r.Rank, ""), len(r.Values))
+	fmt.Fprintf(&b, "%s: %d config key(s)", stacks.Who(r.PID, r.Rank, ""), len(r.Values))
 	if len(r.Keys) > 0 {
 		n := 0
 		for _, k := range r.Keys {
@@ -116,7 +117,7 @@ func (r GetConfigResult) ModelText() string {
 // said), then the traceback.
 func (r EvalPythonResult) ModelText() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "eval in %s: %s in %.0f ms", procWho(r.PID, r.Rank, ""), r.Status, r.DurationMS)
+	fmt.Fprintf(&b, "eval in %s: %s in %.0f ms", stacks.Who(r.PID, r.Rank, ""), r.Status, r.DurationMS)
 	if r.Status == "timeout" {
 		b.WriteString(" (the code keeps running in its thread)")
 	}

@@ -72,7 +72,7 @@ func (r ListClusterNodesResult) ModelText() string {
 	var b strings.Builder
 	b.WriteString(r.Summary + "\n")
 	for _, n := range r.Nodes {
-		fmt.Fprintf(&b, "  %s %s node_rank %d ranks %s: %s", jobtext.Quote(n.Host, jobtext.Name), token(n.Addr), n.NodeRank, rankText(n.Ranks), token(n.Status))
+		fmt.Fprintf(&b, "  %s %s node_rank %d ranks %s: %s", jobtext.Quote(n.Host, jobtext.Name), jobtext.Word(n.Addr), n.NodeRank, rankText(n.Ranks), jobtext.Word(n.Status))
 		if n.Why != "" {
 			b.WriteString(" (" + clip(n.Why, jobtext.Line) + ")")
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
 // maxTextSetLines bounds the per-process lines of set_config's text.
@@ -38,11 +39,11 @@ func (r SetConfigResult) ModelText() string {
 			break
 		}
 		if p.Error != "" {
-			fmt.Fprintf(&b, "  %s: failed: %s\n", procWho(p.PID, p.Rank, ""), jobtext.Quote(p.Error, jobtext.Message))
+			fmt.Fprintf(&b, "  %s: failed: %s\n", stacks.Who(p.PID, p.Rank, ""), jobtext.Quote(p.Error, jobtext.Message))
 			continue
 		}
 		// What the process says it holds now and before: its text.
-		fmt.Fprintf(&b, "  %s: %s (was %s)\n", procWho(p.PID, p.Rank, ""), jobtext.Quote(p.Value, jobtext.Message), jobtext.Quote(p.Previous, jobtext.Message))
+		fmt.Fprintf(&b, "  %s: %s (was %s)\n", stacks.Who(p.PID, p.Rank, ""), jobtext.Quote(p.Value, jobtext.Message), jobtext.Quote(p.Previous, jobtext.Message))
 	}
 	return b.String()
 }

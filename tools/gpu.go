@@ -164,7 +164,7 @@ func gpuNodes(reps []gpu.Report, now time.Time) ([]GPUNode, int) {
 		}
 		switch {
 		case len(r.Devices) == 0:
-			n.Line = fmt.Sprintf("%s: %s", token(string(r.Status.State)), jobtext.Quote(r.Status.Reason, jobtext.Message))
+			n.Line = fmt.Sprintf("%s: %s", jobtext.Word(string(r.Status.State)), jobtext.Quote(r.Status.Reason, jobtext.Message))
 		default:
 			n.Line = fmt.Sprintf("%d GPU(s): %s", len(r.Devices), strings.Join(parts, ", "))
 		}
@@ -303,7 +303,7 @@ func mergeGPUs(reps []gpu.Report, now time.Time, limit int) string {
 			if e.GPU >= 0 {
 				g = fmt.Sprint(e.GPU)
 			}
-			k, a := xk{e.Kind, e.Xid}, at{hostText(r.Host), token(g)}
+			k, a := xk{e.Kind, e.Xid}, at{hostText(r.Host), jobtext.Word(g)}
 			if _, ok := first[k]; !ok {
 				xorder = append(xorder, k)
 				first[k] = e
@@ -359,7 +359,7 @@ func mergeGPUs(reps []gpu.Report, now time.Time, limit int) string {
 	}
 	for _, k := range norder {
 		hs := noData[k]
-		lines = append(lines, fmt.Sprintf("%d node(s) without GPU data, %s: %s: %s", len(hs), token(string(k.state)), jobtext.Quote(k.reason, jobtext.Message), shortList(hs, maxOddListed, "the nodes list has them")))
+		lines = append(lines, fmt.Sprintf("%d node(s) without GPU data, %s: %s: %s", len(hs), jobtext.Word(string(k.state)), jobtext.Quote(k.reason, jobtext.Message), shortList(hs, maxOddListed, "the nodes list has them")))
 	}
 	if notSampled {
 		lines = append(lines, "To get GPU data: "+howToSample+".")

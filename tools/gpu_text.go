@@ -27,7 +27,7 @@ func (r GPUStatusResult) ModelText() string {
 			}
 			l := fmt.Sprintf("  %s: %s", hostText(n.Host), n.Line)
 			if n.Source != "" {
-				l += " [" + token(n.Source) + "]"
+				l += " [" + jobtext.Word(n.Source) + "]"
 			}
 			lines = append(lines, l)
 		}

@@ -3,7 +3,6 @@ package tools
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
@@ -23,27 +22,6 @@ func shortSetsTo(s string, max int) string { return rankset.ShortSetsTo(s, max) 
 // clip cuts one of our lines to n bytes (jobtext.CutLine). Job text in it
 // must be quoted already.
 func clip(s string, n int) string { return jobtext.CutLine(s, n) }
-
-// procWho names a process: "rank 3 (pid 12)", "pid 12", with its host.
-func procWho(pid, rank int, host string) string {
-	who := "pid " + strconv.Itoa(pid)
-	if rank >= 0 {
-		who = fmt.Sprintf("rank %d (pid %d)", rank, pid)
-	}
-	if host != "" {
-		who += " on " + jobtext.Quote(host, jobtext.Name)
-	}
-	return who
-}
-
-// token is a closed-vocabulary word a job or node filled (a source, a
-// kind, a state): "-" when empty, as is when a plain word, else quoted.
-func token(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return jobtext.Token(s, jobtext.Name)
-}
 
 // rankText is a rank set membership was told (a node's claim): cut when
 // long, quoted when it is not one.
@@ -100,7 +78,7 @@ func coverageText(c *CoverageView) string {
 			}
 			kind := "failed"
 			if o.Err != nil {
-				kind = token(o.Err.Kind)
+				kind = jobtext.Word(o.Err.Kind)
 			}
 			kinds[kind]++
 		}
@@ -121,9 +99,9 @@ func coverageText(c *CoverageView) string {
 			}
 			kind, msg := "failed", ""
 			if o.Err != nil {
-				kind, msg = token(o.Err.Kind), o.Err.Msg
+				kind, msg = jobtext.Word(o.Err.Kind), o.Err.Msg
 			}
-			fmt.Fprintf(&b, "  %s (%s) %s", jobtext.Quote(o.Node.Host, jobtext.Name), token(o.Node.Addr), kind)
+			fmt.Fprintf(&b, "  %s (%s) %s", jobtext.Quote(o.Node.Host, jobtext.Name), jobtext.Word(o.Node.Addr), kind)
 			if o.Node.Ranks != "" {
 				b.WriteString(", ranks " + rankTextTo(o.Node.Ranks, 40))
 			}

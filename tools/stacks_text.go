@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/stacks"
 )
 
@@ -70,7 +71,7 @@ func sourcesText(src map[string]string, all string) string {
 		if _, err := strconv.Atoi(ws[0]); err == nil {
 			w = "pid(s) " + w
 		}
-		parts = append(parts, token(s)+": "+w)
+		parts = append(parts, jobtext.Word(s)+": "+w)
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, "; ")

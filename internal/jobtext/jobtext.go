@@ -372,3 +372,12 @@ func appendPadded(dst []byte, v uint64, width int) []byte {
 	}
 	return append(dst, h...)
 }
+
+// Word is a closed-vocabulary word a job or node filled (a source, a
+// kind, a state): "-" when empty, as is when a plain word, else quoted.
+func Word(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return Token(s, Name)
+}
