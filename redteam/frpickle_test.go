@@ -44,7 +44,7 @@ func TestFlightRecorderMemoPickle(t *testing.T) {
 		want string
 	}{
 		{"cli", nil, nil, "16 groups name 16000000 members in all"},
-		{"cli_raised", []string{fr.EnvMaxMemberships + "=33554432"}, nil, "No dump from rank(s) 1-999999"},
+		{"cli_raised", []string{fr.EnvMaxMemberships + "=33554432"}, nil, "no dump from rank(s) 1-999999"}, // the tools' wording (one renderer)
 		{"cli_raised_ceiling", []string{fr.EnvMaxMemberships + "=33554432"}, []string{"--max-memory", "40MiB"}, "over the memory ceiling of 40.0 MiB (as asked)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
