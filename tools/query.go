@@ -66,62 +66,6 @@ func sqlUserError(err error) error {
 	return scopeError(err)
 }
 
-// DescribeTablesParams are the arguments of describe_tables.
-type DescribeTablesParams struct {
-	Schema string `json:"schema,omitempty" jsonschema_description:"Only this schema, e.g. python, nccl, cpu, gpu, probing, history"`
-	Table  string `json:"table,omitempty" jsonschema_description:"Only this table (without schema), e.g. comm_collective"`
-	Limit  int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=1000" jsonschema_description:"Tables to return: default 200, max 1000; columns up to 4x that"`
-}
-
-// DescribeTablesResult documents sqlengine.Description for the schema.
-type DescribeTablesResult struct {
-	Tables  QueryResult `json:"tables"`
-	Columns QueryResult `json:"columns"`
-	Hint    string      `json:"hint,omitempty"`
-}
-
-type describeAnswer struct {
-	*sqlengine.Description
-	Hint string `json:"hint,omitempty"`
-}
-
-func describeTables(env *Env) Def {
-	tool := mcplib.NewTool("describe_tables",
-		mcplib.WithToolTitle("Describe queryable tables"),
-		mcplib.WithDescription("Document the queryable tables: what a row is, key columns, caveats, whether rings exist on this node now "+
-			"(processes), and every column's type, unit and meaning. Without schema or table only the table list is returned; "+
-			"pass table (and schema) for its columns. Use before writing SQL for query."),
-		schemas[DescribeTablesParams, DescribeTablesResult](env),
-		hints(true, false, true, false),
-	)
-	h, call := typed(func(ctx context.Context, p DescribeTablesParams) (describeAnswer, error) {
-		if env.SQL == nil {
-			return describeAnswer{}, userErrorf("the SQL engine is not available on this server")
-		}
-		schema, table := p.Schema, p.Table
-		if table != "" && schema == "" {
-			if s, t, ok := strings.Cut(table, "."); ok {
-				schema, table = s, t
-			}
-		}
-		d, err := env.SQL.Describe(ctx, schema, table, p.Limit)
-		if err != nil {
-			return describeAnswer{}, sqlUserError(err)
-		}
-		ans := describeAnswer{Description: d}
-		switch {
-		case d.Tables.TotalRows == 0:
-			return ans, userErrorf("no documented or recorded table matches schema %q table %q; call describe_tables without arguments for the list", schema, table)
-		case schema == "" && table == "":
-			ans.Hint = "columns are listed when you pass table (and schema)"
-		}
-		return ans, nil
-	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
-		Summary: "what each table and column means, and which tables have data on this node",
-		Doc:     "What each table and column means (type, unit, caveats) and which tables have data on this node now. `schema`/`table` filter; columns are listed once a table is named."}
-}
-
 // SchemaResources are probing://schema/catalog and one
 // probing://schema/{schema}/{table} per table, as Probing serves them, plus
 // a template for tables that appear later (new processes).
