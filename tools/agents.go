@@ -98,6 +98,9 @@ type ProcessView struct {
 	// what the agent recorded: exit code or signal, the uncaught exception
 	// and where it was raised.
 	Ended string `json:"ended,omitempty"`
+	// argv is the command line as the process has it, for the text's own
+	// cut (nil when the view came from elsewhere: Command is split).
+	argv []string
 }
 
 // ListProcessesResult lists them, ranks first.
@@ -208,13 +211,17 @@ func orDash(s string) string {
 	return s
 }
 
+// maxCommand bounds a command line in the structured content (the text's
+// is maxTextCommand).
+const maxCommand = 200
+
 func processView(a *agent.Agent) ProcessView {
 	v := ProcessView{PID: a.PID, Rank: -1, LocalRank: -1, WorldSize: -1, Kind: a.Kind, Alive: a.Alive, Stale: a.Stale, Rings: a.Rings}
 	if id := a.Identity; id != nil {
 		v.Rank, v.LocalRank, v.WorldSize, v.Eval = id.Rank, id.LocalRank, id.WorldSize, id.EvalAllowed
 		v.Role, v.Torch = jobtext.Clip(id.Role, jobtext.Name), jobtext.Clip(id.Torch, jobtext.Name) // the job's words
 	}
-	v.Command = jobtext.Clip(strings.Join(a.Command, " "), 200)
+	v.Command, v.argv = jobtext.Args(a.Command, maxCommand), a.Command
 	v.Ended = a.Ending.Summary(a.Alive)
 	return v
 }
