@@ -11,6 +11,9 @@ import (
 // Bounds of the agents' tools' text.
 const (
 	maxTextProcLines = 32
+	// maxTextProcBytes keeps the list near 2,000 tokens when the lines
+	// are long (command lines that differ, endings).
+	maxTextProcBytes = 6 << 10
 	maxTextOthers    = 5
 	maxTextOutput    = 16 << 10
 	maxTextTraceback = 30
@@ -42,7 +45,7 @@ func (r ListProcessesResult) ModelText() string {
 	b.WriteString(r.Summary + ".\n")
 	prevCmd := ""
 	for i, p := range r.Processes {
-		if i == maxTextProcLines {
+		if i == maxTextProcLines || b.Len() > maxTextProcBytes {
 			fmt.Fprintf(&b, "… %d more process(es) in structured content: processes\n", len(r.Processes)-i)
 			break
 		}

@@ -120,3 +120,18 @@ func TestListProcessesSameCommandOnce(t *testing.T) {
 		t.Errorf("text:\n%s", text)
 	}
 }
+
+// Long lines (command lines that all differ, endings) stop the list near
+// 2,000 tokens, and the text says where the rest is.
+func TestListProcessesTextBounded(t *testing.T) {
+	var lp ListProcessesResult
+	for r := range 32 {
+		lp.Processes = append(lp.Processes, ProcessView{PID: 100 + r, Rank: r, Kind: "probing-mcp",
+			Command: fmt.Sprintf("/usr/bin/python3 /work/run%d/%s.py --seed %d", r, strings.Repeat("x", 300), r),
+			Ended:   "exited with code 1 after " + strings.Repeat("a long RuntimeError message ", 10)})
+	}
+	text := lp.ModelText()
+	if len(text) > 8000 || !strings.Contains(text, "more process(es) in structured content: processes") {
+		t.Errorf("%d bytes:\n%s", len(text), text)
+	}
+}
