@@ -55,7 +55,7 @@ func (a *analysis) explainBlock(pr *PGReport, b *Block, lists map[int][]*Entry, 
 		pr.Finding = a.missingFinding(g, b, lists, lags)
 		if len(b.MissingRanks) > 0 {
 			if last := lastEntry(lists[b.MissingRanks[0]]); last != nil {
-				pr.CulpritFrames = last.Frames
+				pr.CulpritFrames, pr.CulpritFramesAt = last.Frames, a.framesAt(b.MissingRanks[0], last, true)
 			}
 		}
 		pr.PeerFrames = b.Frames
@@ -165,6 +165,11 @@ func ranksWord(rs []int) string {
 	return "ranks " + rankText(rs)
 }
 
+// framesAt names the entry whose stack is shown for rank.
+func (a *analysis) framesAt(rank int, e *Entry, last bool) *FramesAt {
+	return &FramesAt{Rank: rank, Seq: e.CollectiveSeqID, Op: e.ProfilingName, AgeNs: max(a.refTime-e.TimeCreatedNs, 0), Last: last}
+}
+
 func fmtAge(ns int64) string {
 	if ns < 0 {
 		ns = 0
@@ -257,7 +262,7 @@ func (a *analysis) explainErrors(pr *PGReport, g *group, b *Block, lists map[int
 	}
 	pr.Verdict = state.String()
 	if bad != nil {
-		pr.CulpritFrames = bad.Frames
+		pr.CulpritFrames, pr.CulpritFramesAt = bad.Frames, a.framesAt(culprits[0], bad, false)
 	}
 	if ref != nil {
 		pr.PeerFrames = ref.Frames
@@ -464,6 +469,7 @@ func (a *analysis) p2pFinding(pr *PGReport, g *group, ranks []int, pd *pgData) (
 					pr.Verdict, pr.CollectiveSeqID, pr.ProfilingName, pr.RecordID = SizeOrSyntaxMismatch.String(), s[i].CollectiveSeqID, s[i].ProfilingName, s[i].RecordID
 					pr.CulpritRanks = []int{k.src, k.dst}
 					pr.CulpritFrames, pr.PeerFrames = s[i].Frames, rv[i].Frames
+					pr.CulpritFramesAt = a.framesAt(k.src, s[i], false)
 				}
 				return Finding{Kind: KindP2PMismatch, Seq: s[i].CollectiveSeqID, Ranks: []int{k.src, k.dst}, Confidence: confidenceMedium,
 					Line: fmt.Sprintf("%s: send #%d from rank %d to rank %d sends %s but the matching recv expects %s", pgLabel(g), i+1, k.src, k.dst, pyList(s[i].InputSizes), pyList(rv[i].OutputSizes))}, true

@@ -19,6 +19,9 @@ const (
 	// maxTextBytes stops the groups of a view past this much text (a
 	// terminal's --verbose page of a thousand groups).
 	maxTextBytes = 16 << 20
+	// maxToolText stops a tool's page of groups past this much text: the
+	// answer stays near 2,000 tokens, and says where the rest is.
+	maxToolText = 6 << 10
 )
 
 // Text is the one text rendering of a Flight Recorder report, for the
@@ -50,8 +53,13 @@ func (v View) Text() string {
 	}
 	b.WriteString(".\n")
 	for i, g := range v.ProcessGroups {
-		if b.Len() > maxTextBytes {
+		if v.term != nil && b.Len() > maxTextBytes {
 			fmt.Fprintf(&b, "… the text stops here, past %d bytes: %d more listed group(s) not shown (--json, --pg or --ranks say the rest).\n", maxTextBytes, len(v.ProcessGroups)-i)
+			break
+		}
+		if v.term == nil && i > 0 && b.Len() > maxToolText {
+			fmt.Fprintf(&b, "… the text stops here, past %d bytes: %d more group(s) of this page not shown; call again with offset=%d (structured content: process_groups has them).\n",
+				maxToolText, len(v.ProcessGroups)-i, v.Offset+i)
 			break
 		}
 		v.writeGroup(&b, g)
@@ -66,19 +74,6 @@ func (v View) Text() string {
 	if v.Hint != "" {
 		b.WriteString(v.Hint + ".\n")
 	}
-	if v.FRTrace.Aborted != "" {
-		b.WriteString("fr_trace would stop: " + jobtext.Quote(v.FRTrace.Aborted, jobtext.Line)) // its words, the dump's text in them
-		if v.term != nil && v.term.allowIncomplete && v.FRTrace.NotReplayed == "" {
-			b.WriteString(" (with --allow-incomplete-ranks it goes on; its verdicts are shown per group)")
-		}
-		b.WriteString("\n")
-	}
-	if v.FRTrace.NotReplayed != "" {
-		b.WriteString(jobtext.CutLine(v.FRTrace.NotReplayed, 300) + "\n")
-	}
-	if v.FRTrace.Disagreements > 0 {
-		fmt.Fprintf(&b, "fr_trace differs from this analysis in %d group(s) (each group's fr_trace line says how).\n", v.FRTrace.Disagreements)
-	}
 	if v.term != nil && len(v.term.transcript) > 0 {
 		b.WriteString("fr_trace transcript:\n")
 		for i, l := range v.term.transcript {
@@ -89,28 +84,48 @@ func (v View) Text() string {
 			b.WriteString("  " + jobtext.Quote(l, 1<<10) + "\n") // fr_trace's output, the dump's text in it
 		}
 	}
-	dq := v.DataQuality
-	if dq.Partial || len(dq.FileProblems) > 0 || len(dq.Warnings) > 0 {
-		b.WriteString("Data quality:")
-		if dq.Partial {
-			b.WriteString(" partial (some dumps unreadable or missing)")
+	v.writeQuality(&b)
+	return b.String()
+}
+
+// writeQuality is what limited the analysis, and what torch's fr_trace
+// would say where it matters: once each, not per group.
+func (v View) writeQuality(b *strings.Builder) {
+	dq, ft := v.DataQuality, v.FRTrace
+	if !dq.Partial && len(dq.FileProblems) == 0 && len(dq.Warnings) == 0 && ft.Aborted == "" && ft.NotReplayed == "" && len(ft.Differs) == 0 {
+		return
+	}
+	b.WriteString("Data quality:")
+	if dq.Partial {
+		b.WriteString(" partial (some dumps unreadable or missing)")
+	}
+	b.WriteString("\n")
+	for _, p := range dq.FileProblems {
+		b.WriteString("  file: " + jobtext.CutLine(p, 200) + "\n")
+	}
+	for _, w := range dq.Warnings {
+		b.WriteString("  warning: " + jobtext.CutLine(w, 300) + "\n")
+	}
+	if dq.Truncated {
+		fmt.Fprintf(b, "  … listed %d of %d file problem(s) and %d of %d warning(s)", len(dq.FileProblems), dq.TotalProblems, len(dq.Warnings), dq.TotalWarnings)
+		if v.term != nil {
+			b.WriteString(" (--json lists them)")
 		}
 		b.WriteString("\n")
-		for _, p := range dq.FileProblems {
-			b.WriteString("  file: " + jobtext.CutLine(p, 200) + "\n")
-		}
-		for _, w := range dq.Warnings {
-			b.WriteString("  warning: " + jobtext.CutLine(w, 200) + "\n")
-		}
-		if dq.Truncated {
-			fmt.Fprintf(&b, "  … listed %d of %d file problem(s) and %d of %d warning(s)", len(dq.FileProblems), dq.TotalProblems, len(dq.Warnings), dq.TotalWarnings)
-			if v.term != nil {
-				b.WriteString(" (--json lists them)")
-			}
-			b.WriteString("\n")
-		}
 	}
-	return b.String()
+	if ft.Aborted != "" {
+		b.WriteString("  fr_trace (torch's analyzer) would stop on these dumps: " + jobtext.Quote(ft.Aborted, jobtext.Line)) // its words, the dump's text in them
+		if v.term != nil && v.term.allowIncomplete && ft.NotReplayed == "" {
+			b.WriteString(" (with --allow-incomplete-ranks it goes on; its verdicts are compared per group)")
+		}
+		b.WriteString("\n")
+	}
+	if ft.NotReplayed != "" {
+		b.WriteString("  " + jobtext.CutLine(ft.NotReplayed, 300) + "\n")
+	}
+	for _, d := range ft.Differs {
+		b.WriteString("  " + jobtext.Cut(d, 600) + "\n")
+	}
 }
 
 func (v View) writeGroup(b *strings.Builder, g GroupView) {
@@ -148,7 +163,11 @@ func (v View) writeGroup(b *strings.Builder, g GroupView) {
 		b.WriteString("  also: " + jobtext.CutLine(rankset.ShortSets(f), 300) + "\n")
 	}
 	if len(g.CulpritStack) > 0 {
-		b.WriteString("  culprit stack: " + strings.Join(g.CulpritStack, " ← ") + "\n")
+		at := g.CulpritStackAt
+		if at == "" {
+			at = "culprit stack"
+		}
+		b.WriteString("  " + at + ": " + strings.Join(g.CulpritStack, " ← ") + "\n")
 	}
 	if len(g.PeerStack) > 0 {
 		b.WriteString("  peer stack: " + strings.Join(g.PeerStack, " ← ") + "\n")

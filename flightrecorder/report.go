@@ -100,15 +100,30 @@ type PGReport struct {
 	Matched          int       `json:"matched_collectives"`
 	// CulpritFrames is the stack of the culprit's entry (innermost first),
 	// PeerFrames that of the ranks it disagrees with, when dumps hold stacks.
-	CulpritFrames []Frame      `json:"culprit_frames,omitempty"`
-	PeerFrames    []Frame      `json:"peer_frames,omitempty"`
-	FRTrace       *FRTraceNote `json:"fr_trace,omitempty"`
+	CulpritFrames []Frame `json:"culprit_frames,omitempty"`
+	// CulpritFramesAt says which of the culprit's entries recorded
+	// CulpritFrames: a stack from then, never the rank's stack now.
+	CulpritFramesAt *FramesAt    `json:"culprit_frames_at,omitempty"`
+	PeerFrames      []Frame      `json:"peer_frames,omitempty"`
+	FRTrace         *FRTraceNote `json:"fr_trace,omitempty"`
 	// Arrival names the member that enters the recent collectives last,
 	// when one does in most of them (arrivals.go).
 	Arrival       *Arrival `json:"arrival,omitempty"`
 	severity      int
 	oldestPending int64 // creation time of the oldest pending op, 0 if none
 	guid          string
+}
+
+// FramesAt is the entry a recorded stack belongs to: the rank, its
+// collective, and how long before the last recorded event it was created.
+type FramesAt struct {
+	Rank  int    `json:"rank"`
+	Seq   int64  `json:"collective_seq_id"`
+	Op    string `json:"profiling_name,omitempty"`
+	AgeNs int64  `json:"age_ns"`
+	// Last: the rank's last recorded collective (it never reached the
+	// one its peers wait in), not the collective of the verdict.
+	Last bool `json:"last_recorded"`
 }
 
 // Window is the range of collective sequence numbers every member's ring
@@ -161,8 +176,10 @@ type FRTraceNote struct {
 	Header       string `json:"header,omitempty"`
 	MissingRanks []int  `json:"missing_ranks,omitempty"`
 	CulpritRanks []int  `json:"culprit_ranks,omitempty"`
-	Agrees       bool   `json:"agrees"`
-	Why          string `json:"why_different,omitempty"`
+	// Seq is the collective of fr_trace's first problem block (0: none).
+	Seq    int64  `json:"collective_seq_id,omitempty"`
+	Agrees bool   `json:"agrees"`
+	Why    string `json:"why_different,omitempty"`
 }
 
 // FRTraceView is what torch's fr_trace would print for these dumps.

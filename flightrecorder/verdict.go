@@ -14,7 +14,7 @@ func frTraceNote(par *ParityResult, pr *PGReport) *FRTraceNote {
 	b := par.FirstProblem(pr.guid)
 	switch {
 	case b != nil:
-		n.Header, n.Verdict = b.Header, blockVerdict(b)
+		n.Header, n.Verdict, n.Seq = b.Header, blockVerdict(b), b.Seq
 		n.MissingRanks, n.CulpritRanks = b.MissingRanks, b.Culprits()
 		if b.Kind == BlockMissingRanks {
 			n.CulpritRanks = b.MissingRanks
@@ -33,6 +33,22 @@ func frTraceNote(par *ParityResult, pr *PGReport) *FRTraceNote {
 		n.Why = whyDifferent(n, pr)
 	}
 	return n
+}
+
+// Matters says whether fr_trace's view of the group would change what a
+// reader does: another culprit, or another hung collective. Its crash on
+// dumps it cannot read, the same answer in other words, or two "cannot
+// decide"s do not; they are data quality, said once.
+func (n *FRTraceNote) Matters(pr *PGReport) bool {
+	switch {
+	case n == nil || n.Agrees || n.Verdict == "ABORTED":
+		return false
+	case n.Verdict == "UNDECIDED" && pr.Verdict == "UNDECIDED":
+		return false
+	case n.Seq != 0 && pr.CollectiveSeqID != 0 && n.Seq != pr.CollectiveSeqID:
+		return true
+	}
+	return !slices.Equal(nonNil(n.CulpritRanks), nonNil(pr.CulpritRanks))
 }
 
 func nonNil(s []int) []int {
@@ -122,8 +138,8 @@ func summarize(rep *Report) string {
 	if len(bad) > 1 {
 		fmt.Fprintf(&b, " %d more group(s) affected.", len(bad)-1)
 	}
-	if top.FRTrace != nil && !top.FRTrace.Agrees {
-		fmt.Fprintf(&b, " fr_trace would say %s here; the group's fr_trace note says why.", top.FRTrace.Verdict)
+	if top.FRTrace.Matters(&top) {
+		fmt.Fprintf(&b, " fr_trace would say %s here (data quality says how it differs).", top.FRTrace.Verdict)
 	}
 	return b.String()
 }

@@ -2,6 +2,8 @@ package flightrecorder
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/internal/rankset"
@@ -65,10 +67,13 @@ type GroupView struct {
 	Finding         string   `json:"finding"`
 	Lagging         []string `json:"lagging_ranks,omitempty"`
 	OtherFindings   []string `json:"other_findings,omitempty"`
-	CulpritStack    []string `json:"culprit_stack,omitempty"`
-	PeerStack       []string `json:"peer_stack,omitempty"`
-	Evidence        []string `json:"evidence,omitempty"`
-	FRTrace         string   `json:"fr_trace"`
+	// CulpritStackAt says whose stack CulpritStack is and from when: the
+	// entry that recorded it, never the rank's stack now.
+	CulpritStackAt string   `json:"culprit_stack_at,omitempty"`
+	CulpritStack   []string `json:"culprit_stack,omitempty"`
+	PeerStack      []string `json:"peer_stack,omitempty"`
+	Evidence       []string `json:"evidence,omitempty"`
+	FRTrace        string   `json:"fr_trace"`
 }
 
 // ViewFRTrace is what torch's own analyzer would conclude.
@@ -76,6 +81,10 @@ type ViewFRTrace struct {
 	Aborted       string `json:"aborted,omitempty"`
 	NotReplayed   string `json:"not_replayed,omitempty"`
 	Disagreements int    `json:"groups_where_we_differ"`
+	// Differs says, for the groups where fr_trace would name another
+	// culprit or another collective (FRTraceNote.Matters), what it would
+	// say; bounded.
+	Differs []string `json:"differs,omitempty"`
 }
 
 // ViewDataQuality lists what limited the analysis, bounded.
@@ -116,6 +125,7 @@ func TerminalView(verbose bool) ViewOptions {
 // Bounds of a view.
 const (
 	maxViewDQ        = 8
+	maxViewDiffers   = 3
 	maxViewLagging   = 3 // in summary; Full lists every lagging rank the report kept
 	maxViewFrames    = 8
 	maxViewSummary   = 2000
@@ -162,6 +172,13 @@ func (r *Report) View(o ViewOptions) View {
 		if pr.FRTrace != nil && !pr.FRTrace.Agrees {
 			v.FRTrace.Disagreements++
 		}
+		if pr.FRTrace.Matters(&pr) {
+			if len(v.FRTrace.Differs) == maxViewDiffers {
+				v.FRTrace.Differs = append(v.FRTrace.Differs, "… more groups (the analysis' JSON has every group's fr_trace)")
+			} else if len(v.FRTrace.Differs) < maxViewDiffers {
+				v.FRTrace.Differs = append(v.FRTrace.Differs, differsLine(pr))
+			}
+		}
 		if o.Full || pr.Finding.Kind != KindHealthy {
 			listed = append(listed, pr)
 		} else {
@@ -186,7 +203,9 @@ func (r *Report) View(o ViewOptions) View {
 		}
 		v.DataQuality.FileProblems = append(v.DataQuality.FileProblems, fp.Text())
 	}
-	for i, w := range dq.Warnings {
+	warnings := pgConfigOnce(dq.Warnings)
+	v.DataQuality.TotalWarnings = len(warnings)
+	for i, w := range warnings {
 		if i == maxViewDQ {
 			v.DataQuality.Truncated = true
 			break
@@ -194,6 +213,63 @@ func (r *Report) View(o ViewOptions) View {
 		v.DataQuality.Warnings = append(v.DataQuality.Warnings, w)
 	}
 	return v
+}
+
+// differsLine is what fr_trace would say of a group where it names
+// another culprit or collective, and why the two differ.
+func differsLine(pr PGReport) string {
+	n := pr.FRTrace
+	line := fmt.Sprintf("%s: fr_trace would say %s", PGLabel(pr.PGName, pr.PGDesc), n.Verdict)
+	if n.Seq != 0 {
+		line += fmt.Sprintf(" at #%d", n.Seq)
+	}
+	if len(n.CulpritRanks) > 0 {
+		line += " blaming " + viewSet(n.CulpritRanks)
+	}
+	line += fmt.Sprintf("; here %s at #%d", pr.Verdict, pr.CollectiveSeqID)
+	if len(pr.CulpritRanks) > 0 {
+		line += " blaming " + viewSet(pr.CulpritRanks)
+	}
+	if n.Why != "" {
+		line += " (" + jobtext.CutLine(n.Why, 300) + ")"
+	}
+	return line
+}
+
+// pgConfigOnce says the pg_config warnings of a dump set in one line:
+// gloo's recorder leaves pg_config unusable, and a line per group about it
+// is noise. The other warnings are kept as they are.
+func pgConfigOnce(ws []string) []string {
+	var out, notes, absent []string
+	for _, w := range ws {
+		switch {
+		case strings.Contains(w, " is not in pg_config; "):
+			absent = append(absent, w[:strings.Index(w, " is not in pg_config; ")])
+		case strings.Contains(w, "pg_config"):
+			notes = append(notes, w)
+		default:
+			out = append(out, w)
+		}
+	}
+	if len(notes)+len(absent) <= 1 {
+		return append(append(notes, absent...), out...)
+	}
+	line := "pg_config: "
+	if len(notes) > 0 {
+		line += strings.Join(notes, "; ")
+	}
+	if len(absent) > 0 {
+		if len(notes) > 0 {
+			line += "; "
+		}
+		shown := absent[:min(len(absent), 5)]
+		line += fmt.Sprintf("%d group(s) not in it (%s", len(absent), strings.Join(shown, ", "))
+		if len(absent) > len(shown) {
+			line += ", …"
+		}
+		line += "), their members inferred from the entries"
+	}
+	return append([]string{line}, out...)
 }
 
 func viewSet(ranks []int) string { return rankset.FormatMax(ranks, maxViewSet) }
@@ -211,9 +287,12 @@ func groupView(pr PGReport, full bool, askFull string) GroupView {
 	if full {
 		nLag = len(pr.LaggingRanks)
 	}
-	for i, l := range pr.LaggingRanks {
+	// A rank without a dump is missing, said once (missing_dumps): a lag
+	// row for it would read as a second problem.
+	lagging := slices.DeleteFunc(slices.Clone(pr.LaggingRanks), func(l Lag) bool { return slices.Contains(pr.MissingDumps, l.Rank) })
+	for i, l := range lagging {
 		if i == nLag {
-			g.Lagging = append(g.Lagging, fmt.Sprintf("... %d more (%s)", len(pr.LaggingRanks)-nLag, askFull))
+			g.Lagging = append(g.Lagging, fmt.Sprintf("... %d more (%s)", len(lagging)-nLag, askFull))
 			break
 		}
 		line := fmt.Sprintf("rank %d: enqueued #%d, completed #%d, behind %d", l.Rank, l.LastEnqueued, l.LastCompleted, l.Behind)
@@ -222,27 +301,23 @@ func groupView(pr PGReport, full bool, askFull string) GroupView {
 		}
 		g.Lagging = append(g.Lagging, line)
 	}
-	if n := pr.FRTrace; n != nil {
-		switch {
-		case n.Agrees:
-			g.FRTrace = "agrees"
-		default:
-			g.FRTrace = "says " + n.Verdict
-			if len(n.CulpritRanks) > 0 {
-				g.FRTrace += " (culprits " + viewSet(n.CulpritRanks) + ")"
-			}
-			if full {
-				g.FRTrace += ": " + jobtext.Quote(n.Why, jobtext.Line) // its words, the dump's text in them
-			} else {
-				g.FRTrace += "; " + askFull + " explains the difference"
-			}
+	// fr_trace per group only with full detail, and only where it differs
+	// from the verdict; where that matters, data quality says it once.
+	if n := pr.FRTrace; n != nil && full && !n.Agrees && n.Verdict != "ABORTED" {
+		g.FRTrace = "says " + n.Verdict
+		if len(n.CulpritRanks) > 0 {
+			g.FRTrace += " (culprits " + viewSet(n.CulpritRanks) + ")"
 		}
+		g.FRTrace += ": " + jobtext.Quote(n.Why, jobtext.Line) // its words, the dump's text in them
 	}
 	for _, f := range pr.Secondary {
 		g.OtherFindings = append(g.OtherFindings, f.Kind+": "+f.Line)
 	}
 	if a := pr.Arrival; a != nil {
 		g.OtherFindings = append(g.OtherFindings, "arrivals: "+a.Line)
+	}
+	if len(pr.CulpritFrames) > 0 {
+		g.CulpritStackAt = stackAt(pr)
 	}
 	if full {
 		g.CulpritStack = frameLines(pr.CulpritFrames)
@@ -260,6 +335,27 @@ func groupView(pr PGReport, full bool, askFull string) GroupView {
 		g.CulpritStack = frameLines(shown[:min(3, len(shown))])
 	}
 	return g
+}
+
+// stackAt says whose recorded stack the culprit's is, and from when: the
+// Flight Recorder keeps the stack of each collective's call, so for a rank
+// that never reached the collective its peers wait in, it is the stack of
+// its last recorded one, not where the rank is now.
+func stackAt(pr PGReport) string {
+	at := pr.CulpritFramesAt
+	if at == nil {
+		return "the culprit's stack as the Flight Recorder recorded it (not its stack now)"
+	}
+	op := ""
+	if at.Op != "" {
+		op = " " + jobtext.Quote(at.Op, jobtext.Name)
+	}
+	pg := PGLabel(pr.PGName, pr.PGDesc)
+	if at.Last {
+		return fmt.Sprintf("rank %d's stack at its last recorded collective #%d%s (%s, Flight Recorder), %s before the last recorded event; not where it is now",
+			at.Rank, at.Seq, op, pg, fmtAge(at.AgeNs))
+	}
+	return fmt.Sprintf("rank %d's stack when it called #%d%s (%s, Flight Recorder), %s before the last recorded event", at.Rank, at.Seq, op, pg, fmtAge(at.AgeNs))
 }
 
 // frameLines renders a recorded stack: its Python frames first when it is

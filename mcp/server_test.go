@@ -247,19 +247,23 @@ func portabilityProblems(v any, at string) []string {
 }
 
 // TestToolListBudget keeps tools/list, which a client sends the model with
-// every session, at most 1,200 bytes a tool on average (about 300 tokens),
-// whatever is switched on, so adding tools cannot quietly bloat every
-// context. It measures the whole JSON-RPC result, as a client receives it.
+// every session, small: the default tools under 10,000 bytes in all (about
+// 2,500 tokens), and every configuration at most 850 bytes a tool on
+// average, so adding tools or words cannot quietly bloat every context. A
+// description says when to use the tool; the details live in the
+// parameters' descriptions. It measures the whole JSON-RPC result, as a
+// client receives it.
 func TestToolListBudget(t *testing.T) {
-	const perTool = 1200
+	const perTool, defaultTotal = 850, 10000
 	for _, tc := range []struct {
 		name    string
 		env     map[string]string
 		cluster bool
+		total   int // 0: perTool a tool
 	}{
-		{"default", map[string]string{}, false},
-		{"writes on", map[string]string{"PROBING_MCP_ALLOW_WRITE": "1"}, false},
-		{"whole job, writes on", map[string]string{"PROBING_MCP_ALLOW_WRITE": "1"}, true},
+		{"default", map[string]string{}, false, defaultTotal},
+		{"writes on", map[string]string{"PROBING_MCP_ALLOW_WRITE": "1"}, false, 0},
+		{"whole job, writes on", map[string]string{"PROBING_MCP_ALLOW_WRITE": "1"}, true, 0},
 	} {
 		c := connect(t, serverWith(t, tc.env, tc.cluster))
 		res, err := c.ListTools(context.Background(), mcplib.ListToolsRequest{})
@@ -268,12 +272,16 @@ func TestToolListBudget(t *testing.T) {
 		}
 		b, _ := json.Marshal(res)
 		t.Logf("%s: %d tools, %d bytes, %d a tool", tc.name, len(res.Tools), len(b), len(b)/len(res.Tools))
-		if len(b) > perTool*len(res.Tools) {
+		budget := tc.total
+		if budget == 0 {
+			budget = perTool * len(res.Tools)
+		}
+		if len(b) > budget {
 			for _, tool := range res.Tools {
 				tb, _ := json.Marshal(tool)
 				t.Logf("%s: %d bytes", tool.Name, len(tb))
 			}
-			t.Errorf("%s: tools/list is %d bytes for %d tools, budget %d a tool (%d)", tc.name, len(b), len(res.Tools), perTool, perTool*len(res.Tools))
+			t.Errorf("%s: tools/list is %d bytes for %d tools, budget %d", tc.name, len(b), len(res.Tools), budget)
 		}
 	}
 }
@@ -447,8 +455,10 @@ func TestAnalyzeTool(t *testing.T) {
 	if out.Verdict != "MISSING_RANKS" || len(out.ProcessGroups) != 1 || out.ProcessGroups[0].CulpritRanks != "2" || out.ProcessGroups[0].CollectiveSeqID != 5 {
 		t.Fatalf("%+v", out)
 	}
-	if out.ProcessGroups[0].FRTrace == "" || out.DataQuality.TotalWarnings == 0 {
-		t.Errorf("fr_trace view or data quality missing: %+v", out)
+	// gloo's dumps: fr_trace's crash is said once for the dump set, not per
+	// group, and the pg_config warnings are one.
+	if out.FRTrace.Aborted == "" || out.ProcessGroups[0].FRTrace != "" || out.DataQuality.TotalWarnings != 1 {
+		t.Errorf("fr_trace view or data quality: %+v", out)
 	}
 	// Errors the model can fix come back as isError with the fix.
 	for _, tc := range []struct {

@@ -77,7 +77,7 @@ func agentError(err error) error {
 
 // ListProcessesParams are the arguments of list_processes.
 type ListProcessesParams struct {
-	IncludeDead bool `json:"include_dead,omitempty" jsonschema_description:"Also list exited processes that left rings or a stale socket (a dead job's data)"`
+	IncludeDead bool `json:"include_dead,omitempty" jsonschema_description:"Also list exited processes that left data"`
 }
 
 // ProcessView is one process on this node.
@@ -98,6 +98,9 @@ type ProcessView struct {
 	// what the agent recorded: exit code or signal, the uncaught exception
 	// and where it was raised.
 	Ended string `json:"ended,omitempty"`
+	// argv is the command line as the process has it, for the text's own
+	// cut (nil when the view came from elsewhere: Command is split).
+	argv []string
 }
 
 // ListProcessesResult lists them, ranks first.
@@ -134,10 +137,7 @@ const maxProcesses = 256
 func listProcesses(env *Env) Def {
 	tool := mcplib.NewTool("list_processes",
 		mcplib.WithToolTitle("List training processes"),
-		mcplib.WithDescription("List the training processes on this node that an in-process agent lives in (ours, or the original Probing agent): "+
-			"pid, global and local rank, world size, role, whether alive, the command, and how many ring tables each recorded. "+
-			"Dead processes with rings or stale sockets are counted, and listed with include_dead, each with how it ended when its agent recorded it (exit code or signal, the uncaught exception and the line that raised it; a main thread that died while other threads keep the process alive). "+
-			"Agents writing to another data dir (another job) are listed apart and left out of every default fan-out."),
+		mcplib.WithDescription("Use to see which training processes this node has: pid, rank, role, liveness, command, ring tables. include_dead adds the exited ones and how each ended."),
 		schemas[ListProcessesParams, ListProcessesResult](env),
 		hints(true, false, true, false),
 	)
@@ -211,13 +211,17 @@ func orDash(s string) string {
 	return s
 }
 
+// maxCommand bounds a command line in the structured content (the text's
+// is maxTextCommand).
+const maxCommand = 200
+
 func processView(a *agent.Agent) ProcessView {
 	v := ProcessView{PID: a.PID, Rank: -1, LocalRank: -1, WorldSize: -1, Kind: a.Kind, Alive: a.Alive, Stale: a.Stale, Rings: a.Rings}
 	if id := a.Identity; id != nil {
 		v.Rank, v.LocalRank, v.WorldSize, v.Eval = id.Rank, id.LocalRank, id.WorldSize, id.EvalAllowed
 		v.Role, v.Torch = jobtext.Clip(id.Role, jobtext.Name), jobtext.Clip(id.Torch, jobtext.Name) // the job's words
 	}
-	v.Command = jobtext.Clip(strings.Join(a.Command, " "), 200)
+	v.Command, v.argv = jobtext.Args(a.Command, maxCommand), a.Command
 	v.Ended = a.Ending.Summary(a.Alive)
 	return v
 }
@@ -226,7 +230,7 @@ func processView(a *agent.Agent) ProcessView {
 type GetConfigParams struct {
 	PID  int    `json:"pid,omitempty" jsonschema:"minimum=0" jsonschema_description:"Process id"`
 	Rank *int   `json:"rank,omitempty" jsonschema:"minimum=0" jsonschema_description:"Global rank (instead of pid)"`
-	Key  string `json:"key,omitempty" jsonschema_description:"One key (probing. prefix optional); empty lists every key with its doc"`
+	Key  string `json:"key,omitempty" jsonschema_description:"One key; empty: every key"`
 }
 
 // GetConfigResult is the process's config.
@@ -240,8 +244,7 @@ type GetConfigResult struct {
 func getConfig(env *Env) Def {
 	tool := mcplib.NewTool("get_config",
 		mcplib.WithToolTitle("Read agent config"),
-		mcplib.WithDescription("Read the runtime config (probing.* keys) of one training process's agent: one key, or every key with what it does and whether set_config can change it "+
-			"(only keys listed as settable can be written; the others are read-only or mirror PROBING_* variables of the job)."),
+		mcplib.WithDescription("Use to read one training process's probing.* runtime config: one key, or every key with its doc and whether set_config can change it."),
 		schemas[GetConfigParams, GetConfigResult](env),
 		hints(true, false, true, false),
 	)
@@ -277,8 +280,8 @@ func getConfig(env *Env) Def {
 type EvalPythonParams struct {
 	PID     int    `json:"pid,omitempty" jsonschema:"minimum=0" jsonschema_description:"Process id"`
 	Rank    *int   `json:"rank,omitempty" jsonschema:"minimum=0" jsonschema_description:"Global rank (instead of pid)"`
-	Code    string `json:"code" jsonschema:"minLength=1" jsonschema_description:"Python source run inside the process (at most 4 MiB); a final expression's value is printed"`
-	Timeout int    `json:"timeout,omitempty" jsonschema:"minimum=0,maximum=300" jsonschema_description:"Seconds before giving up (default 10, max 300); the code's thread cannot be killed and keeps running"`
+	Code    string `json:"code" jsonschema:"minLength=1" jsonschema_description:"Python run in the process's __main__ (at most 4 MiB); a final expression's value is printed"`
+	Timeout int    `json:"timeout,omitempty" jsonschema:"minimum=0,maximum=300" jsonschema_description:"Seconds to wait (default 10); the code keeps running after it"`
 }
 
 // EvalPythonResult is what the code printed.
@@ -294,11 +297,7 @@ type EvalPythonResult struct {
 func evalPython(env *Env) Def {
 	tool := mcplib.NewTool("eval_python",
 		mcplib.WithToolTitle("Run Python in a training process"),
-		mcplib.WithDescription("Run Python code inside one training process, in the globals of its __main__, through its agent's control socket "+
-			"(which serves only the job's own user and root): stdout/stderr of the code are returned, with the traceback on error. "+
-			"Code that does not finish within timeout is reported as timeout and keeps running in its thread. "+
-			"It works on any job with our agent unless the job opted out with PROBING_ALLOW_EVAL=0 (list_processes shows eval_allowed). "+
-			"Every call is written to the audit log."),
+		mcplib.WithDescription("Use to look inside a live training process when no other tool can: runs Python in its __main__ through its agent (the job's own user only) and returns stdout/stderr or the traceback. Unless the job opted out (PROBING_ALLOW_EVAL=0). Audited."),
 		schemas[EvalPythonParams, EvalPythonResult](env),
 		hints(false, true, false, false),
 	)

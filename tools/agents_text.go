@@ -11,19 +11,41 @@ import (
 // Bounds of the agents' tools' text.
 const (
 	maxTextProcLines = 32
+	// maxTextProcBytes keeps the list near 2,000 tokens when the lines
+	// are long (command lines that differ, endings).
+	maxTextProcBytes = 6 << 10
 	maxTextOthers    = 5
 	maxTextOutput    = 16 << 10
 	maxTextTraceback = 30
 	maxTextConfigDoc = 100
+	// maxTextCommand is the structured content's bound (maxCommand): the
+	// flags of a long command line need it, and a launch's ranks share
+	// one line, said once.
+	maxTextCommand = maxCommand
 )
+
+// commandText is a process's command line for the text: the interpreter
+// by its name (the script and its arguments tell the processes apart),
+// long arguments cut in the middle so that every flag stays (jobtext.Args).
+func commandText(p ProcessView) string {
+	argv := p.argv
+	if argv == nil {
+		argv = strings.Split(p.Command, " ")
+	}
+	if len(argv) > 1 && strings.Contains(argv[0], "/") {
+		argv = append([]string{argv[0][strings.LastIndexByte(argv[0], '/')+1:]}, argv[1:]...)
+	}
+	return jobtext.Args(argv, maxTextCommand)
+}
 
 // ModelText is the summary, then one line per process (pid, rank, how it
 // ended, eval), then the other data dirs' and the untrusted entries.
 func (r ListProcessesResult) ModelText() string {
 	var b strings.Builder
 	b.WriteString(r.Summary + ".\n")
+	prevCmd := ""
 	for i, p := range r.Processes {
-		if i == maxTextProcLines {
+		if i == maxTextProcLines || b.Len() > maxTextProcBytes {
 			fmt.Fprintf(&b, "… %d more process(es) in structured content: processes\n", len(r.Processes)-i)
 			break
 		}
@@ -49,13 +71,13 @@ func (r ListProcessesResult) ModelText() string {
 			b.WriteString("; ended: " + clip(p.Ended, 200))
 		}
 		if p.Command != "" {
-			// The interpreter by its name: the script and its arguments
-			// are what tell the processes apart.
-			cmd := p.Command
-			if exe, rest, ok := strings.Cut(cmd, " "); ok && strings.Contains(exe, "/") {
-				cmd = exe[strings.LastIndexByte(exe, '/')+1:] + " " + rest
+			// The ranks of one launch share their command line: said once.
+			if cmd := commandText(p); cmd == prevCmd {
+				b.WriteString("; cmd: as above")
+			} else {
+				b.WriteString("; cmd: " + jobtext.Quote(cmd, 2*maxTextCommand))
+				prevCmd = cmd
 			}
-			b.WriteString("; cmd: " + jobtext.Quote(cmd, 120))
 		}
 		b.WriteString("\n")
 	}

@@ -75,3 +75,63 @@ func TestAgentsTextHostile(t *testing.T) {
 	sc := SetConfigResult{Status: "ok", Key: "probing.x", Value: "1", Processes: []ProcessSet{{PID: 1, Rank: 0, Value: h, Previous: h}, {PID: 2, Rank: 1, Error: h}}}
 	jobtexttest.Check(t, "set_config", sc.ModelText(), 2<<10)
 }
+
+// TestListProcessesCommandKeepsFlags: a long torchrun-launched command
+// line is cut in its long paths, not at its end: every flag of the job
+// (the ones that tell two runs apart) is in the text and in the
+// structured content, each within its bound.
+func TestListProcessesCommandKeepsFlags(t *testing.T) {
+	argv := []string{"/mnt/shared/envs/llm-train-py311-cu124/bin/python3.11", "-u",
+		"/mnt/shared/projects/llm-pretrain/experiments/2024-11-run42/megatron/pretrain_gpt.py",
+		"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+		"--data-path", "/mnt/datasets/the-pile/tokenized/gpt2-bpe/pile_text_document",
+		"--num-workers", "8", "--stream-dataset", "--save=/mnt/ckpt/llm-pretrain/run42"}
+	a := &agent.Agent{PID: 4242, Kind: "probing-mcp", Alive: true, Command: argv}
+	v := processView(a)
+	lp := ListProcessesResult{Summary: "1 live process(es)", Processes: []ProcessView{v}}
+	text := lp.ModelText()
+	line := text[strings.Index(text, "cmd: ")+len("cmd: "):]
+	line = line[:strings.IndexByte(line, '\n')]
+	t.Logf("text: %s\nstructured: %s", line, v.Command)
+	if len(line) > maxTextCommand+len(jobtext.Open+jobtext.Close) || len(v.Command) > maxCommand {
+		t.Errorf("over the bounds: text %d bytes, structured %d", len(line), len(v.Command))
+	}
+	for _, s := range []string{line, v.Command} {
+		for _, f := range []string{"-u ", "--tensor-model-parallel-size 2", "--pipeline-model-parallel-size 2", "--data-path ", "--num-workers 8", "--stream-dataset", "--save="} {
+			if !strings.Contains(s, f) {
+				t.Errorf("%q lost: %s", f, s)
+			}
+		}
+	}
+	if !strings.HasPrefix(line, "⟦python3.11 -u ") || !strings.Contains(v.Command, "_gpt.py") {
+		t.Errorf("text %s, structured %s", line, v.Command)
+	}
+}
+
+// The ranks of one launch share their command line: the text says it once.
+func TestListProcessesSameCommandOnce(t *testing.T) {
+	var lp ListProcessesResult
+	for r := range 4 {
+		lp.Processes = append(lp.Processes, ProcessView{PID: 10 + r, Rank: r, Kind: "probing-mcp", Alive: true, Command: "/usr/bin/python3 train.py --steps 100"})
+	}
+	lp.Processes[3].Command += " --resume"
+	text := lp.ModelText()
+	if strings.Count(text, "cmd: ⟦python3 train.py --steps 100⟧") != 1 || strings.Count(text, "cmd: as above") != 2 || !strings.Contains(text, "cmd: ⟦python3 train.py --steps 100 --resume⟧") {
+		t.Errorf("text:\n%s", text)
+	}
+}
+
+// Long lines (command lines that all differ, endings) stop the list near
+// 2,000 tokens, and the text says where the rest is.
+func TestListProcessesTextBounded(t *testing.T) {
+	var lp ListProcessesResult
+	for r := range 32 {
+		lp.Processes = append(lp.Processes, ProcessView{PID: 100 + r, Rank: r, Kind: "probing-mcp",
+			Command: fmt.Sprintf("/usr/bin/python3 /work/run%d/%s.py --seed %d", r, strings.Repeat("x", 300), r),
+			Ended:   "exited with code 1 after " + strings.Repeat("a long RuntimeError message ", 10)})
+	}
+	text := lp.ModelText()
+	if len(text) > 8000 || !strings.Contains(text, "more process(es) in structured content: processes") {
+		t.Errorf("%d bytes:\n%s", len(text), text)
+	}
+}

@@ -54,8 +54,8 @@ func coverageView(c *evidence.Coverage) *CoverageView {
 // ListClusterNodesParams are the arguments of list_cluster_nodes.
 type ListClusterNodesParams struct {
 	Status string `json:"status,omitempty" jsonschema:"enum=ok,enum=timeout,enum=unreachable,enum=auth,enum=garbage,enum=refused,enum=not_daemon" jsonschema_description:"Only nodes with this status (ok, timeout, unreachable, auth, garbage, refused, not_daemon); default every node"`
-	Offset int    `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"First node to list (default 0)"`
-	Limit  int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=1000" jsonschema_description:"Nodes to list (default 100, max 1000)"`
+	Offset int    `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"First node (default 0)"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=1000" jsonschema_description:"Nodes per page (default 100)"`
 }
 
 // ListClusterNodesResult is the job's nodes, paged.
@@ -98,9 +98,7 @@ func (r ListClusterNodesResult) ModelText() string {
 func listClusterNodes(env *Env) Def {
 	tool := mcplib.NewTool("list_cluster_nodes",
 		mcplib.WithToolTitle("List the job's nodes"),
-		mcplib.WithDescription("The job's nodes as membership knows them (the job's TCPStore, --peers, Slurm, the last known membership on disk): "+
-			"each node daemon's address, node rank, its ranks as ranges, live and dead ranks, status (ok, or why it did not answer) and last seen. "+
-			"Failing nodes first."),
+		mcplib.WithDescription("Use to see the job's nodes: each daemon's address, node rank, ranks, live and dead ranks, status (ok, or why it did not answer) and last seen. Failing nodes first."),
 		schemas[ListClusterNodesParams, ListClusterNodesResult](env),
 		hints(true, false, true, false),
 	)

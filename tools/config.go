@@ -17,10 +17,10 @@ import (
 
 // SetConfigParams are the arguments of set_config (Probing's names).
 type SetConfigParams struct {
-	Key   string `json:"key" jsonschema:"minLength=1" jsonschema_description:"Config key, with or without the probing. prefix: probing.mcp.* keys are this server's; others go to the training processes' agents (get_config lists them)"`
+	Key   string `json:"key" jsonschema:"minLength=1" jsonschema_description:"Config key (probing. prefix optional): probing.mcp.* are this server's, others the agents' (get_config lists them)"`
 	Value string `json:"value" jsonschema_description:"New value, as text"`
-	PIDs  []int  `json:"pids,omitempty" jsonschema_description:"Processes whose agent gets the key (default with ranks empty: every live agent on this node)"`
-	Ranks string `json:"ranks,omitempty" jsonschema_description:"Global ranks whose agent gets the key, as ranges (0-3,7)"`
+	PIDs  []int  `json:"pids,omitempty" jsonschema_description:"Processes whose agent gets the key (default: every live agent here)"`
+	Ranks string `json:"ranks,omitempty" jsonschema_description:"Global ranks whose agent gets the key, e.g. 0-3,7"`
 }
 
 // SetConfigResult reports the change.
@@ -66,9 +66,8 @@ var serverKeys = map[string]serverKey{
 func setConfig(env *Env) Def {
 	tool := mcplib.NewTool("set_config",
 		mcplib.WithToolTitle("Change a config key"),
-		mcplib.WithDescription("Change a runtime config key: this server's own ("+strings.Join(sortedServerKeys(), ", ")+
-			"), or a key of the training processes' agents (e.g. probing.fr.on_watchdog, probing.comm.collectives, probing.sample_rate; "+
-			"get_config lists them), on the processes named by pids/ranks or on every live agent. Every call is written to the audit log."),
+		mcplib.WithDescription("Use to change a runtime setting: this server's own ("+strings.Join(sortedServerKeys(), ", ")+
+			"), or an agent key (get_config lists them) on the processes named by pids/ranks, else every live agent. Audited."),
 		schemas[SetConfigParams, SetConfigResult](env),
 		hints(false, false, true, false),
 	)

@@ -13,10 +13,10 @@ import (
 
 // DiagnoseHangParams are the arguments of diagnose_hang.
 type DiagnoseHangParams struct {
-	StallSeconds int    `json:"stall_seconds,omitempty" jsonschema:"minimum=0,maximum=86400" jsonschema_description:"No progress for at least this many seconds counts as a stall (default: 10 typical steps, at least 30 s; 120 s with no step history)"`
-	Detail       string `json:"detail,omitempty" jsonschema:"enum=summary,enum=ranks" jsonschema_description:"summary (default): the verdict, bounded; ranks: also what every rank is doing, paged with offset/limit"`
-	Offset       int    `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"First rank row to list with detail ranks (default 0)"`
-	Limit        int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=1000" jsonschema_description:"Rank rows to list with detail ranks (default 200, max 1000)"`
+	StallSeconds int    `json:"stall_seconds,omitempty" jsonschema:"minimum=0,maximum=86400" jsonschema_description:"Seconds without progress that count as a stall (default from step times, at least 30)"`
+	Detail       string `json:"detail,omitempty" jsonschema:"enum=summary,enum=ranks" jsonschema_description:"summary (default), or ranks: also every rank's activity, paged"`
+	Offset       int    `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"First rank row (detail ranks)"`
+	Limit        int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=1000" jsonschema_description:"Rank rows per page (detail ranks; default 200)"`
 }
 
 // DiagnoseHangResult is the verdict, and with detail "ranks" a page of
@@ -79,13 +79,7 @@ func Diagnose(ctx context.Context, env *Env, p DiagnoseHangParams) (DiagnoseHang
 func diagnoseHang(env *Env) Def {
 	tool := mcplib.NewTool("diagnose_hang",
 		mcplib.WithToolTitle("Diagnose a hung job"),
-		mcplib.WithDescription("One call for \"why is my job stuck?\": gathers every source on this node in parallel (the agents' identities "+
-			"and liveness, how each rank ended, every rank's main-thread stack, the collectives each rank entered and left from the comm "+
-			"rings, step progress, the GPUs' state and Xid errors), decides first whether the job is hung at all (healthy, progressing, slow, stalled, dead: a moving job "+
-			"never gets a hang verdict), then follows who waits for whom across process groups to the culprit. Answers the culprit ranks, "+
-			"the category (cpu_stall, missing_from_collective, collective_mismatch, dead_rank, main_thread_dead, deadlock, gil_held, "+
-			"all_in_collective, gpu_fault, straggler, unreachable_rank, healthy), the line of code, the evidence with its sources, what would confirm "+
-			"or refute it, and what data was missing. Works post-mortem from what a dead job left in the data dir."),
+		mcplib.WithDescription("Use first when a job seems stuck, slow or dead: says whether it is hung at all, then follows who waits for whom to the culprit ranks, the category, the line of code and the evidence, with next steps. Reads every source on this node, live or post-mortem."),
 		schemas[DiagnoseHangParams, DiagnoseHangResult](env),
 		hints(true, false, false, false),
 	)

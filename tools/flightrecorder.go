@@ -16,13 +16,13 @@ import (
 
 // AnalyzeFlightRecorderParams are the arguments of analyze_flight_recorder.
 type AnalyzeFlightRecorderParams struct {
-	Paths  []string `json:"paths" jsonschema:"minItems=1" jsonschema_description:"Dump files or directories of dumps (walked recursively). Files are named <prefix><rank>, e.g. /tmp/nccl_trace_rank_0; pickle and JSON dumps are both read."`
-	Prefix string   `json:"prefix,omitempty" jsonschema_description:"File-name prefix before the rank number; inferred when omitted (like fr_trace --prefix)"`
-	PG     string   `json:"pg,omitempty" jsonschema_description:"Only this process group: its name (e.g. 0) or description (e.g. tp)"`
-	Ranks  string   `json:"ranks,omitempty" jsonschema_description:"Only groups containing these ranks; a range such as 0-7 or 12 (join several with commas)"`
-	Detail string   `json:"detail,omitempty" jsonschema_description:"summary (default) lists problem groups only; full adds healthy groups, lagging-rank tables, culprit stacks and fr_trace's blocks" jsonschema:"enum=summary,enum=full"`
-	Offset int      `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"Skip this many process groups; pass next_offset from a truncated result"`
-	Limit  int      `json:"limit,omitempty" jsonschema:"minimum=0,maximum=50" jsonschema_description:"Process groups per page: default 10 (summary) or 5 (full), max 50"`
+	Paths  []string `json:"paths" jsonschema:"minItems=1" jsonschema_description:"Dump files or directories (walked), named <prefix><rank>"`
+	Prefix string   `json:"prefix,omitempty" jsonschema_description:"File-name prefix before the rank (default inferred)"`
+	PG     string   `json:"pg,omitempty" jsonschema_description:"Only this process group (name or description)"`
+	Ranks  string   `json:"ranks,omitempty" jsonschema_description:"Only groups with these ranks, e.g. 0-7,12"`
+	Detail string   `json:"detail,omitempty" jsonschema_description:"summary (default), or full: also healthy groups, lag tables, stacks" jsonschema:"enum=summary,enum=full"`
+	Offset int      `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"Groups to skip (next_offset)"`
+	Limit  int      `json:"limit,omitempty" jsonschema:"minimum=0,maximum=50" jsonschema_description:"Groups per page (default 10, full 5)"`
 }
 
 // AnalyzeFlightRecorderResult is the verdict, bounded for a context window
@@ -52,11 +52,7 @@ const (
 func analyzeFlightRecorder(env *Env) Def {
 	tool := mcplib.NewTool("analyze_flight_recorder",
 		mcplib.WithToolTitle("Analyze Flight Recorder dumps"),
-		mcplib.WithDescription("Diagnose a hung or crashed distributed PyTorch job from its Flight Recorder dumps (one file per rank, "+
-			"e.g. /tmp/nccl_trace_rank_<N>, written on an NCCL/gloo watchdog timeout). Returns, per process group, the verdict "+
-			"(OK, MISSING_RANKS, COLLECTIVE_TYPE_MISMATCH, SIZE_OR_SYNTAX_MISMATCH, COLLECTIVE_DTYPE_MISMATCH, COLLECTIVE_STATE_MISMATCH, UNDECIDED), "+
-			"the collective sequence number, the culprit and missing ranks, the ranks that lag behind, and what torch's fr_trace would say. "+
-			"Worst groups first; rank sets are ranges."),
+		mcplib.WithDescription("Use when you have Flight Recorder dump files (one per rank, e.g. /tmp/nccl_trace_rank_N): per process group, the verdict (MISSING_RANKS, a mismatch, OK), the hung collective, the culprit and missing ranks. Problem groups first."),
 		schemas[AnalyzeFlightRecorderParams, AnalyzeFlightRecorderResult](env),
 		hints(true, false, true, false),
 	)
@@ -178,10 +174,10 @@ func viewReport(rep *fr.Report, full bool, offset, limit int) AnalyzeFlightRecor
 // SnapshotFlightRecorderParams are the arguments of snapshot_flight_recorder.
 type SnapshotFlightRecorderParams struct {
 	Target
-	OnlyActive bool   `json:"only_active,omitempty" jsonschema_description:"Only collectives not yet completed (smaller dumps)"`
-	Detail     string `json:"detail,omitempty" jsonschema_description:"summary (default) or full, as analyze_flight_recorder" jsonschema:"enum=summary,enum=full"`
-	Offset     int    `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"Skip this many process groups; pass next_offset from a truncated result"`
-	Limit      int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=50" jsonschema_description:"Process groups per page (default 10 summary / 5 full, max 50)"`
+	OnlyActive bool   `json:"only_active,omitempty" jsonschema_description:"Only collectives not yet completed"`
+	Detail     string `json:"detail,omitempty" jsonschema_description:"summary (default), or full: also healthy groups, lag tables, stacks" jsonschema:"enum=summary,enum=full"`
+	Offset     int    `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"Groups to skip (next_offset)"`
+	Limit      int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=50" jsonschema_description:"Groups per page (default 10, full 5)"`
 }
 
 // SnapshotView is one rank's snapshot.
@@ -209,10 +205,7 @@ type SnapshotFlightRecorderResult struct {
 func snapshotFlightRecorder(env *Env) Def {
 	tool := mcplib.NewTool("snapshot_flight_recorder",
 		mcplib.WithToolTitle("Snapshot the live Flight Recorder"),
-		mcplib.WithDescription("Take a live PyTorch Flight Recorder snapshot from every training process on this node (or pids/ranks) through "+
-			"their agents, store the dumps in history.fr_snapshots, and analyse them together as analyze_flight_recorder does: per process group, "+
-			"the collective and sequence number each rank reached, the culprit and missing ranks, and fr_trace's view. Needs torch.distributed "+
-			"in the processes (the agent turns recording on with a 2000-entry buffer when nothing else set one)."),
+		mcplib.WithDescription("Use on a live job whose collectives may be hung: snapshots every local rank's Flight Recorder through its agent, stores it and analyses it as analyze_flight_recorder does."),
 		schemas[SnapshotFlightRecorderParams, SnapshotFlightRecorderResult](env),
 		hints(true, false, false, false),
 	)

@@ -48,10 +48,17 @@ func TestAnalyzeFlightRecorderText(t *testing.T) {
 	if !strings.HasPrefix(text, "MISSING_RANKS: ") {
 		t.Errorf("first line: %s", text)
 	}
-	for _, want := range []string{"Dumps: ranks 0-255", "culprits 37", "MISSING_RANKS", "fr_trace: "} {
+	// The culprit's recorded stack is labelled for what it is: the stack
+	// of its last recorded collective, not where the rank is now. fr_trace
+	// agrees here, so it is not mentioned.
+	for _, want := range []string{"Dumps: ranks 0-255", "culprits 37", "MISSING_RANKS",
+		"rank 37's stack at its last recorded collective #39 ⟦nccl:all_reduce⟧ (pg ⟦0⟧ (⟦default_pg⟧), Flight Recorder), 10 ms before the last recorded event; not where it is now: "} {
 		if !strings.Contains(text, want) {
 			t.Errorf("text lacks %q:\n%s", want, text)
 		}
+	}
+	if strings.Contains(text, "fr_trace") || strings.Contains(text, "culprit stack") {
+		t.Errorf("fr_trace agrees, and the stack is not the rank's now:\n%s", text)
 	}
 	if textLen > 4096 {
 		t.Errorf("summary text %d bytes:\n%s", textLen, text)

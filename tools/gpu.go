@@ -19,10 +19,10 @@ import (
 
 // GPUStatusParams are the arguments of gpu_status.
 type GPUStatusParams struct {
-	Detail     string `json:"detail,omitempty" jsonschema:"enum=summary,enum=devices" jsonschema_description:"summary (default): identical GPUs merged across nodes, odd ones first; devices: each GPU's snapshot, paged"`
-	Host       string `json:"host,omitempty" jsonschema_description:"Only this node (its host name)"`
-	MaxDevices int    `json:"max_devices,omitempty" jsonschema:"minimum=0,maximum=1024" jsonschema_description:"Devices to list with detail devices (default 64, max 1024)"`
-	Offset     int    `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"First device to list with detail devices (default 0)"`
+	Detail     string `json:"detail,omitempty" jsonschema:"enum=summary,enum=devices" jsonschema_description:"summary (default), or devices: each GPU, paged"`
+	Host       string `json:"host,omitempty" jsonschema_description:"Only this node"`
+	MaxDevices int    `json:"max_devices,omitempty" jsonschema:"minimum=0,maximum=1024" jsonschema_description:"Devices per page (detail devices; default 64)"`
+	Offset     int    `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"First device (detail devices)"`
 }
 
 // GPUNode is one node's GPUs in one line.
@@ -70,9 +70,7 @@ func nodeHost() string { return cluster.HostName(os.Getenv) }
 func gpuStatus(env *Env) Def {
 	tool := mcplib.NewTool("gpu_status",
 		mcplib.WithToolTitle("GPU state of the node or job"),
-		mcplib.WithDescription("Every GPU's state from NVML on this node (or every node of the job): Xid errors first, then GPUs that differ "+
-			"(lost, ECC/remap faults, idle among spinning) with host, index and rank, then identical GPUs merged (spinning = 100% util at "+
-			"idle power, an NCCL kernel waiting on a peer). Read from the node sampler, live or its rings (post-mortem)."),
+		mcplib.WithDescription("Use to check the GPUs (NVML): Xid errors, then the GPUs that differ (lost, ECC faults, idle among spinning), then identical ones merged. Live, or post-mortem from the rings."),
 		schemas[GPUStatusParams, GPUStatusResult](env),
 		hints(true, false, true, false),
 	)

@@ -15,8 +15,8 @@ import (
 
 // QueryParams are the arguments of query (Probing's names).
 type QueryParams struct {
-	SQL   string `json:"sql" jsonschema:"minLength=1" jsonschema_description:"One read-only SQLite SELECT (or WITH … SELECT) over schema.table names, e.g. SELECT _rank, count(*) FROM python.comm_collective GROUP BY _rank. Call describe_tables for tables and columns."`
-	Limit int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=1000" jsonschema_description:"Rows to return: default 200, max 1000. total_rows still counts them all."`
+	SQL   string `json:"sql" jsonschema:"minLength=1" jsonschema_description:"One SELECT over schema.table names, e.g. SELECT _rank, count(*) FROM python.comm_collective GROUP BY 1"`
+	Limit int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=1000" jsonschema_description:"Rows to return (default 200); total_rows counts them all"`
 }
 
 // QueryResult documents the shape of sqlengine.Result for the output
@@ -35,12 +35,7 @@ type QueryResult struct {
 func queryTool(env *Env) Def {
 	tool := mcplib.NewTool("query",
 		mcplib.WithToolTitle("SQL over ring tables"),
-		mcplib.WithDescription("Run one read-only SQL query over what the training processes on this node recorded: every ring table "+
-			"in the data dir as schema.table (python.comm_collective, python.torch_nccl_flight_record, python.torch_step_timing, nccl.*, …), "+
-			"rows of all local processes unioned with tag columns _pid, _rank, _local_rank, _node_rank, _role, _host; plus probing.table_docs, "+
-			"probing.column_docs, probing.rings and the persisted history as history.*. SQLite dialect. Returns JSON rows bounded by `limit`, "+
-			"total_rows, truncated, and data_quality when rings were unreadable, overwritten or written by dead processes. "+
-			"A WHERE on the timestamp column skips whole ring chunks."),
+		mcplib.WithDescription("Use for what the other tools do not answer: one read-only SQLite SELECT over the ring tables every local process records (tag columns _rank, _pid, _host, …) and history.*. Call describe_tables first."),
 		schemas[QueryParams, QueryResult](env),
 		hints(true, false, true, false),
 	)
@@ -64,62 +59,6 @@ func sqlUserError(err error) error {
 		return &UserError{msg: msg}
 	}
 	return scopeError(err)
-}
-
-// DescribeTablesParams are the arguments of describe_tables.
-type DescribeTablesParams struct {
-	Schema string `json:"schema,omitempty" jsonschema_description:"Only this schema, e.g. python, nccl, cpu, gpu, probing, history"`
-	Table  string `json:"table,omitempty" jsonschema_description:"Only this table (without schema), e.g. comm_collective"`
-	Limit  int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=1000" jsonschema_description:"Tables to return: default 200, max 1000; columns up to 4x that"`
-}
-
-// DescribeTablesResult documents sqlengine.Description for the schema.
-type DescribeTablesResult struct {
-	Tables  QueryResult `json:"tables"`
-	Columns QueryResult `json:"columns"`
-	Hint    string      `json:"hint,omitempty"`
-}
-
-type describeAnswer struct {
-	*sqlengine.Description
-	Hint string `json:"hint,omitempty"`
-}
-
-func describeTables(env *Env) Def {
-	tool := mcplib.NewTool("describe_tables",
-		mcplib.WithToolTitle("Describe queryable tables"),
-		mcplib.WithDescription("Document the queryable tables: what a row is, key columns, caveats, whether rings exist on this node now "+
-			"(processes), and every column's type, unit and meaning. Without schema or table only the table list is returned; "+
-			"pass table (and schema) for its columns. Use before writing SQL for query."),
-		schemas[DescribeTablesParams, DescribeTablesResult](env),
-		hints(true, false, true, false),
-	)
-	h, call := typed(func(ctx context.Context, p DescribeTablesParams) (describeAnswer, error) {
-		if env.SQL == nil {
-			return describeAnswer{}, userErrorf("the SQL engine is not available on this server")
-		}
-		schema, table := p.Schema, p.Table
-		if table != "" && schema == "" {
-			if s, t, ok := strings.Cut(table, "."); ok {
-				schema, table = s, t
-			}
-		}
-		d, err := env.SQL.Describe(ctx, schema, table, p.Limit)
-		if err != nil {
-			return describeAnswer{}, sqlUserError(err)
-		}
-		ans := describeAnswer{Description: d}
-		switch {
-		case d.Tables.TotalRows == 0:
-			return ans, userErrorf("no documented or recorded table matches schema %q table %q; call describe_tables without arguments for the list", schema, table)
-		case schema == "" && table == "":
-			ans.Hint = "columns are listed when you pass table (and schema)"
-		}
-		return ans, nil
-	})
-	return Def{ServerTool: server.ServerTool{Tool: tool, Handler: h}, Call: call,
-		Summary: "what each table and column means, and which tables have data on this node",
-		Doc:     "What each table and column means (type, unit, caveats) and which tables have data on this node now. `schema`/`table` filter; columns are listed once a table is named."}
 }
 
 // SchemaResources are probing://schema/catalog and one
@@ -183,10 +122,7 @@ func jsonContents(uri string, v any) ([]mcplib.ResourceContents, error) {
 func clusterQuery(env *Env) Def {
 	tool := mcplib.NewTool("cluster_query",
 		mcplib.WithToolTitle("SQL over every node's tables"),
-		mcplib.WithDescription("One read-only SQL query over the ring tables of every node of the job (as query, whole-job): each table the "+
-			"query names is read from every node daemon, tagged with _host, _addr, _node_rank (the node) and _rank, _local_rank, _role, _pid "+
-			"(the process); plain WHERE filters (col op literal, joined by AND) are applied on the nodes, and a filter on _host/_addr/_node_rank "+
-			"skips the other nodes. Aggregates, joins and ORDER BY run over the union. data_quality says which nodes answered and any cap reached."),
+		mcplib.WithDescription("Use for SQL over the whole job: query's SELECT over every node's ring tables, tagged with the node (_host, _node_rank) and the process (_rank, _pid); plain WHERE filters run on the nodes. data_quality names the nodes that did not answer."),
 		schemas[QueryParams, QueryResult](env),
 		hints(true, false, true, false),
 	)

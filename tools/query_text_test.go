@@ -84,26 +84,6 @@ func TestQueryText(t *testing.T) {
 	}
 }
 
-// TestDescribeTablesText: the table list, one line a table; with a table,
-// its columns with type and unit.
-func TestDescribeTablesText(t *testing.T) {
-	env := skipTPEnv(t)
-	res := callTool(t, env, "describe_tables", map[string]any{}).(describeAnswer)
-	_, textLen := sizes(t, "describe_tables", res)
-	text := res.ModelText()
-	if !strings.Contains(text, "table(s); columns are listed when you pass table (and schema).") ||
-		!strings.Contains(text, "python.comm_collective [rings of 8 process(es) here]: ") || textLen > maxTextTable+1024 {
-		t.Errorf("text %d bytes:\n%s", textLen, text)
-	}
-	res = callTool(t, env, "describe_tables", map[string]any{"table": "python.comm_collective"}).(describeAnswer)
-	sizes(t, "describe_tables (one table)", res)
-	text = res.ModelText()
-	if !strings.HasPrefix(text, "1 table(s).") || !strings.Contains(text, "Columns (") || !strings.Contains(text, "python.comm_collective:\n  ") ||
-		!strings.Contains(text, "  group_seq ") {
-		t.Errorf("text:\n%s", text)
-	}
-}
-
 // TestClusterQueryText: the whole job's SQL, one node answering over a
 // real hung job's rings and one dead: the rows, then the node that did
 // not answer said after them.

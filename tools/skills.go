@@ -47,14 +47,13 @@ type ListSkillsResult struct {
 
 // ListSkillsParams are the arguments of list_skills.
 type ListSkillsParams struct {
-	Category string `json:"category,omitempty" jsonschema_description:"Only this category, e.g. triage, reliability, distributed, memory"`
+	Category string `json:"category,omitempty" jsonschema_description:"Only this category, e.g. triage, distributed, memory"`
 }
 
 func listSkills(env *Env) Def {
 	tool := mcplib.NewTool("list_skills",
 		mcplib.WithToolTitle("List skills"),
-		mcplib.WithDescription("List the scripted diagnoses (skills) this server can run: id, title, category, what each is for, and which skill "+
-			"root it came from (bundled, repo, user, project, env) and which it overrides. Run one with run_skill; see its steps first with plan_skill."),
+		mcplib.WithDescription("Use to find a scripted diagnosis (skill) for a known problem: id, title, category, purpose. Preview one with plan_skill, run it with run_skill."),
 		schemas[ListSkillsParams, ListSkillsResult](env),
 		hints(true, false, true, false),
 	)
@@ -109,7 +108,7 @@ func skillByID(env *Env, id string) (*skills.Skill, error) {
 // SkillParams are the arguments of plan_skill and run_skill.
 type SkillParams struct {
 	SkillID string            `json:"skill_id" jsonschema:"minLength=1" jsonschema_description:"The skill's id, from list_skills"`
-	Params  map[string]string `json:"params,omitempty" jsonschema_description:"Parameter overrides, as text (typed and checked by the skill)"`
+	Params  map[string]string `json:"params,omitempty" jsonschema_description:"Parameter overrides, as text"`
 }
 
 // skillBackend runs skill steps against this server: SQL through the
@@ -279,8 +278,7 @@ func RunSkill(ctx context.Context, env *Env, id string, params map[string]string
 func planSkill(env *Env) Def {
 	tool := mcplib.NewTool("plan_skill",
 		mcplib.WithToolTitle("Plan a skill"),
-		mcplib.WithDescription("Show what a skill would do, running nothing: its parameters (defaults merged with params) and every step "+
-			"expanded (the SQL, the tool and arguments), with the steps that would be skipped and why."),
+		mcplib.WithDescription("Use to see what a skill would run, running nothing: its parameters and every step expanded (SQL, tool calls), and the steps it would skip."),
 		schemas[SkillParams, skills.PlanResult](env),
 		hints(true, false, true, false),
 	)
@@ -328,8 +326,7 @@ type RunSkillResult struct {
 func runSkill(env *Env) Def {
 	tool := mcplib.NewTool("run_skill",
 		mcplib.WithToolTitle("Run a skill"),
-		mcplib.WithDescription("Run a scripted diagnosis (skill) on this node: each step's status and bounded data, the findings its rules "+
-			"raise (error/warning/info), a summary and next steps. status is ok, degraded (partial data) or error."),
+		mcplib.WithDescription("Use to run a skill from list_skills: each step's status and bounded data, its findings, a summary and next steps."),
 		schemas[SkillParams, RunSkillResult](env),
 		hints(true, false, false, false),
 	)

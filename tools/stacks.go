@@ -18,10 +18,10 @@ import (
 // GetStacksParams are the arguments of get_stacks.
 type GetStacksParams struct {
 	Target
-	Merge       *bool `json:"merge,omitempty" jsonschema_description:"Merge identical stacks across processes (default true); false lists each process's threads"`
-	IncludeIdle bool  `json:"include_idle,omitempty" jsonschema_description:"List idle background threads (waiting in queue/select/sleep) instead of only counting them"`
-	MaxGroups   int   `json:"max_groups,omitempty" jsonschema:"minimum=0,maximum=50" jsonschema_description:"Stack groups to list (default 10, max 50)"`
-	MaxFrames   int   `json:"max_frames,omitempty" jsonschema:"minimum=0,maximum=200" jsonschema_description:"Frames per stack, innermost kept (default 30, max 200)"`
+	Merge       *bool `json:"merge,omitempty" jsonschema_description:"Merge identical stacks (default true)"`
+	IncludeIdle bool  `json:"include_idle,omitempty" jsonschema_description:"Also list idle background threads"`
+	MaxGroups   int   `json:"max_groups,omitempty" jsonschema:"minimum=0,maximum=50" jsonschema_description:"Stack groups (default 10)"`
+	MaxFrames   int   `json:"max_frames,omitempty" jsonschema:"minimum=0,maximum=200" jsonschema_description:"Frames per stack, innermost kept (default 30)"`
 }
 
 // GetStacksResult is the merged account, bounded.
@@ -45,11 +45,7 @@ type GetStacksResult struct {
 func getStacks(env *Env) Def {
 	tool := mcplib.NewTool("get_stacks",
 		mcplib.WithToolTitle("Get stacks of every thread"),
-		mcplib.WithDescription("Capture the Python stacks of every thread of the training processes on this node (all live agents, or pids/ranks) "+
-			"and merge identical stacks across processes: each distinct stack once with the ranks that share it (0-2,4-7), "+
-			"the odd ones out first, idle background threads collapsed. Works on a wedged process too: if the agent cannot answer "+
-			"(a thread holds the GIL), the GIL-free faulthandler dump is used, and /proc adds thread states and kernel wait channels. "+
-			"Captures are stored in history.stack_captures."),
+		mcplib.WithDescription("Use to see what every thread of the training processes is doing now: identical stacks merged with their ranks, odd ones out first. Works on a wedged process (faulthandler dump, /proc)."),
 		schemas[GetStacksParams, GetStacksResult](env),
 		hints(true, false, false, false),
 	)

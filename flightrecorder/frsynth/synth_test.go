@@ -111,8 +111,8 @@ func TestCppStackDumps(t *testing.T) {
 	const call = "⟦all_reduce⟧ at ⟦torch/distributed/distributed_c10d.py⟧:2950"
 	for _, o := range []fr.ViewOptions{{}, {Full: true}} {
 		text := r.View(o).Text()
-		if strings.Contains(text, "CapturedTraceback") || !o.Full && !strings.Contains(text, "culprit stack: "+call) ||
-			o.Full && (!strings.Contains(text, "culprit stack: (17 native frames not shown) ← "+call) || !strings.Contains(text, "⟦train_step⟧ at ⟦train.py⟧:80")) {
+		if strings.Contains(text, "CapturedTraceback") || !o.Full && !strings.Contains(text, "not where it is now: "+call) ||
+			o.Full && (!strings.Contains(text, "not where it is now: (17 native frames not shown) ← "+call) || !strings.Contains(text, "⟦train_step⟧ at ⟦train.py⟧:80")) {
 			t.Errorf("text %+v:\n%s", o, text)
 		}
 	}

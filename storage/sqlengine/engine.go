@@ -35,6 +35,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/internal/safefile"
 	"github.com/probing-mcp/probing-mcp/storage"
 	"github.com/probing-mcp/probing-mcp/storage/jsonrow"
+	"github.com/probing-mcp/probing-mcp/storage/tabledocs"
 )
 
 // Limits for query results, as Probing's MCP tools have them.
@@ -410,9 +411,34 @@ func (s *session) queryError(ctx context.Context, e *Engine, err error) error {
 	case strings.Contains(strings.ToLower(s.sqlText), "global."):
 		msg += "; global.<schema>.<table> is Probing's cluster-wide federation, which this server does not serve: query the node's own tables (drop \"global.\"), whose _rank column already tells the local ranks apart"
 	case strings.Contains(msg, "no such table"):
-		msg += "; " + s.tablesHint()
+		msg += "; " + absentHint(err.Error()) + s.tablesHint()
 	}
 	return &Error{Kind: "sql", Msg: msg}
+}
+
+// absentHint says why a documented table is not there, so "no such
+// table" for a table describe_tables documents does not read as a typo.
+func absentHint(sqliteMsg string) string {
+	_, name, ok := strings.Cut(sqliteMsg, "no such table: ")
+	if !ok {
+		return ""
+	}
+	name = strings.TrimSpace(name)
+	if i := strings.IndexAny(name, " \n"); i >= 0 {
+		name = name[:i]
+	}
+	sch, tbl, ok := strings.Cut(name, ".")
+	if !ok {
+		return ""
+	}
+	t, ok := tabledocs.Lookup(sch, tbl)
+	if !ok {
+		return ""
+	}
+	if t.Storage == "virtual" {
+		return fmt.Sprintf("%s.%s is documented but virtual: only a live agent computes it, so no query here can read it; ", t.Schema, t.Name)
+	}
+	return fmt.Sprintf("%s.%s is documented but has no rows on this node: no process here recorded it (describe_tables lists what is recorded); ", t.Schema, t.Name)
 }
 
 // tablesHint says which ring tables exist, so a wrong name is easy to fix.
