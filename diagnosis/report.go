@@ -143,8 +143,10 @@ type Hypothesis struct {
 	Confirm    string     `json:"confirm"`
 	Refute     string     `json:"refute"`
 	// Act is what to do once confirmed, as far as the evidence says
-	// (next.go); empty when it says nothing.
-	Act string `json:"act,omitempty"`
+	// (next.go); empty when it says nothing. In the text only ("then:")
+	// for now: a new JSON field changes diagnose_hang's output schema,
+	// whose snapshot (mcp/testdata/toolsnaps) its owners update.
+	Act string `json:"-"`
 
 	culprits, collateral []int
 	group                string // the group of an all-in-collective sink
