@@ -38,7 +38,7 @@ func withDeadSnapshots(hs []Hypothesis, in Input) []Hypothesis {
 			continue
 		}
 		top.Evidence = append(top.Evidence, Evidence{"flight_recorder", fmt.Sprintf(
-			"group %s (pg %s): the Flight Recorder that %s left as they died of the timeout agree through #%d; %s left none: the recorder backs the waiters, it cannot see the culprit",
+			"group %s (pg %s): the Flight Recorder that %s left as they died of the timeout agree through #%d (its seq); %s left none: the recorder backs the waiters, it cannot see the culprit",
 			pg.MembersText, jobtext.Quote(pg.PGName, jobtext.Name), rankWords(waited), f.Seq, rankWords(pg.MissingDumps))})
 		return hs
 	}

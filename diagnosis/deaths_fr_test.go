@@ -24,7 +24,7 @@ func TestDeadSnapshotsBackTheWaiters(t *testing.T) {
 			Finding: fr.Finding{Kind: fr.KindInsufficient, Seq: 4, Ranks: []int{2}}}}}}
 	hs := withDeadSnapshots([]Hypothesis{{Category: CatCPUStall, culprits: []int{2}, Confidence: Medium}}, in)
 	if n := len(hs[0].Evidence); n != 1 || hs[0].Confidence != Medium ||
-		!strings.Contains(hs[0].Evidence[0].Text, "ranks 0-1 left as they died of the timeout agree through #4; rank 2 left none") {
+		!strings.Contains(hs[0].Evidence[0].Text, "ranks 0-1 left as they died of the timeout agree through #4 (its seq); rank 2 left none") {
 		t.Errorf("%+v", hs[0])
 	}
 	if hs := withDeadSnapshots([]Hypothesis{{Category: CatCPUStall, culprits: []int{1}}}, in); len(hs[0].Evidence) != 0 {

@@ -56,14 +56,18 @@ func fileLocks(hs []Hypothesis, in Input, m Model) []Hypothesis {
 		held := fmt.Sprintf("%s that rank %d (pid %d) holds (/proc/locks)", waiters, owner, holder)
 		if rk != nil && rk.Status == InCollective && rk.In != nil {
 			n.Category, n.Confidence = CatDeadlock, High
+			at := rk.In.String()
+			if s := in.storyOf(owner); s != nil {
+				at = s.Wait()
+			}
 			n.Evidence = []Evidence{{"proc", held},
-				{"comm_rings", fmt.Sprintf("while rank %d waits in %s for them: it holds the lock across a collective, and neither side can go on", owner, rk.In)}}
+				{"comm_rings", fmt.Sprintf("while rank %d waits in %s for them: it holds the lock across a collective, and neither side can go on", owner, at)}}
 		} else {
 			n.Category = CatCPUStall
 			n.Evidence = []Evidence{{"proc", held}, {"comm_rings", fmt.Sprintf("rank %d is in no collective: the others wait for it, through the lock", owner)}}
 		}
 		if f := in.Ranks[owner]; f != nil && f.Main != nil {
-			n.Evidence = append(n.Evidence, Evidence{"stacks", "its main thread is in " + frameWords(f.Main)})
+			n.Evidence = append(n.Evidence, Evidence{"stacks", mainWords(in, owner, f.Main)})
 		}
 		hs[i] = n
 	}

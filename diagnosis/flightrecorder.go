@@ -3,6 +3,8 @@ package diagnosis
 import (
 	"fmt"
 	"slices"
+	"strings"
+	"time"
 
 	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
@@ -35,8 +37,8 @@ func withFlightRecorder(hs []Hypothesis, in Input) []Hypothesis {
 				continue
 			}
 			h := Hypothesis{Category: CatMismatch, culprits: culprits, Confidence: Medium,
-				Evidence: []Evidence{{"flight_recorder", fmt.Sprintf("group %s (pg %s): %s", pg.MembersText, jobtext.Quote(pg.PGName, jobtext.Name), f.Line)}},
-				Confirm:  fmt.Sprintf("snapshot_flight_recorder: compare the sizes and dtypes of #%d on every member of pg %s", f.Seq, jobtext.Quote(pg.PGName, jobtext.Name)),
+				Evidence: []Evidence{{"flight_recorder", frLine(pg, in)}},
+				Confirm:  fmt.Sprintf("snapshot_flight_recorder: compare the sizes and dtypes of #%d (its seq) on every member of pg %s", f.Seq, jobtext.Quote(pg.PGName, jobtext.Name)),
 				Refute:   "the members' entries for that sequence number agree"}
 			if f.Confidence == High {
 				h.Confidence = High
@@ -77,7 +79,7 @@ func withFlightRecorder(hs []Hypothesis, in Input) []Hypothesis {
 				// group view is all there is, and it cannot see across
 				// groups.
 				h := Hypothesis{Category: CatMissing, culprits: culprits, Confidence: Medium,
-					Evidence: []Evidence{{"flight_recorder", fmt.Sprintf("group %s (pg %s): %s", pg.MembersText, jobtext.Quote(pg.PGName, jobtext.Name), f.Line)},
+					Evidence: []Evidence{{"flight_recorder", frLine(pg, in)},
 						{"flight_recorder", "from the Flight Recorder alone (the rings show no collective waiting): a rank waiting in another group can look missing from this one"}},
 					Confirm: fmt.Sprintf("get_stacks {\"ranks\":\"%s\"}: where the missing rank is", rankset.Format(culprits)),
 					Refute:  "its stack is inside a collective of another group that others have not entered"}
@@ -97,7 +99,7 @@ func withFlightRecorder(hs []Hypothesis, in Input) []Hypothesis {
 				continue
 			}
 			top := &hs[0]
-			line := fmt.Sprintf("group %s (pg %s): %s", pg.MembersText, jobtext.Quote(pg.PGName, jobtext.Name), f.Line)
+			line := frLine(pg, in)
 			switch {
 			case slices.Equal(top.culprits, culprits):
 				top.Evidence = append(top.Evidence, Evidence{"flight_recorder", line + " (agrees)"})
@@ -116,6 +118,48 @@ func withFlightRecorder(hs []Hypothesis, in Input) []Hypothesis {
 		}
 	}
 	return hs
+}
+
+// frLine is a process group's finding as an evidence line. A missing
+// rank is said from the ranks' views (story.go), so that this line and
+// the others name each rank's op alike, with whose number it is; other
+// findings are the recorder's own line, its numbering said.
+func frLine(pg fr.PGReport, in Input) string {
+	f := pg.Finding
+	head := fmt.Sprintf("group %s (pg %s)", pg.MembersText, jobtext.Quote(pg.PGName, jobtext.Name))
+	if f.Kind == fr.KindMissingRank && !pg.LagTruncated {
+		inOp, never := pendingRanks(pg, f.Seq)
+		var parts []string
+		if len(never) > 0 {
+			parts = append(parts, fmt.Sprintf("%s never enqueued #%d", rankWords(never), f.Seq))
+		}
+		if len(inOp) > 0 {
+			w := frWait{Group: pg.MembersText, Name: frOpName(pg.ProfilingName), Seq: f.Seq}
+			line := fmt.Sprintf("%s in %s", rankWords(inOp)+plural(len(inOp), " is", " are"), w.String())
+			if s := in.storyOf(inOp[0]); s != nil && s.FR != nil && s.FR.Seq == f.Seq && s.FR.Since > 0 {
+				line += fmt.Sprintf(", enqueued %s before this read", s.FR.Since.Round(time.Second))
+			}
+			if t := inOpTimeout(pg, inOp[0]); t > 0 {
+				line += fmt.Sprintf(" (the group's timeout: %s)", durWords(t))
+			}
+			parts = append(parts, line)
+		}
+		if len(parts) > 0 {
+			return head + ": " + strings.Join(parts, "; ")
+		}
+	}
+	return head + ", numbered by the " + frSeq + ": " + f.Line
+}
+
+// inOpTimeout is the process group's timeout on rank r's pending op, 0
+// when not recorded.
+func inOpTimeout(pg fr.PGReport, r int) time.Duration {
+	for _, l := range pg.LaggingRanks {
+		if l.Rank == r && l.Pending != nil {
+			return time.Duration(l.Pending.TimeoutMs) * time.Millisecond
+		}
+	}
+	return 0
 }
 
 func subset(a, b []int) bool {

@@ -446,7 +446,7 @@ func (v *gpuView) allInGPUs(h Hypothesis, in Input) (Hypothesis, *Hypothesis) {
 		Confirm: fmt.Sprintf("get_stacks {\"ranks\":\"%s\"} twice, a few seconds apart: the same frame outside the collective", rankset.Format(idle)),
 		Refute:  "a new sample shows its GPU spinning like the others'"}
 	if f := in.Ranks[idle[0]]; f != nil && f.Main != nil {
-		s.Evidence = append(s.Evidence, Evidence{"stacks", "its main thread is in " + frameWords(f.Main)})
+		s.Evidence = append(s.Evidence, Evidence{"stacks", mainWords(in, idle[0], f.Main)})
 	}
 	if v.anyAssumed(idle) {
 		s.Confidence = Low

@@ -239,7 +239,7 @@ func (m Mismatch) words() string {
 		}
 		parts = append(parts, fmt.Sprintf("%s called %s", rankWords(s.Ranks), call))
 	}
-	return fmt.Sprintf("collective #%d of group %s was called differently: %s", m.Seq, m.Group, strings.Join(parts, "; "))
+	return fmt.Sprintf("collective #%d (rings' count) of group %s was called differently: %s", m.Seq, m.Group, strings.Join(parts, "; "))
 }
 
 // mismatchHypothesis explains m; sink, when not nil, is the all-in sink
@@ -281,7 +281,7 @@ func mismatchHypothesis(m Mismatch, sink *Sink) Hypothesis {
 	default:
 		h.Collateral = rankset.Format(m.Sides[0].Ranks)
 	}
-	h.Confirm = fmt.Sprintf("snapshot_flight_recorder: collective #%d of group %s, each rank's op, sizes and dtype", m.Seq, m.Group)
+	h.Confirm = fmt.Sprintf("snapshot_flight_recorder: the collective the rings count #%d of group %s, each rank's op, sizes and dtype", m.Seq, m.Group)
 	h.Refute = "the Flight Recorder shows the same call on every member"
 	return h
 }
@@ -413,7 +413,7 @@ func mismatchDeaths(hs []Hypothesis, in Input, ms []Mismatch) []Hypothesis {
 	}
 	out := []Hypothesis{h}
 	for i, o := range hs {
-		if o.Category == CatMismatch && m != nil && strings.HasPrefix(o.Evidence[0].Text, fmt.Sprintf("collective #%d of group %s ", m.Seq, m.Group)) {
+		if o.Category == CatMismatch && m != nil && strings.HasPrefix(o.Evidence[0].Text, fmt.Sprintf("collective #%d (rings' count) of group %s ", m.Seq, m.Group)) {
 			continue // said above
 		}
 		if i == di && o.Confidence == High {

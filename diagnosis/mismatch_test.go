@@ -127,7 +127,7 @@ func TestMismatchEarlierAndLeftOut(t *testing.T) {
 		t.Fatalf("first: %+v", rep.Hypotheses[0])
 	}
 	h := hypothesisFor(rep, CatMismatch, "6")
-	if h == nil || h.Confidence != Low || !strings.Contains(allText(*h), "collective #2 of group 0-7") || !strings.Contains(allText(*h), "returned on every member") {
+	if h == nil || h.Confidence != Low || !strings.Contains(allText(*h), "collective #2 (rings' count) of group 0-7") || !strings.Contains(allText(*h), "returned on every member") {
 		t.Fatalf("%+v", rep.Hypotheses)
 	}
 	p2p := append([]evidence.CommRow(nil), in.Comm...)

@@ -138,7 +138,7 @@ func TestPipelineSkippedSend(t *testing.T) {
 				}
 				// messages are numbered by count: whichever it skipped, the
 				// next stage waits for its last one of the step
-				if !strings.Contains(s.Why, fmt.Sprintf("rank %d entered recv #%d from rank %d having sent rank %d %d message(s), while rank %d waits for #%d",
+				if !strings.Contains(s.Why, fmt.Sprintf("rank %d entered recv #%d from rank %d (rings' count) having sent rank %d %d message(s), while rank %d waits for #%d (rings' count)",
 					culprit, (steps-1)*m+1, culprit+1, culprit+1, steps*m-1, culprit+1, steps*m)) {
 					t.Errorf("why: %s", s.Why)
 				}

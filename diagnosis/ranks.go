@@ -34,40 +34,13 @@ func (r *Report) RankRows(offset, limit int) ([]RankRow, int) {
 	return out, total
 }
 
-// hangDoing says, for each rank of a stalled or dead job, where it is in
-// the wait-for picture: in which collective and whom it waits for,
-// outside any (and at which frame), dead, or unknown.
-func hangDoing(m Model, g Graph, in Input) map[int]string {
-	waits := map[int][]int{}
-	for _, e := range g.Edges {
-		waits[e.From] = append(waits[e.From], e.To)
-	}
-	out := map[int]string{}
-	for r, rk := range m.Ranks {
-		var s string
-		switch rk.Status {
-		case InCollective:
-			s = "in " + rk.In.String()
-			if w := waits[r]; len(w) > 0 {
-				sort.Ints(w)
-				s += ", waiting for " + rankWords(w)
-			} else {
-				s += ", every member entered it"
-			}
-		case Running:
-			s = "outside any collective"
-			if f := in.Ranks[r]; f != nil && f.Main != nil {
-				s += ", main thread in " + frameWords(f.Main)
-			}
-		case Dead:
-			s = "dead"
-			if f := in.Ranks[r]; f != nil && f.Ending != "" {
-				s += ": " + f.Ending
-			}
-		default:
-			s = "no evidence (no live agent answered, no ring)"
-		}
-		out[r] = s
+// storyDoing says, for each rank of a stalled or dead job, where it is in
+// the wait-for picture, from its view (story.go): in which collective and
+// whom it waits for, outside any (and at which frame), dead, or unknown.
+func storyDoing(st map[int]*rankStory) map[int]string {
+	out := make(map[int]string, len(st))
+	for r, s := range st {
+		out[r] = s.Doing()
 	}
 	return out
 }

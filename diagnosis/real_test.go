@@ -27,7 +27,7 @@ func TestRealGlooJobs(t *testing.T) {
 		{"straggler", "", CatStraggler, "5"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			dir := filepath.Join("..", "testdata", "diag", "real", c.name)
+			dir := filepath.Join("..", "testdata", "jobs", "real", c.name)
 			if _, err := os.Stat(dir); err != nil {
 				t.Skipf("no fixture %s", dir)
 			}

@@ -78,11 +78,16 @@ func (r *Report) Text() string {
 		for _, e := range h.Evidence {
 			line("   - [%s] %s", e.Source, e.Text)
 		}
+		// The next step last: how to refute it, the call that confirms
+		// it, then what to do.
+		if h.Refute != "" {
+			line("   refuted if: %s", h.Refute)
+		}
 		if h.Confirm != "" {
 			line("   confirm: %s", h.Confirm)
 		}
-		if h.Refute != "" {
-			line("   refuted if: %s", h.Refute)
+		if h.Act != "" {
+			line("   then: %s", h.Act)
 		}
 	}
 	if len(r.Ranks) > 0 {

@@ -104,6 +104,11 @@ type Input struct {
 	// GPU is each node's GPUs (evidence.Bundle.GPU); nil: not read, and
 	// the verdict is the one without GPU evidence.
 	GPU []gpu.Report
+
+	// Set by diagnose: each rank's view (story.go) once the model is
+	// built, and how many outermost frames every main thread shares.
+	stories map[int]*rankStory
+	shared  int
 }
 
 // Evidence is one line of proof and where it came from.
@@ -137,6 +142,11 @@ type Hypothesis struct {
 	Where      *Where     `json:"where,omitempty"`
 	Confirm    string     `json:"confirm"`
 	Refute     string     `json:"refute"`
+	// Act is what to do once confirmed, as far as the evidence says
+	// (next.go); empty when it says nothing. In the text only ("then:")
+	// for now: a new JSON field changes diagnose_hang's output schema,
+	// whose snapshot (mcp/testdata/toolsnaps) its owners update.
+	Act string `json:"-"`
 
 	culprits, collateral []int
 	group                string // the group of an all-in-collective sink
@@ -183,10 +193,19 @@ func Diagnose(in Input) Report {
 		}
 		rep.Summary = strings.Replace(rep.Summary, "high confidence", "medium confidence", 1)
 	}
+	if onReport != nil {
+		onReport(rep)
+	}
 	return rep
 }
 
+// onReport, when set (by the package's tests), sees every report
+// Diagnose makes: story_test.go checks each for a rank two parts of one
+// answer place differently.
+var onReport func(Report)
+
 func diagnose(in Input) Report {
+	in.shared = sharedFrames(in)
 	var ps []Progress
 	cadence := collectiveCadence(in.Comm)
 	for _, r := range sortedFacts(in.Ranks) {
@@ -360,7 +379,8 @@ func diagnose(in Input) Report {
 		rep.DataQuality = append(rep.DataQuality, note)
 	}
 	g := WaitFor(m)
-	rep.doing = hangDoing(m, g, in)
+	in.stories = buildStories(m, g, in)
+	rep.doing = storyDoing(in.stories)
 	rep.Ranks = groupDoing(rep.doing)
 	mismatches := FindMismatches(in.Comm, in.World)
 	for _, s := range g.Sinks {
@@ -429,6 +449,10 @@ func diagnose(in Input) Report {
 	sort.SliceStable(rep.Hypotheses, func(i, j int) bool {
 		return confRank(rep.Hypotheses[i].Confidence) < confRank(rep.Hypotheses[j].Confidence)
 	})
+	withNextSteps(rep.Hypotheses, in, postMortem)
+	if n := twoNumberings(rep); n != "" {
+		rep.DataQuality = append(rep.DataQuality, n)
+	}
 	rep.Summary = summary(rep.Hypotheses[0], js)
 	if len(rep.Hypotheses) > 1 {
 		rep.Summary += fmt.Sprintf(" %d other hypothes(es) below.", len(rep.Hypotheses)-1)
@@ -523,9 +547,14 @@ func hypothesisOf(s Sink, in Input, g Graph) Hypothesis {
 	case SinkCPU:
 		h.Category, h.Confidence = CatCPUStall, Medium
 		h.Evidence = []Evidence{{"comm_rings", s.Why + "; the collectives it is waited for in were never entered by it"}, {"comm_rings", waiters}}
+		if st := in.storyOf(s.Ranks[0]); st != nil && st.FR != nil {
+			// In no collective the rings record, but in one they do not
+			// see (DDP's, issued from C++): said so, not "in none".
+			h.Evidence[0].Text = fmt.Sprintf("rank %d is in no collective the rings record (its %s); the collectives it is waited for in were never entered by it", s.Ranks[0], st.FR)
+		}
 		if f := in.Ranks[s.Ranks[0]]; f != nil && f.Main != nil {
 			h.Confidence = High
-			h.Evidence = append(h.Evidence, Evidence{"stacks", "its main thread is in " + frameWords(f.Main)})
+			h.Evidence = append(h.Evidence, Evidence{"stacks", mainWords(in, s.Ranks[0], f.Main)})
 		}
 		h.Confirm = fmt.Sprintf("get_stacks {\"ranks\":\"%d\"} twice, a few seconds apart: the same frame", s.Ranks[0])
 		h.Refute = fmt.Sprintf("rank %d's main thread moves, or is inside a collective", s.Ranks[0])
@@ -577,18 +606,26 @@ func finish(h Hypothesis, in Input) Hypothesis {
 	if f == nil {
 		return h
 	}
-	if h.whereThread != nil {
-		h.Where = userFrame(h.whereThread)
+	if t := h.whereThread; t != nil {
+		if t.IsMain {
+			t = &stacks.Thread{Frames: ownFrames(t, in.shared)}
+		}
+		h.Where = userFrame(t)
 	}
 	if f.Main == nil {
 		return h
 	}
 	if h.Where == nil {
-		h.Where = userFrame(f.Main)
+		h.Where = userFrame(&stacks.Thread{Frames: ownFrames(f.Main, in.shared)})
 	}
 	if h.Category == CatCPUStall && inCollective(f.Main) {
-		h.Confidence = Low
-		h.Evidence = append(h.Evidence, Evidence{"stacks", "but its main thread's stack is inside torch.distributed: the rings and the stack disagree"})
+		if s := in.storyOf(f.Rank); s != nil && s.FR != nil {
+			// Not a contradiction: the call is one the rings do not see.
+			h.Evidence = append(h.Evidence, Evidence{"stacks", "its main thread is inside torch.distributed, in " + s.FR.String() + ", which the rings do not record"})
+		} else {
+			h.Confidence = Low
+			h.Evidence = append(h.Evidence, Evidence{"stacks", "but its main thread's stack is inside torch.distributed: the rings and the stack disagree"})
+		}
 	}
 	if h.Category == CatCPUStall && inBackward(f.Main) && len(h.collateral) > 0 {
 		// Its main thread waits in backward, where DDP's gradient
@@ -603,35 +640,6 @@ func finish(h Hypothesis, in Input) Hypothesis {
 		h.Evidence = append(h.Evidence, Evidence{"stacks", "its main thread waits in autograd's backward, where DDP's gradient all_reduce (issued from C++, in no ring) is waited for: it went past the collective its peers wait in to that one (or its backward never ends: a stuck custom op)"})
 	}
 	return h
-}
-
-// userFrame is the innermost frame outside the standard library, site
-// packages, torch and our agent (wherever it is installed from): the line
-// of the job's own code.
-func userFrame(t *stacks.Thread) *Where {
-	for _, f := range t.Frames {
-		if f.File == "" || strings.Contains(f.File, "/site-packages/") || strings.Contains(f.File, "/dist-packages/") ||
-			strings.Contains(f.File, "/lib/python3") || strings.HasPrefix(f.File, "<") || strings.Contains(f.File, "/probing_mcp_agent/") {
-			continue
-		}
-		return &Where{File: f.File, Line: f.Line, Function: f.Function}
-	}
-	return nil
-}
-
-// inCollective: the thread is inside a torch.distributed collective or
-// P2P call (c10dCall). Not any torch/distributed frame: torchelastic's
-// @record wraps the whole of a job's main function.
-func inCollective(t *stacks.Thread) bool { return c10dCall(t) != "" }
-
-func frameWords(t *stacks.Thread) string {
-	if w := userFrame(t); w != nil {
-		return w.String()
-	}
-	if len(t.Frames) > 0 {
-		return t.Frames[0].Text()
-	}
-	return "no Python frame (state " + jobtext.Token(t.State, 16) + ")"
 }
 
 func summary(h Hypothesis, js JobState) string {

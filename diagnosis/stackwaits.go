@@ -48,7 +48,7 @@ func c10dCall(t *stacks.Thread) string {
 		return ""
 	}
 	for _, f := range t.Frames {
-		if strings.Contains(f.File, "/torch/distributed/") && c10dCalls[f.Function] {
+		if strings.Contains(f.File, "/torch/distributed/") && c10dCalls[f.Function] && !launcherFrame(f) {
 			return f.Function
 		}
 	}

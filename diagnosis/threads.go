@@ -504,6 +504,12 @@ func refineCPU(h Hypothesis, s Sink, in Input) Hypothesis {
 		h.Confidence = High
 	}
 	if tf.Thread != nil && tf.Thread.IsMain && inCollective(tf.Thread) {
+		if st := in.storyOf(f.Rank); st != nil && st.FR != nil {
+			// The recorder has it in a collective the rings do not see:
+			// stack and recorder agree, nothing to lower.
+			h.Evidence = append(h.Evidence, Evidence{"stacks", "its main thread is inside torch.distributed, in " + st.FR.String() + ", which the rings do not record"})
+			return h
+		}
 		h.Confidence = Low
 		h.Evidence = append(h.Evidence, Evidence{"stacks", "but its main thread's stack is inside torch.distributed while the rings say it is in no collective: they disagree"})
 	}
@@ -540,7 +546,11 @@ func threadHypotheses(hs []Hypothesis, in Input, m Model) []Hypothesis {
 		if rk := m.Ranks[f.Rank]; rk != nil && rk.Status == InCollective && rk.In != nil {
 			inColl = true
 			h.Confidence = Low
-			h.Evidence = append(h.Evidence, Evidence{"comm_rings", fmt.Sprintf("but the rings show rank %d inside %s: its threads' state may not be what holds the job", f.Rank, rk.In)})
+			at := rk.In.String()
+			if s := in.storyOf(f.Rank); s != nil {
+				at = s.Wait()
+			}
+			h.Evidence = append(h.Evidence, Evidence{"comm_rings", fmt.Sprintf("but the rings show rank %d inside %s: its threads' state may not be what holds the job", f.Rank, at)})
 		} else {
 			h.Evidence = append(h.Evidence, Evidence{"comm_rings", fmt.Sprintf("no rank is recorded waiting for rank %d in a collective: the stacks alone say this", f.Rank)})
 		}

@@ -39,13 +39,15 @@ func (o Op) String() string {
 	if src, dst, ok := p2pChannel(o.Group); ok {
 		switch {
 		case recvOps[o.Name]:
-			return fmt.Sprintf("%s #%d from rank %d", name, o.Seq, src)
+			return fmt.Sprintf("%s #%d from rank %d (%s)", name, o.Seq, src, ringsCount)
 		case o.Name == "send" || o.Name == "isend":
-			return fmt.Sprintf("%s #%d to rank %d", name, o.Seq, dst)
+			return fmt.Sprintf("%s #%d to rank %d (%s)", name, o.Seq, dst, ringsCount)
 		}
-		return fmt.Sprintf("message #%d from rank %d to rank %d", o.Seq, src, dst)
+		return fmt.Sprintf("message #%d from rank %d to rank %d (%s)", o.Seq, src, dst, ringsCount)
 	}
-	return fmt.Sprintf("%s #%d on group %s", name, o.Seq, jobtext.Token(o.Group, jobtext.Name))
+	// The rings' number: this process's count of its calls on the group,
+	// not the Flight Recorder's seq (story.go).
+	return fmt.Sprintf("%s #%d on group %s (%s)", name, o.Seq, jobtext.Token(o.Group, jobtext.Name), ringsCount)
 }
 
 // Status is what a rank is doing.
@@ -278,10 +280,10 @@ func sinkOf(m Model, c []int, out map[int][]Edge, reach map[int]bool) (Sink, boo
 			if dst == r {
 				peer, verb = src, "received"
 			}
-			why = fmt.Sprintf("rank %d entered %s having %s %d message(s) to or from rank %d, while rank %d waits for message #%d, which in rank %d's earlier steps came before this point",
+			why = fmt.Sprintf("rank %d entered %s having %s %d message(s) to or from rank %d, while rank %d waits for message #%d (rings' count), which in rank %d's earlier steps came before this point",
 				r, at, verb, sent, peer, peer, skipped.Seq, r)
 			if verb == "sent" {
-				why = fmt.Sprintf("rank %d entered %s having sent rank %d %d message(s), while rank %d waits for #%d, which in rank %d's earlier steps it sent before this point",
+				why = fmt.Sprintf("rank %d entered %s having sent rank %d %d message(s), while rank %d waits for #%d (rings' count), which in rank %d's earlier steps it sent before this point",
 					r, at, peer, sent, peer, skipped.Seq, r)
 			}
 		}
