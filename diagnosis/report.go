@@ -143,10 +143,8 @@ type Hypothesis struct {
 	Confirm    string     `json:"confirm"`
 	Refute     string     `json:"refute"`
 	// Act is what to do once confirmed, as far as the evidence says
-	// (next.go); empty when it says nothing. In the text only ("then:")
-	// for now: a new JSON field changes diagnose_hang's output schema,
-	// whose snapshot (mcp/testdata/toolsnaps) its owners update.
-	Act string `json:"-"`
+	// (next.go); empty when it says nothing. The text says it as "then:".
+	Act string `json:"act,omitempty"`
 
 	culprits, collateral []int
 	group                string // the group of an all-in-collective sink
