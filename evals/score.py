@@ -239,14 +239,17 @@ def options(argv):
     ap.add_argument("--list", action="store_true", help="print the cases and exit")
     ap.add_argument("--agent", action="store_true", help="run the scripted agent harness (evals/agent.py) instead: a whole "
                     "investigation per case, following the server's own guidance, measured (calls, characters, root cause by call k, consistency)")
-    ap.add_argument("--baseline", metavar="FILE", help="with --agent: compare each case with this earlier --json (regressions are listed; --check fails on them)")
+    ap.add_argument("--baseline", metavar="FILE", help="with --agent: compare each case with this baseline (--write-baseline's, or an "
+                    "--agent --json): a root cause lost, found by a later call, or read in over 1.5x the characters is a regression "
+                    "(listed; --check fails on it)")
+    ap.add_argument("--write-baseline", metavar="FILE", help="with --agent: write each case's calls and root cause as a baseline")
     opt = ap.parse_args(argv)
     if opt.jobs < 1:
         ap.error("--jobs %d: want 1 or more" % opt.jobs)
     if opt.torch_free and opt.python_torch:
         ap.error("--torch-free and --python-torch exclude each other")
-    if opt.baseline and not opt.agent:
-        ap.error("--baseline is for --agent runs")
+    if (opt.baseline or opt.write_baseline) and not opt.agent:
+        ap.error("--baseline and --write-baseline are for --agent runs")
     if not opt.list:
         if not (os.path.isfile(opt.bin) and os.access(opt.bin, os.X_OK)):
             ap.error("no probing-mcp binary at %s: run `make build` or pass --bin PATH" % opt.bin)
