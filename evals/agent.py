@@ -39,6 +39,8 @@ against each other, and the verdict against the later answers.
 
   python3 evals/score.py --agent --torch-free
   python3 evals/score.py --agent --python-torch /venv/bin/python --only ddp
+  python3 evals/score.py --agent --torch-free --check --baseline evals/agent_baseline.json
+  python3 evals/score.py --agent --torch-free --write-baseline evals/agent_baseline.json
   make eval-agent
 """
 import datetime
