@@ -7,7 +7,7 @@ VENV   := .venv
 # applies to every cgo package; -O2 -g is Go's default, kept).
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: build demo test redteam eval bench bench-sql fuzz gpu-check clean
+.PHONY: build demo test redteam eval eval-agent bench bench-sql fuzz gpu-check clean
 
 # The first build compiles SQLite (cgo): 2-4 minutes on 2 cores, with a
 # line every 30 s; later builds take seconds.
@@ -66,6 +66,12 @@ redteam:
 TORCH_PYTHON ?=
 eval: build $(VENV)/.installed
 	$(VENV)/bin/python evals/score.py $(if $(TORCH_PYTHON),--python-torch $(TORCH_PYTHON),--torch-free) $(EVAL_ARGS)
+
+# The scripted agent harness (evals/agent.py, docs/EVALS.md): each case
+# investigated as the server's guidance says, measured (calls and characters
+# to the root cause, consistency), compared with the recorded baseline.
+eval-agent: build $(VENV)/.installed
+	$(VENV)/bin/python evals/score.py --agent --baseline evals/agent_baseline.json $(if $(TORCH_PYTHON),--python-torch $(TORCH_PYTHON),--torch-free) $(EVAL_ARGS)
 
 # Decode + analyse synthetic dumps of 64..4096 ranks, side by side with
 # torch's fr_trace when PYTHON can import torch. See docs/BENCHMARKS.md.

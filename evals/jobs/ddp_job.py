@@ -84,6 +84,15 @@ SCENARIOS = {
     "straggler_loader": ("slow", "straggler", 1, None, None),
 }
 
+# What the culprit waits for, where the fault has one, and the text an
+# answer that found it shows (make_data makes them; the harness in
+# evals/agent.py checks the answers for them).
+RESOURCES = {
+    "loader_stuck": ("the FIFO its DataLoader worker blocks opening", ["sample-%05d.txt" % (FAULT_STEP * BATCH)]),
+    "upload_stuck": ("the upload command that never returns", ["sleep 3600"]),
+    "manifest_lock": ("the manifest file whose flock rank 0 holds", ["manifest.txt"]),
+}
+
 
 # ----------------------------------------------------------- the training job
 
@@ -255,6 +264,8 @@ def truth(scenario, world, post_mortem):
          "culprits": "" if culprit < 0 else str(culprit)}
     if file and not post_mortem:  # SIGKILL leaves no stack
         t["file"], t["function"] = file, function
+    if scenario in RESOURCES and not post_mortem:
+        t["resource"] = dict(zip(("what", "text"), RESOURCES[scenario]))
     return t
 
 

@@ -213,6 +213,10 @@ def truth(scenario):
     t = {"state": state, "category": category, "culprits": "" if culprit < 0 else str(culprit)}
     if file:
         t["file"], t["function"] = file, function
+    if scenario == "loader_stuck":
+        # The resource: the FIFO stage 0's DataLoader worker blocks opening (make_data).
+        t["resource"] = {"what": "the FIFO its DataLoader worker blocks opening",
+                         "text": ["sample-%05d.txt" % (FAULT_STEP * MB * MICRO)]}
     return t
 
 

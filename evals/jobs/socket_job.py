@@ -56,6 +56,9 @@ all_in_collective (every rank is in the same library call), and
 post-mortem cpu_stall / missing_from_collective (killed with SIGKILL: no
 stack of the culprit survives, only the rings). For all_in_collective the
 culprits are every rank inside the collective: no rank waits for another.
+Where the fault has a resource the culprit waits on (the launcher protocol's
+optional "resource": what it is, and the text an answer that found it
+shows), the truth names it: here the deadlock's two writer threads.
 """
 import argparse
 import json
@@ -388,6 +391,10 @@ def truth(scenario, world, post_mortem):
         t["function"] = ""  # SIGKILLed: no stack of the culprit survives
     if not t["function"]:
         t["file"] = ""
+    if cat == "deadlock" and not post_mortem:
+        # The resource: the two threads (save_checkpoint's writers) that
+        # hold each other's lock; an answer that finds the cause names both.
+        t["resource"] = {"what": "the two writer threads holding each other's lock", "text": ["shard-writer", "index-writer"]}
     return t
 
 

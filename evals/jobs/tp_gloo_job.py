@@ -635,8 +635,12 @@ def truth(sc, world, post_mortem):
         state = "dead"
         if sc not in FRAME_SURVIVES_KILL:
             function = ""
-    return {"state": state, "category": category, "culprits": names,
-            "file": JOB if function else "", "function": function}
+    t = {"state": state, "category": category, "culprits": names,
+         "file": JOB if function else "", "function": function}
+    if sc == "deadlock" and not post_mortem:
+        # The resource: the thread that holds the lock update_metrics waits for.
+        t["resource"] = {"what": "the reporter thread holding the other lock", "text": ["metrics-reporter"]}
+    return t
 
 
 def _on_signal(signum, frame):
