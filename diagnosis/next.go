@@ -129,3 +129,32 @@ func firstOr(rs []int) int {
 	}
 	return rs[0]
 }
+
+// liveOnly are the checks only a live process answers.
+var liveOnly = []string{"get_stacks", "snapshot_flight_recorder", "/proc/locks", "eval_python"}
+
+// deadConfirms: with every process gone, a confirm that asks a live
+// process is one the caller cannot run; what the ranks left is asked for
+// instead (how each ended, their last ring rows), keeping what the rings
+// alone can show as the thing to look for.
+func deadConfirms(hs []Hypothesis) {
+	for i := range hs {
+		h := &hs[i]
+		live := false
+		for _, w := range liveOnly {
+			live = live || strings.Contains(h.Confirm, w)
+		}
+		if !live {
+			continue
+		}
+		_, claim, _ := strings.Cut(h.Confirm, ": ")
+		if r := firstOr(h.culprits); r >= 0 {
+			h.Confirm = fmt.Sprintf("no process is left to ask: list_processes {\"include_dead\":true} (how rank %d ended) and query \"SELECT * FROM python.comm_collective WHERE _rank = %d ORDER BY timestamp DESC LIMIT 5\" (its last collectives)", r, r)
+		} else {
+			h.Confirm = "no process is left to ask: list_processes {\"include_dead\":true} (how each rank ended) and query \"SELECT _rank, max(timestamp) AS last, count(*) AS calls FROM python.comm_collective GROUP BY _rank\" (where each rank's collectives stopped)"
+		}
+		if strings.Contains(claim, "ring") {
+			h.Confirm += "; expect " + claim
+		}
+	}
+}

@@ -373,7 +373,9 @@ func diagnose(in Input) Report {
 	if placed := asyncP2PWaits(&m, in); len(placed) > 0 {
 		rep.DataQuality = append(rep.DataQuality, fmt.Sprintf("%s: asleep in the job's own code after launching point-to-point calls a peer has not matched (their rows record the launch only): taken to wait in the oldest of them", rankWords(placed)))
 	}
+	stackNote := -1 // the stack-waits line, said again once the verdict is known
 	if note := stackWaits(&m, in); note != "" {
+		stackNote = len(rep.DataQuality)
 		rep.DataQuality = append(rep.DataQuality, note)
 	}
 	g := WaitFor(m)
@@ -447,6 +449,15 @@ func diagnose(in Input) Report {
 	sort.SliceStable(rep.Hypotheses, func(i, j int) bool {
 		return confRank(rep.Hypotheses[i].Confidence) < confRank(rep.Hypotheses[j].Confidence)
 	})
+	if stackNote >= 0 && len(rep.Hypotheses) > 0 && rep.Hypotheses[0].Confidence == High {
+		// The top verdict rests on more than the stacks (the Flight
+		// Recorder's sequence numbers, a death, a lock): the cap the line
+		// announces did not bind it, and saying it would contradict it.
+		rep.DataQuality[stackNote] = strings.Replace(rep.DataQuality[stackNote], stackCap, "The top verdict rests on more than these stacks (its evidence says which sources), so their medium-confidence cap does not bind it", 1)
+	}
+	if postMortem {
+		deadConfirms(rep.Hypotheses)
+	}
 	withNextSteps(rep.Hypotheses, in, postMortem)
 	if n := twoNumberings(rep); n != "" {
 		rep.DataQuality = append(rep.DataQuality, n)

@@ -134,9 +134,12 @@ func stackWaits(m *Model, in Input) string {
 		waiting = append(waiting, r)
 	}
 	sort.Ints(waiting)
-	return fmt.Sprintf("no rank is recorded inside a collective (the rings hold none in flight); who waits for whom is read from the stacks: %s %s. Without sequence numbers, ranks in different collectives cannot be told apart, so no verdict from this is above medium confidence",
-		rankWords(waiting), how)
+	return fmt.Sprintf("no rank is recorded inside a collective (the rings hold none in flight); who waits for whom is read from the stacks: %s %s. %s",
+		rankWords(waiting), how, stackCap)
 }
+
+// stackCap is what waits read from the stacks alone are worth.
+const stackCap = "Without sequence numbers, ranks in different collectives cannot be told apart, so no verdict from this is above medium confidence"
 
 // commonBlockedPlace is the innermost frame where more than half of the
 // live ranks' main threads are, each asleep in the kernel (S or D), when at

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/internal/rankset"
@@ -121,6 +122,27 @@ func disagreements(rep Report) []string {
 		if seqRef.MatchString(line) && !strings.Contains(line, ringsCount) && !strings.Contains(line, frSeq) && !strings.Contains(line, "(its seq)") &&
 			!strings.Contains(line, "the rings count #") {
 			out = append(out, "a sequence number without its numbering: "+line)
+		}
+	}
+	// A dead job's verdict asks only what the dead left behind.
+	for _, q := range rep.DataQuality {
+		if !strings.HasPrefix(q, "post-mortem: every rank's process is gone") {
+			continue
+		}
+		for i, h := range rep.Hypotheses {
+			for _, w := range liveOnly {
+				if strings.Contains(h.Confirm, w) {
+					out = append(out, fmt.Sprintf("every process is gone, yet hypothesis %d's confirm asks %s: %s", i+1, w, h.Confirm))
+				}
+			}
+		}
+	}
+	// A cap announced in data quality binds the verdict it speaks of.
+	if len(rep.Hypotheses) > 0 && rep.Hypotheses[0].Confidence == High {
+		for _, q := range rep.DataQuality {
+			if strings.Contains(q, "no verdict from this is above medium") {
+				out = append(out, "hypothesis 1 is high, but data quality says: "+q)
+			}
 		}
 	}
 	sort.Strings(out)
@@ -258,5 +280,21 @@ func TestNowNotThen(t *testing.T) {
 	in.Ranks[0].Alive, in.Ranks[1].Alive = true, true
 	if d := Diagnose(in).doing[1]; d != "outside any collective, main thread in ⟦train.py⟧:10 (⟦load⟧)" {
 		t.Errorf("live rank 1: %q", d)
+	}
+}
+
+// TestOneStorySettled: the real DDP hangs once their stall has lasted
+// (high confidence): no part of the answer announces a cap the verdict
+// does not keep (the stacks' "no verdict from this is above medium" once
+// stood beside a high verdict the Flight Recorder had numbered).
+func TestOneStorySettled(t *testing.T) {
+	for _, name := range []string{"ddp_manifest_lock", "ddp_loader_stuck"} {
+		rep := Diagnose(FromBundle(realBundle(t, name), StateOptions{MinStall: time.Millisecond, NoHistoryStall: time.Millisecond}))
+		if rep.Hypotheses[0].Confidence != High {
+			t.Errorf("%s: %s confidence, want high once settled\n%s", name, rep.Hypotheses[0].Confidence, rep.Text())
+		}
+		if d := disagreements(rep); len(d) > 0 {
+			t.Errorf("%s: disagreements:\n%s", name, strings.Join(d, "\n"))
+		}
 	}
 }
