@@ -30,6 +30,9 @@ func fileLocks(hs []Hypothesis, in Input, m Model) []Hypothesis {
 				break
 			}
 			holder, node, kind, file = f.LockWait.Holder, f.Node, f.LockWait.Kind, f.LockWait.File
+			if f.LockWait.Path != "" {
+				file = f.LockWait.Path // the resource by name, not device and inode
+			}
 		}
 		if holder < 0 {
 			continue

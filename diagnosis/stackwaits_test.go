@@ -206,6 +206,14 @@ func TestFileLockAcrossACollective(t *testing.T) {
 		!strings.Contains(allText(h), "rank 0 (pid 3000) holds") {
 		t.Fatalf("%s\n%+v", rep.Summary, rep.Hypotheses)
 	}
+	// With the file's path read from the processes' descriptors, the
+	// lock is named by it, quoted as the job's text, not by its inode.
+	for r := 1; r < 4; r++ {
+		in.Ranks[r].LockWait.Path = "/ckpt/run-7/MANIFEST"
+	}
+	if h := Diagnose(in).Hypotheses[0]; !strings.Contains(allText(h), "file ⟦/ckpt/run-7/MANIFEST⟧") || strings.Contains(allText(h), "fe:00:42") {
+		t.Fatalf("the lock's path: %+v", h.Evidence)
+	}
 	// The holder is no rank of the job: the waiters stay, and it is named.
 	for r := 1; r < 4; r++ {
 		in.Ranks[r].LockWait.Holder = 4242

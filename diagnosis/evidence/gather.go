@@ -343,6 +343,11 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 		for i := range waits {
 			if e := byPID[waits[i].Waiter]; e != nil {
 				w := waits[i]
+				// The waiter has the file open (a rank of the job's user),
+				// else its holder: the path names the resource.
+				if w.Path = procfacts.LockPath(procfacts.Proc, w.Waiter, w.File); w.Path == "" {
+					w.Path = procfacts.LockPath(procfacts.Proc, w.Holder, w.File)
+				}
 				e.LockWait = &w
 			}
 		}

@@ -2,11 +2,14 @@ package procfacts
 
 import (
 	"bufio"
+
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // LockWait is a process blocked taking a file lock (flock, POSIX or OFD)
@@ -16,6 +19,9 @@ type LockWait struct {
 	Waiter, Holder int    // pids
 	Kind           string // FLOCK, POSIX, OFDLCK
 	File           string // major:minor:inode of the locked file
+	// Path is the locked file's path as one of the two processes has it
+	// open (LockPath); "" when neither could be read.
+	Path string `json:",omitempty"`
 }
 
 // maxLocksBytes bounds what is read of /proc/locks (a node with a huge
@@ -66,4 +72,43 @@ func ParseLocks(r io.Reader) []LockWait {
 		}
 	}
 	return out
+}
+
+// maxFDs bounds the descriptors LockPath looks through per process.
+const maxFDs = 4096
+
+// LockPath finds the path of the file /proc/locks names as
+// major:minor:inode (hex device numbers, decimal inode) among the open
+// descriptors of pid: the process that waits for a lock has the file open,
+// and so does its holder. "" when it is not found or cannot be read (a
+// process of another user, gone, or over maxFDs descriptors).
+func LockPath(root string, pid int, file string) string {
+	parts := strings.Split(file, ":")
+	if len(parts) != 3 {
+		return ""
+	}
+	major, err1 := strconv.ParseUint(parts[0], 16, 32)
+	minor, err2 := strconv.ParseUint(parts[1], 16, 32)
+	ino, err3 := strconv.ParseUint(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return ""
+	}
+	dir := filepath.Join(root, strconv.Itoa(pid), "fd")
+	d, err := os.Open(dir)
+	if err != nil {
+		return ""
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(maxFDs)
+	for _, n := range names {
+		var st unix.Stat_t
+		fd := filepath.Join(dir, n)
+		if unix.Stat(fd, &st) != nil || st.Ino != ino || uint64(unix.Major(st.Dev)) != major || uint64(unix.Minor(st.Dev)) != minor {
+			continue
+		}
+		if target, err := os.Readlink(fd); err == nil {
+			return target
+		}
+	}
+	return ""
 }

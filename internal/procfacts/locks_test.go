@@ -21,7 +21,7 @@ func TestParseLocks(t *testing.T) {
 garbage
 `
 	got := ParseLocks(strings.NewReader(text))
-	want := []LockWait{{23528, 23487, "FLOCK", "fe:00:9978463"}, {23529, 23487, "FLOCK", "fe:00:9978463"}}
+	want := []LockWait{{Waiter: 23528, Holder: 23487, Kind: "FLOCK", File: "fe:00:9978463"}, {Waiter: 23529, Holder: 23487, Kind: "FLOCK", File: "fe:00:9978463"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("%v", got)
 	}
@@ -54,6 +54,15 @@ func TestLockWaitsReal(t *testing.T) {
 			if w.Waiter == cmd.Process.Pid {
 				if w.Holder != os.Getpid() || w.Kind != "FLOCK" {
 					t.Fatalf("%+v", w)
+				}
+				// The resource by name: both sides have the file open.
+				for _, pid := range []int{w.Waiter, w.Holder} {
+					if got := LockPath("/proc", pid, w.File); got != path {
+						t.Errorf("LockPath(pid %d, %s) = %q, want %q", pid, w.File, got, path)
+					}
+				}
+				if got := LockPath("/proc", w.Holder, "fe:00:1"); got != "" {
+					t.Errorf("another inode: %q", got)
 				}
 				return
 			}
