@@ -366,3 +366,25 @@ func TestMergeBoundsJobText(t *testing.T) {
 		t.Errorf("the path's tail is not kept: %.500s", text)
 	}
 }
+
+// TestTextKeepsOwnFramesPastTheCut: a rank waiting deep in DataLoader
+// internals still shows the job's own line (the one a verdict names)
+// after the frame limit; a stack of library frames only is just counted.
+func TestTextKeepsOwnFramesPastTheCut(t *testing.T) {
+	lib := "/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py"
+	var frames []Frame
+	for i := 0; i < 12; i++ {
+		frames = append(frames, Frame{File: lib, Line: 100 + i, Function: fmt.Sprintf("_next_data_%d", i)})
+	}
+	frames = append(frames, Frame{File: "/job/train.py", Line: 185, Function: "train_epoch"}, Frame{File: "/job/train.py", Line: 220, Function: "main"})
+	p := Process{PID: 7, Rank: 2, Source: SourceAgent, Threads: []Thread{{Name: "MainThread", IsMain: true, Frames: frames}}}
+	text := Merge([]Process{p}, MergeOptions{MaxFrames: 50}).Text(TextOptions{})
+	if !strings.Contains(text, "the job's own among them:") || !strings.Contains(text, "⟦train_epoch⟧ ⟦/job/train.py⟧:185") {
+		t.Fatalf("the job's frame past the cut is not shown:\n%s", text)
+	}
+	p.Threads[0].Frames = frames[:12]
+	text = Merge([]Process{p}, MergeOptions{MaxFrames: 50}).Text(TextOptions{})
+	if strings.Contains(text, "own among them") || !strings.Contains(text, "more outer frame(s)") {
+		t.Fatalf("library frames only:\n%s", text)
+	}
+}

@@ -138,7 +138,7 @@ func writeFrames(b *strings.Builder, frames []Frame, indent string) {
 			j++
 		}
 		if lines == maxTextFrames {
-			fmt.Fprintf(b, "%s… %d more outer frame(s) (structured content: frames)\n", indent, len(frames)-i)
+			writeOwnFrames(b, frames[i:], indent)
 			return
 		}
 		f := frames[i]
@@ -159,6 +159,44 @@ func writeFrames(b *strings.Builder, frames []Frame, indent string) {
 		lines++
 		i = j
 	}
+}
+
+// maxOwnFrames is how many of the job's own frames the text still lists
+// past the frame limit.
+const maxOwnFrames = 3
+
+// writeOwnFrames ends a cut stack: the count of the outer frames left
+// out, and the innermost few of them that are the job's own code (not a
+// library's, not the standard library's), since the line a verdict names
+// (a training loop under DataLoader internals) is often one of them.
+func writeOwnFrames(b *strings.Builder, rest []Frame, indent string) {
+	var own []Frame
+	for _, f := range rest {
+		if f.File != "" && !libraryFile(f.File) {
+			if len(own) == maxOwnFrames {
+				break
+			}
+			own = append(own, f)
+		}
+	}
+	if len(own) == 0 {
+		fmt.Fprintf(b, "%s… %d more outer frame(s) (structured content: frames)\n", indent, len(rest))
+		return
+	}
+	fmt.Fprintf(b, "%s… %d more outer frame(s) (structured content: frames); the job's own among them:\n", indent, len(rest))
+	for _, f := range own {
+		line := "?"
+		if f.Line > 0 {
+			line = strconv.Itoa(f.Line)
+		}
+		fmt.Fprintf(b, "%s%s %s:%s\n", indent, quoteFunc(f.Function), jobtext.QuoteTail(shortFile(f.File), jobtext.Path), line)
+	}
+}
+
+// libraryFile is whether a frame's file is an installed package's or the
+// standard library's, not the job's own.
+func libraryFile(f string) bool {
+	return strings.Contains(f, "site-packages/") || strings.Contains(f, "dist-packages/") || strings.Contains(f, "/lib/python3")
 }
 
 // shortFile keeps a library file's path from its package on
