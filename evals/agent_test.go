@@ -1,8 +1,6 @@
 package evals
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -74,48 +72,11 @@ func TestAgentHarnessTorchFree(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the harness runs real jobs (about a minute)")
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := filepath.Dir(wd)
-	python, problem := corpusPython(root)
-	if problem != "" {
-		if corpusRequired() {
-			t.Fatalf("PROBING_E2E_REQUIRED is set, but %s", problem)
-		}
-		t.Skipf("skipping the agent harness: %s", problem)
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "probing-mcp")
-	bctx, bcancel := context.WithTimeout(context.Background(), corpusBuildTimeout)
-	defer bcancel()
-	build := exec.CommandContext(bctx, "go", "build", "-o", bin, "./cmd/probing-mcp")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/probing-mcp: %v\n%s", err, out)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), agentRunTimeout)
-	defer cancel()
-	out := filepath.Join(dir, "agent.json")
-	cmd := exec.CommandContext(ctx, python, filepath.Join(root, "evals", "score.py"), "--agent", "--torch-free", "--only", "/4",
-		"--check", "--baseline", filepath.Join(root, "evals", "agent_baseline.json"), "--bin", bin, "--json", out)
-	cmd.Dir = root
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = time.Minute
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("score.py --agent did not finish within %s\n%s", agentRunTimeout, stderr.String())
-	}
-	raw, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatalf("score.py --agent wrote no results (%v): %v\nstdout:\n%s\nstderr:\n%s", runErr, err, stdout.String(), stderr.String())
-	}
+	run := runScore(t, "the agent harness", agentRunTimeout, "--agent", "--torch-free", "--only", "/4",
+		"--check", "--baseline", filepath.Join("evals", "agent_baseline.json"))
+	runErr, stdout := run.err, &run.stdout
 	var res agentResult
-	if err := json.Unmarshal(raw, &res); err != nil {
+	if err := json.Unmarshal(run.json, &res); err != nil {
 		t.Fatalf("score.py --agent's --json: %v", err)
 	}
 	// A harness that ran nothing, measured nothing, or did not follow the

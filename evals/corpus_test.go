@@ -41,6 +41,60 @@ func corpusPython(root string) (python, problem string) {
 	return path, problem
 }
 
+// scoreRun is one run of score.py against a freshly built binary, with
+// its stdout and what it wrote to --json.
+type scoreRun struct {
+	root           string
+	stdout, stderr bytes.Buffer
+	err            error // score.py's exit
+	json           []byte
+}
+
+// runScore builds the binary and runs score.py with args (--bin and
+// --json added) within timeout; it skips (or, when the corpus is
+// required, fails) without an interpreter that has the MCP SDK.
+func runScore(t *testing.T, what string, timeout time.Duration, args ...string) *scoreRun {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &scoreRun{root: filepath.Dir(wd)}
+	python, problem := corpusPython(r.root)
+	if problem != "" {
+		if corpusRequired() {
+			t.Fatalf("PROBING_E2E_REQUIRED is set, but %s", problem)
+		}
+		t.Skipf("skipping %s: %s. To run it: python3 -m venv .venv && .venv/bin/pip install -r mcp/testdata/e2e/requirements.txt", what, problem)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "probing-mcp")
+	bctx, bcancel := context.WithTimeout(context.Background(), corpusBuildTimeout)
+	defer bcancel()
+	build := exec.CommandContext(bctx, "go", "build", "-o", bin, "./cmd/probing-mcp")
+	build.Dir = r.root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/probing-mcp: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out := filepath.Join(dir, "result.json")
+	cmd := exec.CommandContext(ctx, python, append(append([]string{filepath.Join(r.root, "evals", "score.py")}, args...), "--bin", bin, "--json", out)...)
+	cmd.Dir = r.root
+	// score.py stops its launchers on SIGTERM; the context's kill is the last resort.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = time.Minute
+	cmd.Stdout, cmd.Stderr = &r.stdout, &r.stderr
+	r.err = cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("score.py %s did not finish within %s\n%s", strings.Join(args, " "), timeout, r.stderr.String())
+	}
+	if r.json, err = os.ReadFile(out); err != nil {
+		t.Fatalf("score.py %s wrote no results (%v): %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.err, err, r.stdout.String(), r.stderr.String())
+	}
+	return r
+}
+
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
@@ -64,49 +118,10 @@ func TestCorpusTorchFree(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the corpus runs real jobs (about a minute)")
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := filepath.Dir(wd)
-	python, problem := corpusPython(root)
-	if problem != "" {
-		if corpusRequired() {
-			t.Fatalf("PROBING_E2E_REQUIRED is set, but %s", problem)
-		}
-		t.Skipf("skipping the scored corpus: %s. To run it: python3 -m venv .venv && .venv/bin/pip install -r mcp/testdata/e2e/requirements.txt", problem)
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "probing-mcp")
-	bctx, bcancel := context.WithTimeout(context.Background(), corpusBuildTimeout)
-	defer bcancel()
-	build := exec.CommandContext(bctx, "go", "build", "-o", bin, "./cmd/probing-mcp")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/probing-mcp: %v\n%s", err, out)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), corpusRunTimeout)
-	defer cancel()
-	out := filepath.Join(dir, "corpus.json")
-	cmd := exec.CommandContext(ctx, python, filepath.Join(root, "evals", "score.py"),
-		"--torch-free", "--check", "--bin", bin, "--json", out)
-	cmd.Dir = root
-	// score.py stops its launchers on SIGTERM; the context's kill is the last resort.
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = time.Minute
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("score.py did not finish within %s\n%s", corpusRunTimeout, stderr.String())
-	}
-	raw, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatalf("score.py wrote no results (%v): %v\nstdout:\n%s\nstderr:\n%s", runErr, err, stdout.String(), stderr.String())
-	}
+	run := runScore(t, "the scored corpus", corpusRunTimeout, "--torch-free", "--check")
+	runErr, stdout := run.err, &run.stdout
 	var res corpusResult
-	if err := json.Unmarshal(raw, &res); err != nil {
+	if err := json.Unmarshal(run.json, &res); err != nil {
 		t.Fatalf("score.py's --json: %v", err)
 	}
 	// A harness that ran nothing, or scored nothing, must not pass.
