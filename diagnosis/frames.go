@@ -90,8 +90,7 @@ func frameWordsShared(t *stacks.Thread, shared int) string {
 // of the job's own code.
 func userFrame(t *stacks.Thread) *Where {
 	for _, f := range t.Frames {
-		if f.File == "" || strings.Contains(f.File, "/site-packages/") || strings.Contains(f.File, "/dist-packages/") ||
-			strings.Contains(f.File, "/lib/python3") || strings.HasPrefix(f.File, "<") || launcherFrame(f) {
+		if f.File == "" || stacks.LibraryFile(f.File) || launcherFrame(f) {
 			continue
 		}
 		return &Where{File: f.File, Line: f.Line, Function: f.Function}

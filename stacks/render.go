@@ -146,11 +146,7 @@ func writeFrames(b *strings.Builder, frames []Frame, indent string) {
 		case f.File == "": // Merge's "... N frames omitted ..." marker
 			fmt.Fprintf(b, "%s%s (max_frames raises the limit)\n", indent, f.Function)
 		default:
-			line := "?"
-			if f.Line > 0 {
-				line = strconv.Itoa(f.Line)
-			}
-			fmt.Fprintf(b, "%s%s %s:%s", indent, quoteFunc(f.Function), jobtext.QuoteTail(shortFile(f.File), jobtext.Path), line)
+			b.WriteString(indent + frameLine(f))
 			if j-i > 1 {
 				fmt.Fprintf(b, " ×%d", j-i)
 			}
@@ -159,6 +155,15 @@ func writeFrames(b *strings.Builder, frames []Frame, indent string) {
 		lines++
 		i = j
 	}
+}
+
+// frameLine is one frame as the text lists it: function, short file, line.
+func frameLine(f Frame) string {
+	line := "?"
+	if f.Line > 0 {
+		line = strconv.Itoa(f.Line)
+	}
+	return quoteFunc(f.Function) + " " + jobtext.QuoteTail(shortFile(f.File), jobtext.Path) + ":" + line
 }
 
 // maxOwnFrames is how many of the job's own frames the text still lists
@@ -172,7 +177,7 @@ const maxOwnFrames = 3
 func writeOwnFrames(b *strings.Builder, rest []Frame, indent string) {
 	var own []Frame
 	for _, f := range rest {
-		if f.File != "" && !libraryFile(f.File) {
+		if f.File != "" && !LibraryFile(f.File) {
 			if len(own) == maxOwnFrames {
 				break
 			}
@@ -185,18 +190,14 @@ func writeOwnFrames(b *strings.Builder, rest []Frame, indent string) {
 	}
 	fmt.Fprintf(b, "%s… %d more outer frame(s) (structured content: frames); the job's own among them:\n", indent, len(rest))
 	for _, f := range own {
-		line := "?"
-		if f.Line > 0 {
-			line = strconv.Itoa(f.Line)
-		}
-		fmt.Fprintf(b, "%s%s %s:%s\n", indent, quoteFunc(f.Function), jobtext.QuoteTail(shortFile(f.File), jobtext.Path), line)
+		b.WriteString(indent + frameLine(f) + "\n")
 	}
 }
 
-// libraryFile is whether a frame's file is an installed package's or the
-// standard library's, not the job's own.
-func libraryFile(f string) bool {
-	return strings.Contains(f, "site-packages/") || strings.Contains(f, "dist-packages/") || strings.Contains(f, "/lib/python3")
+// LibraryFile is whether a frame's file is an installed package's, the
+// standard library's or a frozen module's: not the job's own code.
+func LibraryFile(f string) bool {
+	return strings.Contains(f, "-packages/") || strings.Contains(f, "/lib/python") || strings.Contains(f, "/lib64/python") || strings.HasPrefix(f, "<")
 }
 
 // shortFile keeps a library file's path from its package on
