@@ -182,8 +182,7 @@ def train_main():
             fcntl.flock(f, fcntl.LOCK_UN)
 
     def progress(step):
-        with open(os.path.join(work, "progress", "rank%d" % dist.get_rank()), "w") as f:
-            f.write("%d %f" % (step, time.time()))
+        torchrun_job.write_progress(work, dist.get_rank(), step)
 
     def train_epoch(model, loader, opt, loss_fn, step):
         for x, y in loader:

@@ -166,8 +166,7 @@ def train_main():
         opt.step()
 
     def progress(step):
-        with open(os.path.join(work, "progress", "rank%d" % dist.get_rank()), "w") as f:
-            f.write("%d %f" % (step, time.time()))
+        torchrun_job.write_progress(work, dist.get_rank(), step)
 
     @record
     def main():

@@ -16,6 +16,16 @@ import sys
 import time
 
 
+def write_progress(work, rank, step):
+    """A rank's progress, replaced whole: a rank that dies mid-write (a
+    DataLoader worker's death raises in the middle of its step) leaves its
+    last progress, never an empty file the launcher cannot read."""
+    path = os.path.join(work, "progress", "rank%d" % rank)
+    with open(path + ".tmp", "w") as f:
+        f.write("%d %f" % (step, time.time()))
+    os.replace(path + ".tmp", path)
+
+
 def read_progress(work, world):
     """{rank: (step, time)} of the ranks that stepped."""
     out = {}
