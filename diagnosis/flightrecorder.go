@@ -24,6 +24,9 @@ func withFlightRecorder(hs []Hypothesis, in Input) []Hypothesis {
 	if in.FR == nil {
 		return hs
 	}
+	if len(hs) == 0 {
+		hs = fromAcross(in)
+	}
 	for _, pg := range in.FR.ProcessGroups {
 		f := pg.Finding
 		culprits := append([]int(nil), pg.CulpritRanks...)
@@ -118,6 +121,38 @@ func withFlightRecorder(hs []Hypothesis, in Input) []Hypothesis {
 		}
 	}
 	return hs
+}
+
+// fromAcross is the Flight Recorder's reading across groups as the one
+// hypothesis, when the rings show no wait: a group's own view can blame a
+// rank that waits in another group (fr.Across). Nil when the reading
+// names nobody or the groups' views say the same.
+func fromAcross(in Input) []Hypothesis {
+	x := in.FR.Across
+	if x == nil || len(x.Culprits) == 0 || len(x.Victims) == 0 {
+		return nil
+	}
+	culprits := slices.Clone(x.Culprits)
+	h := Hypothesis{Category: CatMissing, culprits: culprits, Confidence: Medium,
+		Evidence: []Evidence{{"flight_recorder", "across the groups, numbered by the " + frSeq + ": " + x.Line},
+			{"flight_recorder", fmt.Sprintf("from the Flight Recorder alone (the rings show no collective waiting); the groups' own views name %s, which wait in other groups", rankWords(x.Victims))}},
+		Confirm: fmt.Sprintf("get_stacks {\"ranks\":\"%s\"}: where the culprit is now", rankset.Format(culprits)),
+		Refute:  "its stack is inside a collective that its peers have entered too"}
+	if x.Kind == fr.AcrossOutside {
+		if c := in.Ranks[culprits[0]]; c != nil && !c.Alive {
+			h.Category = CatDeadRank
+		} else if c != nil && c.Main != nil && !inCollective(c.Main) {
+			h.Category = CatCPUStall
+		}
+	}
+	var rest []int
+	for _, r := range in.FR.Ranks.Dumped {
+		if _, in := slices.BinarySearch(culprits, r); !in {
+			rest = append(rest, r)
+		}
+	}
+	h.collateral, h.Collateral = rest, rankset.Format(rest)
+	return []Hypothesis{finish(h, in)}
 }
 
 // frLine is a process group's finding as an evidence line. A missing

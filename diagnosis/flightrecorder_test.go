@@ -98,3 +98,29 @@ func TestFlightRecorderAlone(t *testing.T) {
 		t.Fatalf("%s\n%+v", rep.Summary, h)
 	}
 }
+
+// TestFlightRecorderAcrossGroupsWithoutRings: no ring rows, and the
+// Flight Recorder's groups blame ranks that wait in other groups; its
+// reading across groups names rank 1, and the verdict follows it, not
+// the first group's view.
+func TestFlightRecorderAcrossGroupsWithoutRings(t *testing.T) {
+	in := Input{World: 4, Ranks: map[int]*RankFacts{}}
+	for r := 0; r < 4; r++ {
+		in.Ranks[r] = &RankFacts{Rank: r, Alive: true}
+	}
+	in.FR = &fr.Report{Ranks: fr.RankSummary{Dumped: []int{0, 1, 2, 3}},
+		Across: &fr.Across{Kind: fr.AcrossOrder, Culprits: []int{1}, Victims: []int{0, 2},
+			Line: "rank 1 is in #9 all_reduce on pg 0 and never enqueued #9 on pg 1"}}
+	rep := Diagnose(in)
+	h := rep.Hypotheses[0]
+	if h.Category != CatMissing || h.Culprits != "1" || h.Collateral != "0,2-3" || h.Confidence != Medium ||
+		!strings.Contains(h.Evidence[0].Text, "across the groups, numbered by the Flight Recorder's seq: rank 1") || !strings.Contains(h.Evidence[1].Text, "name ranks 0,2") {
+		t.Fatalf("%s\n%+v", rep.Summary, h)
+	}
+	// When the groups' views agree (no victims), the groups speak for
+	// themselves, as before.
+	in.FR.Across.Victims = nil
+	if hs := Diagnose(in).Hypotheses; len(hs) > 0 && strings.Contains(hs[0].Evidence[0].Text, "across the groups") {
+		t.Errorf("no victims, yet the across reading leads: %+v", hs[0])
+	}
+}

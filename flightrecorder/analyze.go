@@ -207,6 +207,9 @@ func analyzeGuarded(ctx context.Context, guard *memGuard, dumps []*Dump, opt Opt
 	}
 	rep.ProcessGroups = reports
 	sortGroups(rep.ProcessGroups)
+	if opt.PG == "" && len(opt.Ranks) == 0 {
+		rep.Across = a.across(rep.ProcessGroups)
+	}
 	rep.Verdict = VerdictOK
 	if len(rep.ProcessGroups) > 0 {
 		rep.Verdict = rep.ProcessGroups[0].Verdict

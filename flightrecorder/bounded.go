@@ -34,6 +34,13 @@ func (r *Report) Bounded() *Report {
 	c.Summary = cut.text("summary", c.Summary)
 	c.Ranks.Dumped = cut.ranks("ranks.dumped (see dumped_ranges)", c.Ranks.Dumped)
 	c.Ranks.MissingDump = cut.ranks("ranks.missing_dumps (see missing_dumps_ranges)", c.Ranks.MissingDump)
+	if c.Across != nil {
+		x := *c.Across
+		x.Line = cut.text("across_groups.line", x.Line)
+		x.Culprits = cut.ranks("across_groups.culprit_ranks (see culprit_ranges)", x.Culprits)
+		x.Victims = cut.ranks("across_groups.victims (see victim_ranges)", x.Victims)
+		c.Across = &x
+	}
 	c.ProcessGroups = slices.Clone(list(cut, "process_groups (worst first)", c.ProcessGroups, maxShownGroups))
 	for i := range c.ProcessGroups {
 		if cut.left <= 0 {

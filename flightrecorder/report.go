@@ -47,8 +47,12 @@ type Report struct {
 	Omitted       []string    `json:"omitted,omitempty"`
 	Ranks         RankSummary `json:"ranks"`
 	ProcessGroups []PGReport  `json:"process_groups"`
-	FRTrace       FRTraceView `json:"fr_trace"`
-	DataQuality   DataQuality `json:"data_quality"`
+	// Across reads the waits through every group (across.go): a group's
+	// culprit may be waiting in another group. Nil when no rank waits or
+	// the analysis was filtered.
+	Across      *Across     `json:"across_groups,omitempty"`
+	FRTrace     FRTraceView `json:"fr_trace"`
+	DataQuality DataQuality `json:"data_quality"`
 	// Created is, per dumped rank, when its last entries were created
 	// (Unix ns, oldest first, at most createdKept): a clock of the
 	// collectives no Python wrapper sees (DDP's, FSDP's), for the

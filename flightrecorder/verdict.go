@@ -130,11 +130,27 @@ func summarize(rep *Report) string {
 		return b.String()
 	}
 	top := bad[0]
-	fmt.Fprintf(&b, "Verdict %s. %s", top.Verdict, top.Finding.Line)
-	if len(top.CulpritRanks) > 0 {
-		fmt.Fprintf(&b, ". Culprit rank(s): %s", rankText(top.CulpritRanks))
+	if x := rep.Across; x != nil && acrossSays(x, top) {
+		// The group-by-group verdict names a rank that waits elsewhere, or
+		// not the rank the waits lead to: the whole-dump reading leads.
+		fmt.Fprintf(&b, "Verdict %s. Across the groups: %s", top.Verdict, x.Line)
+		if len(x.Culprits) > 0 {
+			fmt.Fprintf(&b, ". Culprit rank(s): %s", x.CulpritsText)
+		} else {
+			b.WriteString(". No culprit named")
+		}
+		if len(x.Victims) > 0 {
+			fmt.Fprintf(&b, ". The group views below name %s, which wait%s in other groups (victims, not culprits)",
+				rankWord(x.Victims), map[bool]string{true: "s", false: ""}[len(x.Victims) == 1])
+		}
+		fmt.Fprintf(&b, ". First group: %s.", top.Finding.Line)
+	} else {
+		fmt.Fprintf(&b, "Verdict %s. %s", top.Verdict, top.Finding.Line)
+		if len(top.CulpritRanks) > 0 {
+			fmt.Fprintf(&b, ". Culprit rank(s): %s", rankText(top.CulpritRanks))
+		}
+		b.WriteString(".")
 	}
-	b.WriteString(".")
 	if len(bad) > 1 {
 		fmt.Fprintf(&b, " %d more group(s) affected.", len(bad)-1)
 	}
@@ -142,4 +158,17 @@ func summarize(rep *Report) string {
 		fmt.Fprintf(&b, " fr_trace would say %s here (data quality says how it differs).", top.FRTrace.Verdict)
 	}
 	return b.String()
+}
+
+// acrossSays reports whether the cross-group reading changes what the top
+// group's verdict says: only for verdicts about who did not arrive (a
+// mismatch is its own evidence), and only when it names other culprits
+// or calls one of the group's culprits a victim.
+func acrossSays(x *Across, top PGReport) bool {
+	switch top.Finding.Kind {
+	case KindMissingRank, KindStuck, KindTimedOut, KindInsufficient:
+	default:
+		return false
+	}
+	return len(x.Victims) > 0 || !slices.Equal(x.Culprits, top.CulpritRanks)
 }

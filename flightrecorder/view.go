@@ -18,6 +18,7 @@ type View struct {
 	Summary        string          `json:"summary"`
 	Verdict        string          `json:"verdict"`
 	Ranks          ViewRanks       `json:"ranks"`
+	Across         *ViewAcross     `json:"across_groups,omitempty"`
 	ProcessGroups  []GroupView     `json:"process_groups"`
 	TotalGroups    int             `json:"total_groups"`
 	ProblemGroups  int             `json:"problem_groups"`
@@ -39,6 +40,15 @@ type View struct {
 type terminal struct {
 	transcript      []string // fr_trace's log (--verbose)
 	allowIncomplete bool     // fr_trace went on past missing dumps
+}
+
+// ViewAcross is the reading across groups (Report.Across), its rank
+// sets as ranges.
+type ViewAcross struct {
+	Kind     string `json:"kind"`
+	Culprits string `json:"culprits,omitempty"`
+	Victims  string `json:"victims,omitempty"`
+	Line     string `json:"line"`
 }
 
 // ViewRanks says which ranks were analysed.
@@ -157,6 +167,9 @@ func (r *Report) View(o ViewOptions) View {
 			Versions: r.Ranks.Versions, Formats: r.Ranks.Formats, TimingEnabled: r.Ranks.TimingOn},
 		ProcessGroups: []GroupView{},
 		FRTrace:       ViewFRTrace{Aborted: jobtext.CutLine(r.FRTrace.Aborted, maxViewAborted), NotReplayed: r.FRTrace.Skipped},
+	}
+	if x := r.Across; x != nil {
+		v.Across = &ViewAcross{Kind: x.Kind, Culprits: viewSet(x.Culprits), Victims: viewSet(x.Victims), Line: jobtext.CutLine(x.Line, maxViewSummary)}
 	}
 	if o.Terminal {
 		v.term = &terminal{allowIncomplete: r.FRTrace.UsedAllowIncomplete}
