@@ -197,13 +197,10 @@ func Diagnose(in Input) Report {
 	return rep
 }
 
-// onReport, when set (by the package's tests), sees every report
-// Diagnose makes: story_test.go checks each for a rank two parts of one
-// answer place differently.
-var onReport func(Report)
-
-func diagnose(in Input) Report {
-	in.shared = sharedFrames(in)
+// progressOf is each rank's progress: its steps (or, without optimizer
+// hooks, its collectives' rhythm), its last activity, and the collectives
+// only the Flight Recorder times.
+func progressOf(in Input) []Progress {
 	var ps []Progress
 	cadence := collectiveCadence(in.Comm)
 	for _, r := range sortedFacts(in.Ranks) {
@@ -242,6 +239,27 @@ func diagnose(in Input) Report {
 		}
 		ps = append(ps, p)
 	}
+	return ps
+}
+
+// StateOf is the job's state from a pulse (evidence.Options.Pulse): the
+// watcher's reading, by the rule every verdict's state follows.
+func StateOf(b *evidence.Bundle, opt StateOptions) JobState {
+	in := FromBundle(b, opt)
+	if len(in.Ranks) == 0 {
+		return JobState{State: StateUnknown, Why: "no rank of a job was found: no agent identity, no ring", Idle: map[int]time.Duration{}}
+	}
+	return Classify(progressOf(in), in.State)
+}
+
+// onReport, when set (by the package's tests), sees every report
+// Diagnose makes: story_test.go checks each for a rank two parts of one
+// answer place differently.
+var onReport func(Report)
+
+func diagnose(in Input) Report {
+	in.shared = sharedFrames(in)
+	ps := progressOf(in)
 	if len(in.Ranks) == 0 {
 		return Report{State: StateUnknown, StateWhy: "no rank of a job was found: no agent identity, no ring",
 			Summary:     "No training job found on this node: nothing to diagnose (is the job running with PROBING=1, and are PROBING_DATA_DIR and PROBING_CTRL_ROOT the job's?).",

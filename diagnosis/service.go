@@ -18,6 +18,9 @@ type RunOptions struct {
 	// Scope is this node (evidence.Node) or the whole job.
 	Scope evidence.Scope
 	State StateOptions
+	// Gathered, when set, sees the bundle the verdict is drawn from
+	// (the watcher keeps its stacks in the history).
+	Gathered func(*evidence.Bundle)
 }
 
 // Run is the evidence service's one entry point for a verdict: it gathers
@@ -29,6 +32,9 @@ func Run(ctx context.Context, opt RunOptions) (Report, error) {
 	b, cov, err := opt.Scope.Evidence(ctx, 0)
 	if err != nil {
 		return Report{}, err
+	}
+	if opt.Gathered != nil {
+		opt.Gathered(b)
 	}
 	in := FromBundle(b, opt.State)
 	rep := Diagnose(in)

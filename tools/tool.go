@@ -65,6 +65,10 @@ func (e *Env) scope() evidence.Scope {
 	return e.node()
 }
 
+// Scope is the Env's scope for the doors that are not tools (the
+// watcher), so that they see what the tools see.
+func (e *Env) Scope() evidence.Scope { return e.scope() }
+
 // node is this node's scope, from the Env's sources.
 func (e *Env) node() *evidence.Node {
 	return &evidence.Node{Agents: e.Agents, SQL: e.SQL, Sampler: e.GPU, Host: nodeHost()}

@@ -279,6 +279,15 @@ const maxDumpBytes = 1 << 30
 // (said per rank), never a failure; the Flight Recorder dumps of every
 // node are analysed together.
 func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, evidence.Coverage) {
+	return j.evidence(ctx, node.EvidenceRequest{CommPerRank: commPerRank})
+}
+
+// Pulse is every node's liveness and ring progress, merged as Evidence is.
+func (j *Job) Pulse(ctx context.Context) (*evidence.Bundle, evidence.Coverage) {
+	return j.evidence(ctx, node.EvidenceRequest{Pulse: true, CommPerRank: evidence.PulseCommPerRank})
+}
+
+func (j *Job) evidence(ctx context.Context, req node.EvidenceRequest) (*evidence.Bundle, evidence.Coverage) {
 	merged := &evidence.Bundle{Ranks: map[int]*evidence.RankEvidence{}, Unreachable: map[int]string{}}
 	ns, problems, err := j.nodes(ctx)
 	if err != nil {
@@ -289,7 +298,7 @@ func (j *Job) Evidence(ctx context.Context, commPerRank int) (*evidence.Bundle, 
 	var as []answered[*evidence.Bundle]
 	cov := j.each(ctx, ns, func(ctx context.Context, n cluster.Node) error {
 		var rep node.EvidenceReply
-		if err := j.Client.Do(ctx, n, http.MethodPost, node.PathEvidence, node.EvidenceRequest{CommPerRank: commPerRank}, &rep); err != nil {
+		if err := j.Client.Do(ctx, n, http.MethodPost, node.PathEvidence, req, &rep); err != nil {
 			return err
 		}
 		b := rep.Bundle

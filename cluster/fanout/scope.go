@@ -100,6 +100,16 @@ func (s *JobScope) Evidence(ctx context.Context, commPerRank int) (*evidence.Bun
 	return b, &cov, nil
 }
 
+// Pulse is every node's liveness and ring progress; a partial one is
+// refused in the strict mode.
+func (s *JobScope) Pulse(ctx context.Context) (*evidence.Bundle, *evidence.Coverage, error) {
+	b, cov := s.Job.Pulse(ctx)
+	if err := s.Job.strict(cov); err != nil {
+		return nil, nil, callError(err)
+	}
+	return b, &cov, nil
+}
+
 // Samples are not taken across nodes: the node API has no sampling call,
 // so the whole job's straggler is named from the rings and the Flight
 // Recorder's arrival order alone.

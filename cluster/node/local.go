@@ -112,7 +112,13 @@ func (l *Local) Stacks(ctx context.Context, req StacksRequest) (*StacksReply, er
 // Evidence is the node's bundle for the diagnosis, its Flight Recorder
 // raw: the coordinator analyses every node's dumps together.
 func (l *Local) Evidence(ctx context.Context, req EvidenceRequest) (*EvidenceReply, error) {
-	b, _, err := l.scope().Evidence(ctx, req.CommPerRank)
+	ev := l.scope().Evidence
+	if req.Pulse {
+		ev = func(ctx context.Context, _ int) (*evidence.Bundle, *evidence.Coverage, error) {
+			return l.scope().Pulse(ctx)
+		}
+	}
+	b, _, err := ev(ctx, req.CommPerRank)
 	if err != nil {
 		return nil, err
 	}

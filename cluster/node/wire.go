@@ -67,6 +67,8 @@ type StacksReply struct {
 // EvidenceRequest asks for the evidence bundle of the diagnosis.
 type EvidenceRequest struct {
 	CommPerRank int `json:"comm_per_rank,omitempty"`
+	// Pulse asks for liveness and ring progress only (evidence.Options.Pulse).
+	Pulse bool `json:"pulse,omitempty"`
 }
 
 // EvidenceReply is the node's bundle, its Flight Recorder dumps raw.

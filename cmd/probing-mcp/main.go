@@ -55,6 +55,9 @@ Usage:
   probing-mcp diagnose [--json] [--stall-seconds N] [--ranks]
       Is the job on this node hung, and which rank is the culprit, in which
       category, at which line (the diagnose_hang tool's verdict).
+  probing-mcp watch [--json] [--interval D] [--until KIND] [--job HOST:PORT | --peers ADDR,...]
+      Follow the job; on a stall, a death or a straggler, capture the evidence
+      before a watchdog kills it, diagnose it and print one event per line.
   probing-mcp analyze PATH... [--json] [--prefix P] [--rank FILE=N] [--pg NAME] [--ranks 0-3] [--verbose]
       Analyse Flight Recorder dumps (files or directories): which process
       group, collective and ranks hang or disagree.
@@ -95,6 +98,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return nodeCmd(args[1:], stdout, stderr)
 	case "diagnose", "diagnose-hang":
 		return diagnose(args[1:], stdout, stderr)
+	case "watch":
+		return watchCmd(args[1:], stdout, stderr)
 	case "analyze", "analyse":
 		return analyze(args[1:], stdout, stderr)
 	case "query":

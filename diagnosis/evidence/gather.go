@@ -36,6 +36,12 @@ type Options struct {
 	// node in the GPU report.
 	GPU  GPUSource
 	Host string
+	// Pulse reads only what costs the job nothing: the agents' identity
+	// and liveness (files and /proc) and the rings' recent steps and
+	// collectives. No rank is asked for stacks or a Flight Recorder
+	// snapshot, none is signalled, no GPU is sampled: the watcher reads
+	// this every tick while the job moves.
+	Pulse bool
 }
 
 // RankEvidence is what is known of one rank.
@@ -188,14 +194,16 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 			known = append(known, a.Rank())
 		}
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		r := NodeGPU(ctx, opt.GPU, opt.SQL, opt.Host)
-		mu.Lock()
-		b.GPU = []gpu.Report{r}
-		mu.Unlock()
-	}()
+	if !opt.Pulse {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := NodeGPU(ctx, opt.GPU, opt.SQL, opt.Host)
+			mu.Lock()
+			b.GPU = []gpu.Report{r}
+			mu.Unlock()
+		}()
+	}
 	if opt.SQL != nil {
 		wg.Add(2)
 		go func() {
@@ -242,7 +250,7 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 			e.Ending, e.Raised = a.Ending.Summary(a.Alive), a.Ending.Exception != nil
 			e.Record, e.EndedNS = a.Ending, EndedNS(a.Ending)
 		}
-		if !a.Alive {
+		if !a.Alive && !opt.Pulse {
 			withElasticError(e, a, problem)
 			c, err := readCrash(a)
 			if err != nil {
@@ -294,6 +302,10 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 				b.World = id.WorldSize
 			}
 		}
+	}
+	if opt.Pulse {
+		wg.Wait()
+		return withActivity(b, acts, time.Now().UnixNano(), problem)
 	}
 	var rings *ringSource
 	if opt.SQL != nil {
@@ -357,6 +369,12 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 	if !opt.RawFR {
 		AnalyzeFR(ctx, b)
 	}
+	return withActivity(b, acts, now, problem)
+}
+
+// withActivity gives every rank its activity from the rings (steps and
+// collectives) and the node's clock, and adds the ranks only rings name.
+func withActivity(b *Bundle, acts map[int]*RankActivity, now int64, problem func(string, ...any)) *Bundle {
 	if acts == nil {
 		acts = map[int]*RankActivity{}
 	}

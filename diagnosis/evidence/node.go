@@ -183,6 +183,20 @@ func (n *Node) Evidence(ctx context.Context, commPerRank int) (*Bundle, *Coverag
 	return b, nil, nil
 }
 
+// Pulse is the node's liveness and ring progress (Options.Pulse).
+func (n *Node) Pulse(ctx context.Context) (*Bundle, *Coverage, error) {
+	o := n.options()
+	o.Pulse, o.CommPerRank, o.Deadline = true, PulseCommPerRank, n.Deadline
+	if dl, ok := ctx.Deadline(); ok && n.Member {
+		o.Deadline = time.Until(dl)
+	}
+	return Gather(ctx, o), nil, nil
+}
+
+// PulseCommPerRank is how many recent collectives of each rank a pulse
+// reads: enough for the cadence of a job without optimizer hooks.
+const PulseCommPerRank = 16
+
 func (n *Node) options() Options {
 	return Options{Agents: n.Agents, SQL: n.SQL, GPU: n.Sampler, Host: n.Host}
 }

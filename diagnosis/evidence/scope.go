@@ -27,6 +27,9 @@ type Scope interface {
 	// whole job, its Flight Recorder analysed; an error only where the
 	// scope refuses a partial answer (PROBING_FANOUT_STRICT).
 	Evidence(ctx context.Context, commPerRank int) (*Bundle, *Coverage, error)
+	// Pulse is the bundle of Options.Pulse: liveness and the rings'
+	// progress only, nothing asked of a rank (the watcher's tick).
+	Pulse(ctx context.Context) (*Bundle, *Coverage, error)
 	// Samples are n rounds of each live rank's main stack, gap apart, for
 	// a straggler no ring shows; nil where the scope cannot take them.
 	Samples(ctx context.Context, n int, gap time.Duration) map[int][]*stacks.Thread

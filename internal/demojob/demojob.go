@@ -265,6 +265,10 @@ func (j *Job) WaitHung(ctx context.Context, settle time.Duration) error {
 	}
 }
 
+// Hung reports whether the job has reached its injected hang: every rank
+// but the culprit printed the step before it.
+func (j *Job) Hung() bool { return j.pastStep(j.Opt.HangStep - 1) }
+
 // pastStep: every rank but the culprit printed step n.
 func (j *Job) pastStep(n int) bool {
 	for i, l := range j.logs {

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/probing-mcp/probing-mcp/internal/demojob"
+)
+
+func TestWatchUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"watch", "--interval", "10ms"}, "pass 100ms or more"},
+		{[]string{"watch", "--until", "hung"}, "no event kind"},
+		{[]string{"watch", "extra"}, "unexpected argument"},
+	} {
+		if code, _, errOut := runCLI(c.args...); code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, errOut, c.want)
+		}
+	}
+}
+
+// TestWatchCLIOnDemoJob: `probing-mcp watch --json --until stalled` on the
+// demo's torch-free hung job prints the capture, then the confirmed stall
+// naming rank 2, one JSON object per line, and exits 0.
+func TestWatchCLIOnDemoJob(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3: the demo job needs it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	job, err := demojob.Start(ctx, demojob.Options{Torch: "no", Python: "python3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer job.Stop()
+	t.Setenv("PROBING_DATA_DIR", job.DataDir)
+	t.Setenv("PROBING_CTRL_ROOT", job.CtrlRoot)
+	t.Setenv("PROBING_MCP_HISTORY", filepath.Join(t.TempDir(), "history.db"))
+	code, out, errOut := runCLI("watch", "--json", "--until", "stalled", "--stall-seconds", "2", "--interval", "200ms", "--for", "150s")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var last struct {
+		Kind      string `json:"kind"`
+		HistoryID int64  `json:"history_id"`
+		Headline  struct {
+			Culprits, Category, Threshold string
+		} `json:"headline"`
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for _, l := range lines {
+		if err := json.Unmarshal([]byte(l), &last); err != nil {
+			t.Fatalf("not a JSON line: %q: %v", l, err)
+		}
+	}
+	if last.Kind != "stalled" || last.Headline.Culprits != "2" || last.Headline.Category != "cpu_stall" || last.Headline.Threshold == "" {
+		t.Fatalf("last event: %+v\n%s", last, out)
+	}
+}

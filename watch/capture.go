@@ -1,0 +1,87 @@
+package watch
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+
+	"github.com/probing-mcp/probing-mcp/diagnosis"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	"github.com/probing-mcp/probing-mcp/stacks"
+	"github.com/probing-mcp/probing-mcp/storage/history"
+)
+
+// capture gathers the whole evidence (every rank's stacks with the
+// GIL-free fallback, the Flight Recorder through the agents, the GPUs),
+// keeps the stacks and the verdict in the history, and diagnoses it.
+func (w *Watcher) capture(ctx context.Context, in *incident, js diagnosis.JobState) {
+	ctx, cancel := context.WithTimeout(ctx, w.opt.CaptureTimeout)
+	defer cancel()
+	in.capturedN++
+	in.lastDiag = w.opt.Now()
+	rep, err := diagnosis.Run(ctx, diagnosis.RunOptions{Scope: w.opt.Scope, State: w.opt.State,
+		Gathered: func(b *evidence.Bundle) { w.keepStacks(b) }})
+	if err != nil {
+		w.opt.Logger.Warn("watch: capture refused", "err", err)
+		return
+	}
+	in.report = &rep
+	if w.opt.History == nil {
+		return
+	}
+	inputs, _ := json.Marshal(map[string]any{"watch": true, "job": w.opt.Job, "host": w.opt.Host, "incident": in.id,
+		"pulse_state": js.State, "threshold_ms": js.Threshold.Milliseconds(), "step_ms": js.Step.Milliseconds()})
+	body, err := json.Marshal(rep)
+	if err != nil {
+		return
+	}
+	culprits := ""
+	if len(rep.Hypotheses) > 0 {
+		culprits = rep.Hypotheses[0].Culprits
+	}
+	id, err := w.opt.History.AddDiagnosis(history.Diagnosis{Kind: "watch", Inputs: inputs, Verdict: rep.Summary,
+		CulpritRanks: culprits, Report: body})
+	if err != nil {
+		w.opt.Logger.Warn("watch: verdict not kept in history", "err", err)
+		return
+	}
+	in.historyID = id
+}
+
+// keepStacks stores every rank's captured threads in history.stack_captures
+// (a rank the watchdog kills later is diagnosed post-mortem from them).
+func (w *Watcher) keepStacks(b *evidence.Bundle) {
+	if w.opt.History == nil || b == nil {
+		return
+	}
+	ranks := make([]int, 0, len(b.Ranks))
+	for r := range b.Ranks {
+		ranks = append(ranks, r)
+	}
+	sort.Ints(ranks)
+	for _, r := range ranks {
+		e := b.Ranks[r]
+		if e == nil || !e.Alive || len(e.Threads) == 0 {
+			continue
+		}
+		host := w.opt.Host
+		if e.Node != "" {
+			host = e.Node
+		}
+		p := stacks.Process{PID: e.PID, Rank: r, Host: host, Source: e.StackSource, CapturedAt: w.opt.Now(), Threads: e.Threads}
+		data, err := json.Marshal(p)
+		if err != nil {
+			continue
+		}
+		method := e.StackSource
+		if method == "probing" || method == "" {
+			method = "agent"
+		}
+		rank := r
+		if _, err := w.opt.History.AddStackCapture(history.StackCapture{Host: host, PID: e.PID, Rank: &rank, Method: method,
+			ThreadCount: len(e.Threads), Stacks: data}); err != nil {
+			w.opt.Logger.Warn("watch: stacks not kept in history", "rank", r, "err", err)
+			return
+		}
+	}
+}

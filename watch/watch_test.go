@@ -1,0 +1,184 @@
+package watch
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/probing-mcp/probing-mcp/diagnosis"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/stacks"
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
+)
+
+// scripted is a scope whose pulse and evidence the test sets: a job of
+// four ranks that steps every 100 ms until lastStep, on the test's clock.
+type scripted struct {
+	now      time.Time
+	lastStep time.Time // the ranks' last step
+	dead     map[int]bool
+	none     bool // no rank found
+	pulses   int
+	gathers  int
+}
+
+func (s *scripted) bundle() *evidence.Bundle {
+	b := &evidence.Bundle{World: 4, Ranks: map[int]*evidence.RankEvidence{}}
+	if s.none {
+		return b
+	}
+	for r := 0; r < 4; r++ {
+		var steps []int64
+		for i := 9; i >= 0; i-- {
+			steps = append(steps, s.lastStep.Add(-time.Duration(i)*100*time.Millisecond).UnixMicro())
+		}
+		b.Ranks[r] = &evidence.RankEvidence{Rank: r, PID: 100 + r, Alive: !s.dead[r], NowNS: s.now.UnixNano(),
+			Activity: &evidence.RankActivity{Rank: r, Steps: steps}}
+	}
+	return b
+}
+
+func (s *scripted) Pulse(context.Context) (*evidence.Bundle, *evidence.Coverage, error) {
+	s.pulses++
+	return s.bundle(), nil, nil
+}
+
+func (s *scripted) Evidence(context.Context, int) (*evidence.Bundle, *evidence.Coverage, error) {
+	s.gathers++
+	return s.bundle(), nil, nil
+}
+
+func (s *scripted) Stacks(context.Context, evidence.Selection) (*evidence.StacksAnswer, error) {
+	return &evidence.StacksAnswer{}, nil
+}
+
+func (s *scripted) FlightRecorder(context.Context, evidence.Selection, bool) (*evidence.FRAnswer, error) {
+	return &evidence.FRAnswer{}, nil
+}
+
+func (s *scripted) Samples(context.Context, int, time.Duration) map[int][]*stacks.Thread { return nil }
+func (s *scripted) GPU(context.Context) ([]gpu.Report, *evidence.Coverage, error) {
+	return nil, nil, nil
+}
+func (s *scripted) Query(context.Context, string, int) (*sqlengine.Result, error) {
+	return &sqlengine.Result{}, nil
+}
+func (s *scripted) Peers(context.Context) (int, error) { return 0, nil }
+
+func newScripted(t *testing.T, min time.Duration) (*scripted, *Watcher, *[]Event) {
+	t.Helper()
+	t0 := time.Unix(1_800_000_000, 0)
+	s := &scripted{now: t0, lastStep: t0}
+	var evs []Event
+	w, err := New(Options{Scope: s, State: diagnosis.StateOptions{MinStall: min}, Interval: time.Second, BlindAfter: 10 * time.Second,
+		Now: func() time.Time { return s.now }, Notify: func(e Event) { evs = append(evs, e) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, w, &evs
+}
+
+// advance moves the clock by d in ticks of one second, the job stepping
+// while moving is true, one pulse per tick.
+func (s *scripted) advance(w *Watcher, d time.Duration, moving bool) {
+	for end := s.now.Add(d); s.now.Before(end); {
+		s.now = s.now.Add(time.Second)
+		if moving {
+			s.lastStep = s.now
+		}
+		w.Tick(context.Background())
+	}
+}
+
+func kinds(evs []Event) string {
+	var k []string
+	for _, e := range evs {
+		k = append(k, string(e.Kind))
+	}
+	return strings.Join(k, ",")
+}
+
+func TestWatchMovingSaysNothingAndReadsOnlyPulses(t *testing.T) {
+	s, w, evs := newScripted(t, 30*time.Second)
+	s.advance(w, 2*time.Minute, true)
+	if len(*evs) != 0 || s.gathers != 0 || s.pulses != 120 {
+		t.Fatalf("a moving job: events %q, %d gathers (want 0: no rank is asked while it moves), %d pulses", kinds(*evs), s.gathers, s.pulses)
+	}
+}
+
+func TestWatchYoungStallCapturedAtOnceConfirmedAfterMinStall(t *testing.T) {
+	s, w, evs := newScripted(t, 30*time.Second)
+	s.advance(w, 10*time.Second, true)
+	// The job stops: past the threshold (5 s: a 100 ms step's 10× is
+	// under the floor) the evidence is captured at once.
+	s.advance(w, 6*time.Second, false)
+	if kinds(*evs) != "captured" || s.gathers != 1 {
+		t.Fatalf("events %q after 6 s idle, %d gathers; want one capture", kinds(*evs), s.gathers)
+	}
+	cap := (*evs)[0]
+	if cap.StalledFor < 5*time.Second || cap.Headline().Threshold != "5s" || cap.Headline().Step != "100ms" {
+		t.Errorf("capture: stalled for %s, headline %+v", cap.StalledFor, cap.Headline())
+	}
+	// Young and no culprit at high confidence: not confirmed before
+	// MinStall; rechecked meanwhile, not on every tick.
+	s.advance(w, 20*time.Second, false)
+	if kinds(*evs) != "captured" || s.gathers > 1+20/5 {
+		t.Fatalf("events %q, %d gathers before MinStall", kinds(*evs), s.gathers)
+	}
+	s.advance(w, 15*time.Second, false)
+	if kinds(*evs) != "captured,stalled" {
+		t.Fatalf("events %q past MinStall; want the stall confirmed", kinds(*evs))
+	}
+	st := (*evs)[1]
+	if st.Level != LevelError || st.Incident != cap.Incident || st.StalledFor < 30*time.Second {
+		t.Errorf("confirmed: %+v (stalled for %s)", st, st.StalledFor)
+	}
+	// Confirmed once: no repeat while it stays stalled.
+	s.advance(w, time.Minute, false)
+	if kinds(*evs) != "captured,stalled" {
+		t.Fatalf("events %q; one alert per incident", kinds(*evs))
+	}
+	s.advance(w, 3*time.Second, true)
+	if kinds(*evs) != "captured,stalled,moving" || (*evs)[2].Incident != cap.Incident {
+		t.Fatalf("events %q after the job moved again", kinds(*evs))
+	}
+}
+
+func TestWatchShortPauseSaysNoMoreThanTheCapture(t *testing.T) {
+	s, w, evs := newScripted(t, 30*time.Second)
+	s.advance(w, 10*time.Second, true)
+	s.advance(w, 12*time.Second, false) // a checkpoint: 12 s, under MinStall
+	s.advance(w, 10*time.Second, true)
+	if kinds(*evs) != "captured" {
+		t.Fatalf("events %q; a pause shorter than MinStall is captured, never alerted", kinds(*evs))
+	}
+}
+
+func TestWatchDeadRank(t *testing.T) {
+	s, w, evs := newScripted(t, 30*time.Second)
+	s.advance(w, 10*time.Second, true)
+	s.dead = map[int]bool{2: true}
+	s.advance(w, 8*time.Second, false)
+	if k := kinds(*evs); k != "captured,dead" {
+		t.Fatalf("events %q; a dead rank holding the others is confirmed at once", k)
+	}
+	if h := (*evs)[1].Headline(); h.State != diagnosis.StateDead {
+		t.Errorf("headline %+v", h)
+	}
+}
+
+func TestWatchBlindIsSaidOnceThenSeeing(t *testing.T) {
+	s, w, evs := newScripted(t, 30*time.Second)
+	s.none = true
+	s.advance(w, 30*time.Second, false)
+	if k := kinds(*evs); k != "blind" || (*evs)[0].Level != LevelError {
+		t.Fatalf("events %q; a watcher that sees no rank says so once", k)
+	}
+	s.none = false
+	s.advance(w, 3*time.Second, true)
+	if k := kinds(*evs); k != "blind,seeing" {
+		t.Fatalf("events %q", k)
+	}
+}
