@@ -50,6 +50,15 @@ func actOf(h Hypothesis, in Input, dead bool) string {
 		return ""
 	}
 	if dead {
+		// Nothing is left to kill: what to fix before the restart.
+		switch h.Category {
+		case CatCPUStall:
+			return fmt.Sprintf("the job is gone: what held rank %d at its line is the fix; restart it from its last checkpoint", firstOr(h.culprits))
+		case CatMissing, CatMismatch:
+			return "the job is gone: the rank-local condition around the culprit's line is the fix; restart it from its last checkpoint"
+		case CatDeadlock, CatGILHeld, CatAllIn:
+			return "the job is gone: restart it from its last checkpoint once the cause above is fixed"
+		}
 		return act
 	}
 	if t := pendingTimeout(in, h); t != "" {

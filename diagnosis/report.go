@@ -52,8 +52,11 @@ type RankFacts struct {
 	Ending string
 	Raised bool
 	// Main is its main thread's stack, when one was captured.
-	Main     *stacks.Thread
-	Activity *evidence.RankActivity
+	Main *stacks.Thread
+	// MainCapturedNS: a dead rank's Main is the watcher's capture of
+	// then, not the stack it died with (evidence.RankEvidence's).
+	MainCapturedNS int64
+	Activity       *evidence.RankActivity
 	// NowNS is the rank's clock (Unix ns) when its evidence was read.
 	NowNS int64
 	// Threads, StackSource, StackErr, AgentErr, OSThreads, Record and
@@ -731,7 +734,7 @@ func FromBundle(b *evidence.Bundle, st StateOptions) Input {
 	for r, e := range b.Ranks {
 		in.Ranks[r] = &RankFacts{Rank: e.Rank, PID: e.PID, Alive: e.Alive, Ending: e.Ending, Raised: e.Raised, Main: e.Main, Activity: e.Activity, NowNS: e.NowNS,
 			Threads: evidence.WithLocks(e.Threads, e.Locks), StackSource: e.StackSource, StackErr: e.StackErr, AgentErr: e.AgentErr, OSThreads: e.OSThreads,
-			Record: e.Record, EndedNS: e.EndedNS, Crash: e.Crash, Node: e.Node, LocalRank: -1, LockWait: e.LockWait, Waits: e.Waits}
+			Record: e.Record, EndedNS: e.EndedNS, MainCapturedNS: e.MainCapturedNS, Crash: e.Crash, Node: e.Node, LocalRank: -1, LockWait: e.LockWait, Waits: e.Waits}
 		if e.LocalRank != nil {
 			in.Ranks[r].LocalRank = *e.LocalRank
 		}

@@ -39,11 +39,14 @@ type rankStory struct {
 	WaitsFor []int
 	// Main is its main thread's newest stack: live, or the one it left
 	// as it ended (Alive false), EndedAgo before this read (0 unknown).
-	Main      *stacks.Thread
-	Alive     bool
-	EndedAgo  time.Duration
-	Ending    string
-	SharedLen int // outermost frames every rank shares (sharedFrames)
+	Main     *stacks.Thread
+	Alive    bool
+	EndedAgo time.Duration
+	// CapturedAgo: Main is the watcher's capture of this long before this
+	// read, not the stack it ended with (0: it is).
+	CapturedAgo time.Duration
+	Ending      string
+	SharedLen   int // outermost frames every rank shares (sharedFrames)
 }
 
 // frWait is a collective the Flight Recorder shows a rank has enqueued
@@ -127,6 +130,9 @@ func buildStories(m Model, g Graph, in Input) map[int]*rankStory {
 			if !f.Alive && f.EndedNS > 0 && f.NowNS >= f.EndedNS {
 				s.EndedAgo = time.Duration(f.NowNS - f.EndedNS)
 			}
+			if !f.Alive && f.MainCapturedNS > 0 && f.NowNS >= f.MainCapturedNS {
+				s.CapturedAgo = max(time.Duration(f.NowNS-f.MainCapturedNS), time.Nanosecond)
+			}
 		}
 		if s.Status == Dead {
 			s.FR = nil // its recorder died with it
@@ -172,6 +178,11 @@ func (s *rankStory) Stack() string {
 	w := frameWordsShared(s.Main, s.SharedLen)
 	if s.Alive {
 		return "main thread in " + w
+	}
+	if s.CapturedAgo > 0 {
+		// Where the watcher saw it while it lived: the last place known,
+		// said as such (it may have moved before it was killed).
+		return fmt.Sprintf("main thread was in %s when the watcher captured it, %s before this read (it left no stack as it ended)", w, s.CapturedAgo.Round(time.Second))
 	}
 	if s.EndedAgo > 0 {
 		return fmt.Sprintf("main thread was in %s as it ended, %s before this read", w, s.EndedAgo.Round(time.Second))

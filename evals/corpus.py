@@ -62,9 +62,15 @@ CATEGORIES = ("cpu_stall", "missing_from_collective", "collective_mismatch", "de
 
 
 class Case(object):
-    def __init__(self, job, scenario, world, post_mortem, python):
+    """One job, scenario and world; post_mortem: diagnosed after every
+    process was SIGKILLed; watched: a `probing-mcp watch` captured the hang
+    before the kill (post-mortem only)."""
+
+    def __init__(self, job, scenario, world, post_mortem, python, watched=False):
         self.job, self.scenario, self.world, self.post_mortem, self.python = job, scenario, world, post_mortem, python
-        self.name = "%s:%s/%d%s" % (job.replace("_job.py", ""), scenario, world, "/pm" if post_mortem else "")
+        self.watched = watched
+        self.name = "%s:%s/%d%s" % (job.replace("_job.py", ""), scenario, world,
+                                    "/watched" if watched else "/pm" if post_mortem else "")
         self.result = {"case": self.name, "job": job, "scenario": scenario, "world": world, "post_mortem": post_mortem}
 
 
@@ -224,6 +230,8 @@ def run_case(case, opt, body):
            "--data-dir", data, "--ctrl-root", ctrl, "--ready-file", ready]
     if case.post_mortem:
         cmd.append("--post-mortem")
+    if case.watched:
+        cmd += ["--watch-bin", opt.bin]
     p = None
     pids = []
     t_start = time.monotonic()
@@ -290,6 +298,9 @@ def run_case(case, opt, body):
 # deaths; --all-torch takes every world and post-mortem form it lists.
 TORCH_AT_8 = ("cpu_stall", "missing_from_collective", "dead_rank", "all_in_collective", "straggler")
 TORCH_POST_MORTEM = ("cpu_stall", "missing_from_collective", "dead_rank", "loader_stuck", "upload_stuck")
+# The DDP hangs that a SIGKILL leaves without a trace: their post-mortem
+# once more, after a watcher captured them (ddp_job --watch-bin).
+WATCHED = {"ddp_job.py": ("loader_stuck", "upload_stuck")}
 
 
 def torch_cases(python, everything=False, name=TORCH_JOB):
@@ -325,6 +336,8 @@ def torch_cases(python, everything=False, name=TORCH_JOB):
                 cases.append((TORCH_JOB, name, w, False))
             if pm and (everything or (w == worlds[0] and name.startswith(TORCH_POST_MORTEM))):
                 cases.append((TORCH_JOB, name, w, True))
+            if pm and w == worlds[0] and name in WATCHED.get(TORCH_JOB, ()):
+                cases.append((TORCH_JOB, name, w, "watched"))
     if not cases:
         return None, "%s --list printed no scenarios" % TORCH_JOB
     return cases, ""
@@ -346,7 +359,7 @@ def select_cases(opt):
                 skipped.append(("%s:*" % tj.replace("_job.py", ""), why))
             else:
                 specs += [(c, opt.python_torch) for c in tc]
-    cases = [Case(j, s, w, pm, py) for (j, s, w, pm), py in specs]
+    cases = [Case(j, s, w, bool(pm), py, pm == "watched") for (j, s, w, pm), py in specs]
     if opt.only:
         cases = [c for c in cases if opt.only in c.name]
         skipped = [s for s in skipped if opt.only in s[0] or opt.only.startswith(("tp_gloo", "ddp", "pipeline"))]

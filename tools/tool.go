@@ -71,7 +71,7 @@ func (e *Env) Scope() evidence.Scope { return e.scope() }
 
 // node is this node's scope, from the Env's sources.
 func (e *Env) node() *evidence.Node {
-	return &evidence.Node{Agents: e.Agents, SQL: e.SQL, Sampler: e.GPU, Host: nodeHost()}
+	return &evidence.Node{Agents: e.Agents, SQL: e.SQL, Sampler: e.GPU, Host: nodeHost(), History: e.History}
 }
 
 // scopeError is a scope's failure as the tool says it: a selection or a

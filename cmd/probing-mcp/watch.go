@@ -82,6 +82,7 @@ func watchCmd(args []string, stdout, stderr io.Writer) int {
 			defer hist.Close()
 		}
 	}
+	cfg.Env.History = hist // a dead rank's last place, for the verdicts it draws
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *forDur > 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/internal/rankset"
 	"github.com/probing-mcp/probing-mcp/stacks"
+	"github.com/probing-mcp/probing-mcp/storage/history"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
@@ -42,6 +43,9 @@ type Options struct {
 	// snapshot, none is signalled, no GPU is sampled: the watcher reads
 	// this every tick while the job moves.
 	Pulse bool
+	// History holds the watcher's stack captures: a rank killed without
+	// a trace (SIGKILL) is placed where the last one saw it. Nil: none.
+	History *history.Store
 }
 
 // RankEvidence is what is known of one rank.
@@ -57,6 +61,10 @@ type RankEvidence struct {
 	Raised bool
 	// Main is its main thread's stack, when one was captured.
 	Main *stacks.Thread
+	// MainCapturedNS, for a dead rank, is when the watcher captured Main
+	// while the rank still lived (the history's stack capture): where it
+	// was then, not where it died. 0 otherwise.
+	MainCapturedNS int64 `json:",omitempty"`
 	// Threads are all its threads as captured (the agent's own left out),
 	// StackSource where they came from (stacks.SourceAgent,
 	// SourceFaulthandler, SourceProc; "" when not captured), StackErr why
@@ -264,6 +272,9 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 				if c.What != "" {
 					e.Ending = strings.TrimSpace("crashed: Fatal Python error: " + jobtext.Quote(c.What, jobtext.Message) + "; " + e.Ending)
 				}
+			}
+			if e.Main == nil && opt.History != nil {
+				withCapture(e, opt.History, opt.Host, problem)
 			}
 			if e.Main == nil && a.Ending != nil && len(a.Ending.SignalDump) > 0 {
 				// Where it was when its launcher stopped it (SIGTERM's

@@ -11,6 +11,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/internal/rankset"
 	"github.com/probing-mcp/probing-mcp/stacks"
+	"github.com/probing-mcp/probing-mcp/storage/history"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
@@ -27,6 +28,9 @@ type Node struct {
 	Sampler GPUSource
 	// Host names this node.
 	Host string
+	// History holds the watcher's captures (a dead rank's last place);
+	// nil: none.
+	History *history.Store
 	// Deadline bounds a gathering (Options.Deadline: agent.NodeBudget
 	// when 0); a member's caller sets its own.
 	Deadline time.Duration
@@ -198,7 +202,7 @@ func (n *Node) Pulse(ctx context.Context) (*Bundle, *Coverage, error) {
 const PulseCommPerRank = 16
 
 func (n *Node) options() Options {
-	return Options{Agents: n.Agents, SQL: n.SQL, GPU: n.Sampler, Host: n.Host}
+	return Options{Agents: n.Agents, SQL: n.SQL, GPU: n.Sampler, Host: n.Host, History: n.History}
 }
 
 // Samples are this node's ranks' main stacks, sampled (MainSamples).

@@ -257,11 +257,11 @@ def make_data(work, world, scenario):
     return upload
 
 
-def truth(scenario, world, post_mortem):
+def truth(scenario, world, post_mortem, watched=False):
     state, category, culprit, file, function = SCENARIOS[scenario]
     t = {"state": "dead" if post_mortem else state, "category": category,
          "culprits": "" if culprit < 0 else str(culprit)}
-    if file and not post_mortem:  # SIGKILL leaves no stack
+    if file and (not post_mortem or watched):  # SIGKILL leaves no stack; a watcher's capture does
         t["file"], t["function"] = file, function
     if scenario in RESOURCES and not post_mortem:
         t["resource"] = dict(zip(("what", "text"), RESOURCES[scenario]))
@@ -290,8 +290,10 @@ def launch(a):
         job.end()
         return 0
     if a.post_mortem:
+        if a.watch_bin:
+            job.watch_until_captured(a.watch_bin, a.data_dir, a.ctrl_root)
         job.kill_all()  # a scheduler's time limit: every process SIGKILLed, nothing flushed
-    job.ready(a.ready_file, truth(a.scenario, a.world, a.post_mortem), got[0], got[1])
+    job.ready(a.ready_file, truth(a.scenario, a.world, a.post_mortem, bool(a.watch_bin)), got[0], got[1])
     return 0
 
 

@@ -99,6 +99,21 @@ class Torchrun(object):
             pass
         self.p.wait()
 
+    def watch_until_captured(self, watch_bin, data_dir, ctrl_root):
+        """Runs `probing-mcp watch` on the hung job until it has captured
+        the evidence (as an operator's watcher would before a scheduler
+        kills the job); returns what it printed, or fails the launch."""
+        env = dict(os.environ, PROBING_DATA_DIR=data_dir, PROBING_CTRL_ROOT=ctrl_root)
+        env.pop("PROBING_MCP_HISTORY", None)  # the data dir's, which the server reads too
+        try:
+            res = subprocess.run([watch_bin, "watch", "--json", "--until", "captured", "--for", "120s"],
+                                 env=env, capture_output=True, text=True, timeout=180)
+        except (OSError, subprocess.SubprocessError) as e:
+            self.fail("probing-mcp watch: %s" % e)
+        if res.returncode != 0 or '"kind":"captured"' not in res.stdout:
+            self.fail("probing-mcp watch exited %d without a capture: %s %s" % (res.returncode, res.stdout[-500:], res.stderr[-500:]))
+        return res.stdout
+
     def end(self):
         try:
             os.killpg(self.p.pid, signal.SIGTERM)
@@ -182,6 +197,7 @@ def main(train_main, launch, scenarios, world, post_mortem=(), why_world=""):
     ap.add_argument("--ctrl-root")
     ap.add_argument("--ready-file")
     ap.add_argument("--post-mortem", action="store_true")
+    ap.add_argument("--watch-bin", help="with --post-mortem: run `BIN watch` until it captures, then kill the job")
     a = ap.parse_args()
     if a.list:
         for name in scenarios:
@@ -191,6 +207,8 @@ def main(train_main, launch, scenarios, world, post_mortem=(), why_world=""):
         if not post_mortem:
             ap.error("--post-mortem: no scenario of this job has a dead-job form")
         ap.error("--post-mortem: only %s" % ", ".join(post_mortem))
+    if a.watch_bin and not a.post_mortem:
+        ap.error("--watch-bin: only with --post-mortem")
     if a.scenario not in scenarios:
         ap.error("--scenario: one of %s" % ", ".join(scenarios))
     if a.world != world:
