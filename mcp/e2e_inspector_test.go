@@ -104,6 +104,7 @@ func TestE2EInspector(t *testing.T) {
 		{"gpu_status", []string{"detail=devices", "max_devices=8", "offset=0", "host=e2e-node"}, true, "GPU(s) on 1 node(s)"},
 		{"snapshot_flight_recorder", []string{"only_active=true", "limit=5"}, false, ""},
 		{"get_config", []string{"rank=0", "key=server.address"}, false, ""},
+		{"list_alerts", []string{"since=6h", "limit=5"}, true, "watcher"},
 		{"query", []string{"sql=SELECT 1 AS one", "limit=10"}, true, "one"},
 		{"describe_tables", []string{"schema=python", "limit=5"}, true, "comm_collective"},
 		{"list_skills", []string{"category=triage"}, true, ""},

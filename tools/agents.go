@@ -21,7 +21,7 @@ import (
 // agent on this node.
 type Target struct {
 	PIDs  []int  `json:"pids,omitempty" jsonschema_description:"Process ids (from list_processes)"`
-	Ranks string `json:"ranks,omitempty" jsonschema_description:"Global ranks as ranges, e.g. 0-3,7"`
+	Ranks string `json:"ranks,omitempty" jsonschema_description:"Ranks as ranges, e.g. 0-3,7"`
 }
 
 // agentsFor resolves a target into this node's agents (the tools that

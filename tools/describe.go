@@ -17,8 +17,8 @@ import (
 
 // DescribeTablesParams are the arguments of describe_tables.
 type DescribeTablesParams struct {
-	Schema string `json:"schema,omitempty" jsonschema_description:"Only this schema's tables, e.g. python, nccl, gpu, history"`
-	Table  string `json:"table,omitempty" jsonschema_description:"One table, e.g. python.comm_collective: its columns and caveats"`
+	Schema string `json:"schema,omitempty" jsonschema_description:"One schema, e.g. python, nccl, gpu, history"`
+	Table  string `json:"table,omitempty" jsonschema_description:"One table (e.g. python.comm_collective): its columns"`
 	Offset int    `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"Tables to skip in the list (next_offset)"`
 	Limit  int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=1000" jsonschema_description:"Tables per page (default 50); columns up to 4x"`
 }
@@ -63,7 +63,7 @@ const (
 func describeTables(env *Env) Def {
 	tool := mcplib.NewTool("describe_tables",
 		mcplib.WithToolTitle("Describe queryable tables"),
-		mcplib.WithDescription("Use before writing SQL for query: the tables a query can read on this node (rows, what a row is), and the documented ones with no rows here; name a table for its columns."),
+		mcplib.WithDescription("Use before writing SQL: the tables query can read here (rows, what a row is), and documented ones with no rows; name a table for its columns."),
 		schemas[DescribeTablesParams, DescribeTablesResult](env),
 		hints(true, false, true, false),
 	)

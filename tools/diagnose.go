@@ -13,8 +13,8 @@ import (
 
 // DiagnoseHangParams are the arguments of diagnose_hang.
 type DiagnoseHangParams struct {
-	StallSeconds int    `json:"stall_seconds,omitempty" jsonschema:"minimum=0,maximum=86400" jsonschema_description:"Seconds without progress that count as a stall (default from step times, at least 30)"`
-	Detail       string `json:"detail,omitempty" jsonschema:"enum=summary,enum=ranks" jsonschema_description:"summary (default), or ranks: also every rank's activity, paged"`
+	StallSeconds int    `json:"stall_seconds,omitempty" jsonschema:"minimum=0,maximum=86400" jsonschema_description:"Stall length for a confident verdict (default 30)"`
+	Detail       string `json:"detail,omitempty" jsonschema:"enum=summary,enum=ranks" jsonschema_description:"summary (default), or ranks: every rank, paged"`
 	Offset       int    `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"First rank row (detail ranks)"`
 	Limit        int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=1000" jsonschema_description:"Rank rows per page (detail ranks; default 200)"`
 }
@@ -79,7 +79,7 @@ func Diagnose(ctx context.Context, env *Env, p DiagnoseHangParams) (DiagnoseHang
 func diagnoseHang(env *Env) Def {
 	tool := mcplib.NewTool("diagnose_hang",
 		mcplib.WithToolTitle("Diagnose a hung job"),
-		mcplib.WithDescription("Use first when a job seems stuck, slow or dead: says whether it is hung at all, then follows who waits for whom to the culprit ranks, the category, the line of code and the evidence, with next steps. Reads every source on this node, live or post-mortem."),
+		mcplib.WithDescription("Use first when a job seems stuck, slow or dead: whether it is hung at all, then who waits for whom, to the culprit rank, category, line of code and evidence, with the next step. Live or post-mortem."),
 		schemas[DiagnoseHangParams, DiagnoseHangResult](env),
 		hints(true, false, false, false),
 	)

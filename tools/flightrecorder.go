@@ -16,11 +16,11 @@ import (
 
 // AnalyzeFlightRecorderParams are the arguments of analyze_flight_recorder.
 type AnalyzeFlightRecorderParams struct {
-	Paths  []string `json:"paths" jsonschema:"minItems=1" jsonschema_description:"Dump files or directories (walked), named <prefix><rank>"`
-	Prefix string   `json:"prefix,omitempty" jsonschema_description:"File-name prefix before the rank (default inferred)"`
-	PG     string   `json:"pg,omitempty" jsonschema_description:"Only this process group (name or description)"`
+	Paths  []string `json:"paths" jsonschema:"minItems=1" jsonschema_description:"Dump files or directories (walked), named like nccl_trace_rank_3"`
+	Prefix string   `json:"prefix,omitempty" jsonschema_description:"File-name prefix before the rank"`
+	PG     string   `json:"pg,omitempty" jsonschema_description:"Only this process group"`
 	Ranks  string   `json:"ranks,omitempty" jsonschema_description:"Only groups with these ranks, e.g. 0-7,12"`
-	Detail string   `json:"detail,omitempty" jsonschema_description:"summary (default), or full: also healthy groups, lag tables, stacks" jsonschema:"enum=summary,enum=full"`
+	Detail string   `json:"detail,omitempty" jsonschema_description:"summary (default), or full: healthy groups, lags, stacks" jsonschema:"enum=summary,enum=full"`
 	Offset int      `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"Groups to skip (next_offset)"`
 	Limit  int      `json:"limit,omitempty" jsonschema:"minimum=0,maximum=50" jsonschema_description:"Groups per page (default 10, full 5)"`
 }
@@ -52,7 +52,7 @@ const (
 func analyzeFlightRecorder(env *Env) Def {
 	tool := mcplib.NewTool("analyze_flight_recorder",
 		mcplib.WithToolTitle("Analyze Flight Recorder dumps"),
-		mcplib.WithDescription("Use when you have Flight Recorder dump files (one per rank, e.g. /tmp/nccl_trace_rank_N): per process group, the verdict (MISSING_RANKS, a mismatch, OK), the hung collective, the culprit and missing ranks. Problem groups first."),
+		mcplib.WithDescription("Use on Flight Recorder dump files (one per rank, e.g. /tmp/nccl_trace_rank_N): per process group the verdict, the hung collective and the culprit ranks, problem groups first."),
 		schemas[AnalyzeFlightRecorderParams, AnalyzeFlightRecorderResult](env),
 		hints(true, false, true, false),
 	)
@@ -174,8 +174,8 @@ func viewReport(rep *fr.Report, full bool, offset, limit int) AnalyzeFlightRecor
 // SnapshotFlightRecorderParams are the arguments of snapshot_flight_recorder.
 type SnapshotFlightRecorderParams struct {
 	Target
-	OnlyActive bool   `json:"only_active,omitempty" jsonschema_description:"Only collectives not yet completed"`
-	Detail     string `json:"detail,omitempty" jsonschema_description:"summary (default), or full: also healthy groups, lag tables, stacks" jsonschema:"enum=summary,enum=full"`
+	OnlyActive bool   `json:"only_active,omitempty" jsonschema_description:"Only pending collectives"`
+	Detail     string `json:"detail,omitempty" jsonschema_description:"summary (default), or full: healthy groups, lags, stacks" jsonschema:"enum=summary,enum=full"`
 	Offset     int    `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"Groups to skip (next_offset)"`
 	Limit      int    `json:"limit,omitempty" jsonschema:"minimum=0,maximum=50" jsonschema_description:"Groups per page (default 10, full 5)"`
 }
@@ -205,7 +205,7 @@ type SnapshotFlightRecorderResult struct {
 func snapshotFlightRecorder(env *Env) Def {
 	tool := mcplib.NewTool("snapshot_flight_recorder",
 		mcplib.WithToolTitle("Snapshot the live Flight Recorder"),
-		mcplib.WithDescription("Use on a live job whose collectives may be hung: snapshots every local rank's Flight Recorder through its agent, stores it and analyses it as analyze_flight_recorder does."),
+		mcplib.WithDescription("Use on a live job whose collectives may hang: snapshots each rank's Flight Recorder through its agent, keeps it, and analyses it like analyze_flight_recorder."),
 		schemas[SnapshotFlightRecorderParams, SnapshotFlightRecorderResult](env),
 		hints(true, false, false, false),
 	)

@@ -70,7 +70,7 @@ func nodeHost() string { return cluster.HostName(os.Getenv) }
 func gpuStatus(env *Env) Def {
 	tool := mcplib.NewTool("gpu_status",
 		mcplib.WithToolTitle("GPU state of the node or job"),
-		mcplib.WithDescription("Use to check the GPUs (NVML): Xid errors, then the GPUs that differ (lost, ECC faults, idle among spinning), then identical ones merged. Live, or post-mortem from the rings."),
+		mcplib.WithDescription("Use to check the GPUs (NVML): Xid errors, then the odd GPUs (lost, ECC faults, idle among spinning), then identical ones merged; live or from the rings."),
 		schemas[GPUStatusParams, GPUStatusResult](env),
 		hints(true, false, true, false),
 	)

@@ -29,6 +29,7 @@ var resultTypes = map[string]reflect.Type{
 	"gpu_status":               reflect.TypeFor[GPUStatusResult](),
 	"snapshot_flight_recorder": reflect.TypeFor[SnapshotFlightRecorderResult](),
 	"get_config":               reflect.TypeFor[GetConfigResult](),
+	"list_alerts":              reflect.TypeFor[ListAlertsResult](),
 	"query":                    reflect.TypeFor[queryAnswer](),
 	"describe_tables":          reflect.TypeFor[describeAnswer](),
 	"list_skills":              reflect.TypeFor[ListSkillsResult](),

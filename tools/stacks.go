@@ -45,7 +45,7 @@ type GetStacksResult struct {
 func getStacks(env *Env) Def {
 	tool := mcplib.NewTool("get_stacks",
 		mcplib.WithToolTitle("Get stacks of every thread"),
-		mcplib.WithDescription("Use to see what every thread of the training processes is doing now: identical stacks merged with their ranks, odd ones out first. Works on a wedged process (faulthandler dump, /proc)."),
+		mcplib.WithDescription("Use to see what every thread of the training processes is doing now: identical stacks merged by rank, odd ones first; works on a wedged process."),
 		schemas[GetStacksParams, GetStacksResult](env),
 		hints(true, false, false, false),
 	)

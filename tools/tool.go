@@ -103,7 +103,7 @@ type Def struct {
 
 // All returns every tool, in the order they are listed and documented.
 func All(env *Env) []Def {
-	defs := []Def{diagnoseHang(env), analyzeFlightRecorder(env), listProcesses(env), getStacks(env), gpuStatus(env), snapshotFlightRecorder(env), getConfig(env)}
+	defs := []Def{diagnoseHang(env), analyzeFlightRecorder(env), listProcesses(env), getStacks(env), gpuStatus(env), snapshotFlightRecorder(env), getConfig(env), listAlerts(env)}
 	if env.SQL != nil {
 		defs = append(defs, queryTool(env), describeTables(env))
 	}

@@ -48,6 +48,22 @@ func (w *Watcher) capture(ctx context.Context, in *incident, js diagnosis.JobSta
 	in.historyID = id
 }
 
+// record keeps the event in history.alerts (listed by list_alerts and
+// SQL, whatever the sinks did).
+func (w *Watcher) record(e Event, delivery string) {
+	if w.opt.History == nil {
+		return
+	}
+	h := e.Headline()
+	head, _ := json.Marshal(h)
+	if _, err := w.opt.History.AddAlert(history.Alert{At: e.At, Kind: string(e.Kind), Level: string(e.Level), Title: e.Title,
+		Text: e.Text, Job: e.Job, Host: e.Host, Incident: int64(e.Incident), State: h.State, Category: h.Category,
+		CulpritRanks: h.Culprits, Location: h.Where, Confidence: h.Confidence, DiagnosisID: e.HistoryID,
+		Delivery: delivery, Headline: head}); err != nil {
+		w.opt.Logger.Warn("watch: event not kept in history", "err", err)
+	}
+}
+
 // keepStacks stores every rank's captured threads in history.stack_captures
 // (a rank the watchdog kills later is diagnosed post-mortem from them).
 func (w *Watcher) keepStacks(b *evidence.Bundle) {

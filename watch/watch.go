@@ -42,8 +42,11 @@ type Options struct {
 	Job, Host string
 	Logger    *slog.Logger
 	// Notify gets every event, in order, from the watcher's goroutine;
-	// it must not block for long (an alert dispatcher queues).
+	// it must not block for long.
 	Notify func(Event)
+	// Alerts delivers events to the alert sinks (nil: none); it queues
+	// and returns at once what it did, which the history keeps.
+	Alerts Sender
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -261,10 +264,21 @@ func (w *Watcher) blind(now time.Time, why string) {
 		Text: fmt.Sprintf("for %s: %s", now.Sub(w.lastSeen).Round(time.Second), why)})
 }
 
+// Sender hands events to alert sinks without blocking; Send says what
+// it did (queued, or why not, per sink).
+type Sender interface {
+	Send(Event) string
+}
+
 func (w *Watcher) emit(e Event) {
 	e.At = w.opt.Now()
 	e.Job, e.Host = w.opt.Job, w.opt.Host
-	w.opt.Logger.Info("watch", "event", string(e.Kind), "title", e.Title, "incident", e.Incident, "history_id", e.HistoryID)
+	var delivery string
+	if w.opt.Alerts != nil {
+		delivery = w.opt.Alerts.Send(e)
+	}
+	w.opt.Logger.Info("watch", "event", string(e.Kind), "title", e.Title, "incident", e.Incident, "history_id", e.HistoryID, "delivery", delivery)
+	w.record(e, delivery)
 	w.opt.Notify(e)
 }
 

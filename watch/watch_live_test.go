@@ -112,6 +112,10 @@ func TestWatchNoticesLiveHang(t *testing.T) {
 	if err != nil || len(caps) < 4 {
 		t.Fatalf("stack captures kept: %d (%v); want every rank's", len(caps), err)
 	}
+	as, err := h.Alerts(history.ListOptions{}, time.Time{})
+	if err != nil || len(as) < 2 || as[0].Kind != "stalled" || as[0].CulpritRanks != "2" || as[0].DiagnosisID == 0 || as[len(as)-1].Kind != "captured" {
+		t.Fatalf("alerts kept: %+v (%v)", as, err)
+	}
 	ds, err := h.Diagnoses(history.ListOptions{})
 	if err != nil || len(ds) == 0 || ds[0].Kind != "watch" {
 		t.Fatalf("verdicts kept: %+v (%v)", ds, err)

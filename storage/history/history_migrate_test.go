@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	_ "github.com/mattn/go-sqlite3" // raw access to the files in tests
 )
@@ -31,7 +32,7 @@ func TestNewerSchema(t *testing.T) {
 			if !errors.Is(err, ErrNewerSchema) {
 				t.Fatalf("ro=%v: %v", ro, err)
 			}
-			for _, want := range []string{path, "v7", "v1"} {
+			for _, want := range []string{path, "v7", fmt.Sprintf("v%d", SchemaVersion)} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("ro=%v: %q does not say %q", ro, err, want)
 				}
@@ -114,11 +115,11 @@ func TestFailedMigration(t *testing.T) {
 	s.Close()
 	bad := append(append([]string{}, migrations...),
 		`CREATE TABLE half (x); INSERT INTO audit (ts_us, tool, phase) VALUES (1, 'x', 'call'); INSERT INTO nosuch VALUES (1);`)
-	if _, err := open(path, Options{DetectFS: local}, bad); err == nil || !strings.Contains(err.Error(), "migration to v2") {
+	if _, err := open(path, Options{DetectFS: local}, bad); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("migration to v%d", SchemaVersion+1)) {
 		t.Fatalf("bad migration: %v", err)
 	}
 	db := raw(t, path)
-	if v := pragma(t, db, "user_version"); v != "1" {
+	if v := pragma(t, db, "user_version"); v != fmt.Sprint(SchemaVersion) {
 		t.Errorf("user_version %s", v)
 	}
 	var n int
@@ -237,5 +238,51 @@ func TestOddPath(t *testing.T) {
 	entries, _ := os.ReadDir(filepath.Dir(dir))
 	if len(entries) != 1 || entries[0].Name() != filepath.Base(dir) {
 		t.Errorf("files beside the directory: %v", entries)
+	}
+}
+
+// TestAlertsMigrationAndRoundTrip: a v1 file gains the alerts table
+// (its rows kept), and an alert reads back as written, newest first,
+// filtered by time.
+func TestAlertsMigrationAndRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "h.db")
+	v1, err := open(path, Options{DetectFS: local}, migrations[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v1.AddDiagnosis(Diagnosis{Kind: "hang", Verdict: "v1 verdict"}); err != nil {
+		t.Fatal(err)
+	}
+	v1.Close()
+	s := openT(t, path, Options{})
+	defer s.Close()
+	if ds, err := s.Diagnoses(ListOptions{}); err != nil || len(ds) != 1 {
+		t.Fatalf("v1 rows after the upgrade: %+v %v", ds, err)
+	}
+	t0 := time.Unix(1_800_000_000, 0).UTC()
+	for i, k := range []string{"captured", "stalled", "moving"} {
+		if _, err := s.AddAlert(Alert{At: t0.Add(time.Duration(i) * time.Minute), Kind: k, Level: "error", Title: "job " + k,
+			Incident: 7, CulpritRanks: "2", DiagnosisID: 1, Headline: json.RawMessage(`{"state":"stalled"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.AddAlert(Alert{Title: "no kind"}); err == nil {
+		t.Error("an alert without a kind was recorded")
+	}
+	if _, err := s.AddAlert(Alert{Kind: "x", Level: "info", Headline: json.RawMessage(`{bad`)}); err == nil {
+		t.Error("an alert with a broken headline was recorded")
+	}
+	all, err := s.Alerts(ListOptions{}, time.Time{})
+	if err != nil || len(all) != 3 || all[0].Kind != "moving" || all[2].DiagnosisID != 1 || string(all[1].Headline) != `{"state":"stalled"}` ||
+		!all[2].At.Equal(t0) {
+		t.Fatalf("alerts: %+v %v", all, err)
+	}
+	since, err := s.Alerts(ListOptions{Limit: 1}, t0.Add(30*time.Second))
+	if err != nil || len(since) != 1 || since[0].Kind != "moving" {
+		t.Fatalf("since, limit 1: %+v %v", since, err)
+	}
+	page2, err := s.Alerts(ListOptions{BeforeID: since[0].ID}, t0.Add(30*time.Second))
+	if err != nil || len(page2) != 1 || page2[0].Kind != "stalled" {
+		t.Fatalf("next page: %+v %v", page2, err)
 	}
 }

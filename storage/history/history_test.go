@@ -316,7 +316,7 @@ func TestPragmasLocal(t *testing.T) {
 	}
 	for i, c := range conns {
 		for name, want := range map[string]string{"journal_mode": "wal", "synchronous": "2", "foreign_keys": "1",
-			"busy_timeout": "5000", "user_version": "1", "journal_size_limit": fmt.Sprint(journalSizeLimit), "application_id": fmt.Sprint(applicationID)} {
+			"busy_timeout": "5000", "user_version": fmt.Sprint(SchemaVersion), "journal_size_limit": fmt.Sprint(journalSizeLimit), "application_id": fmt.Sprint(applicationID)} {
 			var v string
 			if err := c.QueryRowContext(t.Context(), "PRAGMA "+name).Scan(&v); err != nil || v != want {
 				t.Errorf("conn %d: %s = %q %v, want %s", i, name, v, err, want)
@@ -464,7 +464,7 @@ func TestReadOnly(t *testing.T) {
 		t.Errorf("read-only listing without a writer: %+v %v", ds, err)
 	}
 	r.Close()
-	if v := pragma(t, raw(t, path), "user_version"); v != "1" {
+	if v := pragma(t, raw(t, path), "user_version"); v != fmt.Sprint(SchemaVersion) {
 		t.Errorf("user_version %s", v)
 	}
 }

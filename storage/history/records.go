@@ -55,6 +55,26 @@ type Diagnosis struct {
 	Report       json.RawMessage
 }
 
+// Alert is one event of the watcher, as it was delivered.
+type Alert struct {
+	ID           int64
+	At           time.Time // zero: the time of AddAlert
+	Kind         string    // captured, stalled, dead, paused, moving, slow, blind, seeing
+	Level        string    // info, warn, error
+	Title        string
+	Text         string
+	Job, Host    string
+	Incident     int64
+	State        string
+	Category     string
+	CulpritRanks string
+	Location     string // file:line (function)
+	Confidence   string
+	DiagnosisID  int64  // the verdict's row in diagnoses (0: none)
+	Delivery     string // what the sinks did with it ("" when none were set)
+	Headline     json.RawMessage
+}
+
 // AuditEntry is one half of a tool call: the call before it runs, or its
 // result.
 type AuditEntry struct {
@@ -211,6 +231,49 @@ func (s *Store) SnapshotData(id int64) ([]byte, error) {
 		data = []byte{}
 	}
 	return data, nil
+}
+
+// AddAlert records one of the watcher's events and returns its id.
+func (s *Store) AddAlert(r Alert) (int64, error) {
+	if r.Kind == "" || r.Level == "" {
+		return 0, fmt.Errorf("history: alert without a kind or a level")
+	}
+	head, err := jsonText("alert headline", r.Headline)
+	if err != nil {
+		return 0, err
+	}
+	var diag any
+	if r.DiagnosisID > 0 {
+		diag = r.DiagnosisID
+	}
+	return s.insert(`INSERT INTO alerts (at_us, kind, level, title, text, job, host, incident, state, category,
+		culprit_ranks, location, confidence, diagnosis_id, delivery, headline_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		micros(r.At), r.Kind, r.Level, r.Title, r.Text, r.Job, r.Host, r.Incident, r.State, r.Category,
+		r.CulpritRanks, r.Location, r.Confidence, diag, r.Delivery, head)
+}
+
+// Alerts lists the watcher's events, newest first; since, when not zero,
+// keeps those at or after it.
+func (s *Store) Alerts(opt ListOptions, since time.Time) ([]Alert, error) {
+	// The since filter goes inside, so that listQuery's own WHERE (the
+	// page) applies to what it kept.
+	base := `SELECT id, at_us, kind, level, title, text, job, host, incident, state, category, culprit_ranks, location,
+		confidence, diagnosis_id, delivery, headline_json FROM (SELECT * FROM alerts WHERE at_us >= ?)`
+	q, args, err := listQuery(base, false, opt)
+	if err != nil {
+		return nil, err
+	}
+	args = append([]any{since.UnixMicro()}, args...)
+	return list(s, q, args, func(rows *sql.Rows) (Alert, error) {
+		var r Alert
+		var at int64
+		var diag sql.NullInt64
+		var head sql.NullString
+		err := rows.Scan(&r.ID, &at, &r.Kind, &r.Level, &r.Title, &r.Text, &r.Job, &r.Host, &r.Incident, &r.State, &r.Category,
+			&r.CulpritRanks, &r.Location, &r.Confidence, &diag, &r.Delivery, &head)
+		r.At, r.DiagnosisID, r.Headline = fromMicros(at), diag.Int64, rawJSON(head)
+		return r, err
+	})
 }
 
 // StackCaptures lists stack captures, newest first.

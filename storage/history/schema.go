@@ -1,7 +1,7 @@
 package history
 
 // SchemaVersion is the schema this binary writes: len(migrations).
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // applicationID marks a SQLite file as a probing-mcp history ("PMH1" read
 // as a big-endian integer). It tells our database from any other SQLite
@@ -88,5 +88,29 @@ CREATE TABLE audit (
 );
 CREATE INDEX audit_ts   ON audit(ts_us);
 CREATE INDEX audit_tool ON audit(tool, id);
+`,
+	// 2: the watcher's events (probing-mcp watch), each alert as sent.
+	`
+CREATE TABLE alerts (
+	id            INTEGER PRIMARY KEY AUTOINCREMENT,
+	at_us         INTEGER NOT NULL,
+	kind          TEXT    NOT NULL,
+	level         TEXT    NOT NULL,
+	title         TEXT    NOT NULL,
+	text          TEXT    NOT NULL DEFAULT '',
+	job           TEXT    NOT NULL DEFAULT '',
+	host          TEXT    NOT NULL DEFAULT '',
+	incident      INTEGER NOT NULL DEFAULT 0,
+	state         TEXT    NOT NULL DEFAULT '',
+	category      TEXT    NOT NULL DEFAULT '',
+	culprit_ranks TEXT    NOT NULL DEFAULT '',
+	location      TEXT    NOT NULL DEFAULT '',
+	confidence    TEXT    NOT NULL DEFAULT '',
+	diagnosis_id  INTEGER,
+	delivery      TEXT    NOT NULL DEFAULT '',
+	headline_json TEXT
+);
+CREATE INDEX alerts_at   ON alerts(at_us);
+CREATE INDEX alerts_kind ON alerts(kind, id);
 `,
 }

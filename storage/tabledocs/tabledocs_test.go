@@ -121,6 +121,11 @@ var contractColumns = map[string][]string{
 		"id:INTEGER", "created_at_us:INTEGER", "kind:TEXT", "inputs_json:TEXT", "verdict:TEXT",
 		"culprit_ranks:TEXT", "report_json:TEXT",
 	},
+	"history.alerts": {
+		"id:INTEGER", "at_us:INTEGER", "kind:TEXT", "level:TEXT", "title:TEXT", "text:TEXT", "job:TEXT", "host:TEXT",
+		"incident:INTEGER", "state:TEXT", "category:TEXT", "culprit_ranks:TEXT", "location:TEXT", "confidence:TEXT",
+		"diagnosis_id:INTEGER", "delivery:TEXT", "headline_json:TEXT",
+	},
 	"history.audit": {
 		"id:INTEGER", "ts_us:INTEGER", "tool:TEXT", "phase:TEXT", "caller:TEXT", "args_json:TEXT",
 		"outcome:TEXT", "error:TEXT",
