@@ -49,6 +49,7 @@ func ServeHTTP(ctx context.Context, s *server.MCPServer, cfg HTTPConfig, logger 
 // port 0 to learn the bound address from ln.Addr(). It takes ownership of ln
 // and ignores cfg.Addr.
 func ServeHTTPListener(ctx context.Context, ln net.Listener, s *server.MCPServer, cfg HTTPConfig, logger *slog.Logger) error {
+	defer CloseCallRecords(s)
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

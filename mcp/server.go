@@ -19,6 +19,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/agent"
 	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/internal/bytesize"
+	"github.com/probing-mcp/probing-mcp/internal/calltrace"
 	"github.com/probing-mcp/probing-mcp/internal/envswitch"
 	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/prompts"
@@ -38,6 +39,7 @@ type Config struct {
 	// <data dir>/probing-mcp/history.db; "off" disables it).
 	HistoryPath string
 	Env         tools.Env
+	Records     calltrace.Config // PROBING_MCP_TRACE*: tool-call records (calltrace.go)
 }
 
 // ParseSwitch reads an on/off variable (envswitch.Parse): anything but
@@ -59,6 +61,9 @@ func ConfigFromEnv(getenv func(string) string, version string, level *slog.Level
 	}
 	// Whose processes count on a shared node: refuse a bad value at start.
 	if _, err := procfacts.ScopeFromEnv(getenv); err != nil {
+		return cfg, err
+	}
+	if cfg.Records, err = callRecordsFromEnv(getenv, cfg.DataDir, logger); err != nil {
 		return cfg, err
 	}
 	cfg.AuditLogPath = getenv("PROBING_MCP_AUDIT_LOG")
@@ -160,6 +165,10 @@ func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer
 	if err != nil {
 		return nil, err
 	}
+	records, err := openCallRecords(cfg.Records, logger)
+	if err != nil {
+		return nil, err
+	}
 	s := server.NewMCPServer("probing-mcp", cfg.Version,
 		server.WithInstructions(reg.instructions()),
 		server.WithToolCapabilities(false),
@@ -168,6 +177,7 @@ func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer
 		server.WithRecovery(),
 		server.WithLogger(logger),
 		server.WithToolHandlerMiddleware(logCalls(logger)),
+		withCallRecords(records),
 	)
 	for _, d := range reg.enabled {
 		s.AddTool(d.Tool, d.Handler)
@@ -196,7 +206,7 @@ func logCalls(logger *slog.Logger) server.ToolHandlerMiddleware {
 		return func(ctx context.Context, req mcplib.CallToolRequest) (*mcplib.CallToolResult, error) {
 			start := time.Now()
 			res, err := next(ctx, req)
-			logger.Debug("tool call", "tool", req.Params.Name, "caller", CallerFrom(ctx), "took", time.Since(start),
+			logger.DebugContext(ctx, "tool call", "tool", req.Params.Name, "caller", CallerFrom(ctx), "took", time.Since(start),
 				"is_error", res != nil && res.IsError, "fault", err)
 			return res, err
 		}

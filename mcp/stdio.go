@@ -26,6 +26,7 @@ func ServeStdio(ctx context.Context, s *server.MCPServer, logger *slog.Logger) e
 const stdioDrainTimeout = 60 * time.Second
 
 func serveStdio(ctx context.Context, s *server.MCPServer, logger *slog.Logger, in io.Reader, out io.Writer, drain time.Duration) error {
+	defer CloseCallRecords(s)
 	caller := fmt.Sprintf("stdio:ppid=%d", os.Getppid())
 	std := server.NewStdioServer(s)
 	std.SetErrorLogger(slog.NewLogLogger(logger.Handler(), slog.LevelError))

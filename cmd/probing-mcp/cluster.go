@@ -88,7 +88,11 @@ func nodeCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp node: unexpected argument %q (it takes flags only; probing-mcp node --help)\n", pos[0])
 		return 2
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	logger, err := leveledLogger(stderr, slog.LevelInfo)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
+		return 2
+	}
 	host, _, err := net.SplitHostPort(*addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "probing-mcp node: --http %q: want host:port (e.g. 127.0.0.1:%d)\n", *addr, defaultNodePort)

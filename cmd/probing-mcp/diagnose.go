@@ -41,7 +41,11 @@ func diagnose(args []string, stdout, stderr io.Writer) int {
 	}
 	level := new(slog.LevelVar)
 	level.Set(slog.LevelWarn)
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger, err := leveledLogger(stderr, level)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp diagnose: %v\n", err)
+		return 2
+	}
 	cfg, err := mcp.ConfigFromEnv(os.Getenv, versionString(), level, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "probing-mcp diagnose: %v\n", err)

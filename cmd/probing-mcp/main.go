@@ -187,7 +187,8 @@ func newLogger(w io.Writer) (*slog.Logger, *slog.LevelVar, error) {
 		return nil, nil, err
 	}
 	level.Set(l)
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})), level, nil
+	logger, err := leveledLogger(w, level)
+	return logger, level, err
 }
 
 var serveDoc = cmdDoc{Name: "serve", Synopsis: "[flags]",

@@ -176,7 +176,11 @@ func skillCmd(args []string, stdout, stderr io.Writer) int {
 			}
 			params[k] = v
 		}
-		cfg, err := mcp.ConfigFromEnv(os.Getenv, versionString(), new(slog.LevelVar), slog.New(slog.NewTextHandler(stderr, nil)))
+		logger, err := leveledLogger(stderr, slog.LevelInfo)
+		if err != nil {
+			return fail(err)
+		}
+		cfg, err := mcp.ConfigFromEnv(os.Getenv, versionString(), new(slog.LevelVar), logger)
 		if err != nil {
 			return fail(err)
 		}
