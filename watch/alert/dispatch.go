@@ -19,8 +19,8 @@ import (
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 )
 
-// maxIncidents bounds the incident keys remembered; past it the oldest
-// closed (then oldest) go first.
+// maxIncidents bounds the incident keys remembered; past it the one
+// alerted longest ago is forgotten.
 const maxIncidents = 1024
 
 // Dispatcher queues alerts to every sink and delivers them in the
@@ -48,8 +48,8 @@ type Dispatcher struct {
 	refused    int64
 }
 
-// incident is an incident key's memory: when it was last alerted and
-// whether a recovery closed it since.
+// incident is an open incident key's memory: when it was last alerted (a
+// recovery deletes it).
 type incident struct {
 	sentAt time.Time
 }
