@@ -8,6 +8,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diagnosis"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
 // Kind is what an event says.
@@ -55,6 +56,12 @@ type Event struct {
 	HistoryID int64 `json:"history_id,omitempty"`
 	// StalledFor is how long the job had made no progress.
 	StalledFor time.Duration `json:"-"`
+	// FollowUp: news about an incident already confirmed (it died, or it
+	// moves again), not a new one.
+	FollowUp bool `json:"follow_up,omitempty"`
+	// IncidentKey groups a confirmed incident's events for the alert
+	// sinks; "" for the others.
+	IncidentKey string `json:"incident_key,omitempty"`
 }
 
 // Headline is the verdict's first hypothesis, as alerts carry it.
@@ -85,6 +92,9 @@ func (e Event) Headline() Headline {
 	}
 	if e.StalledFor > 0 {
 		h.StalledFor = e.StalledFor.Round(time.Second).String()
+	}
+	if e.Report == nil && len(e.State.Slow) > 0 {
+		h.Culprits, h.Category = rankset.Format(e.State.Slow), diagnosis.CatStraggler
 	}
 	if r := e.Report; r != nil {
 		h.State = r.State

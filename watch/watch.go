@@ -32,6 +32,10 @@ type Options struct {
 	// PulseTimeout bounds one pulse (default 10 s, or the interval if
 	// longer); Capture one capture and diagnosis (default 60 s).
 	PulseTimeout, CaptureTimeout time.Duration
+	// SlowFor: a straggler is said once the job has been slow for this
+	// long without a break (default 60 s): a warm-up step, a rank that
+	// checkpoints now and then, is no straggler.
+	SlowFor time.Duration
 	// BlindAfter: the watcher says it is blind after this long without
 	// a pulse that shows any rank (default 60 s): a dead-man signal, so
 	// that a watcher that cannot see the job is not taken for a quiet one.
@@ -61,6 +65,9 @@ func (o *Options) defaults() {
 	if o.CaptureTimeout <= 0 {
 		o.CaptureTimeout = 60 * time.Second
 	}
+	if o.SlowFor <= 0 {
+		o.SlowFor = 60 * time.Second
+	}
 	if o.BlindAfter <= 0 {
 		o.BlindAfter = 60 * time.Second
 	}
@@ -87,7 +94,9 @@ type Watcher struct {
 	// lastSeen is when a pulse last showed a rank; started when Run began.
 	lastSeen, started time.Time
 	blindSaid         bool
-	slowSaid          string // the slow ranks last reported
+	slowSince         time.Time // when the job was first slow without a break
+	slowSaid          bool
+
 	ticks             int
 }
 
@@ -98,7 +107,9 @@ type incident struct {
 	found     time.Time // when the watcher noticed it
 	capturedN int       // captures taken (the first before anything else)
 	confirmed bool
-	paused    bool // the last diagnosis called it a pause
+	followUp  bool              // confirmed before: the next confirmation is a follow-up
+	alerted   *diagnosis.Report // the report of the confirmation sent
+	paused    bool              // the last diagnosis called it a pause
 	lastDiag  time.Time
 	report    *diagnosis.Report
 	historyID int64
@@ -179,19 +190,26 @@ func (w *Watcher) moving(now time.Time, js diagnosis.JobState) {
 		w.incident = nil
 		if in.confirmed || in.paused {
 			e := Event{Kind: KindMoving, Level: LevelInfo, Title: "the job moves again",
-				Text: fmt.Sprintf("after %s: %s", now.Sub(in.found).Round(time.Second), js.Why), Incident: in.id, State: js}
+				Text: fmt.Sprintf("after %s: %s", now.Sub(in.found).Round(time.Second), js.Why), Incident: in.id, State: js,
+				FollowUp: in.confirmed}
+			if in.alerted != nil {
+				e.IncidentKey = incidentKey(w.opt.Job, in.alerted)
+			}
 			w.emit(e)
 		}
 	}
 	w.phase = "moving"
 	if js.State == diagnosis.StateSlow && len(js.Slow) > 0 {
-		key := fmt.Sprint(js.Slow)
-		if key != w.slowSaid {
-			w.slowSaid = key
-			w.emit(Event{Kind: KindSlow, Level: LevelWarn, Title: "a straggler slows the job", Text: js.Why, State: js})
+		if w.slowSince.IsZero() {
+			w.slowSince = now
+		}
+		if !w.slowSaid && now.Sub(w.slowSince) >= w.opt.SlowFor {
+			w.slowSaid = true
+			w.emit(Event{Kind: KindSlow, Level: LevelWarn, Title: "a straggler slows the job",
+				Text: fmt.Sprintf("for %s: %s", now.Sub(w.slowSince).Round(time.Second), js.Why), State: js})
 		}
 	} else {
-		w.slowSaid = ""
+		w.slowSince, w.slowSaid = time.Time{}, false
 	}
 }
 
@@ -209,8 +227,9 @@ func (w *Watcher) stuck(ctx context.Context, now time.Time, js diagnosis.JobStat
 		w.emit(Event{Kind: KindCaptured, Level: LevelInfo, Title: "stall noticed, evidence captured", Incident: in.id,
 			Text: js.Why, State: js, Report: in.report, HistoryID: in.historyID, StalledFor: detectAge(js)})
 	} else if js.State == diagnosis.StateDead && in.state.State != diagnosis.StateDead {
-		// A stall that ends in death: the deaths are news.
-		in.state, in.confirmed = js, false
+		// A stall that ends in death: the deaths are news, a follow-up of
+		// the stall when it was alerted.
+		in.state, in.followUp, in.confirmed = js, in.confirmed, false
 		w.capture(ctx, in, js)
 	} else if !in.confirmed && now.Sub(in.lastDiag) >= w.recheck(js) {
 		in.state = js
@@ -234,13 +253,17 @@ func (w *Watcher) stuck(ctx context.Context, now time.Time, js diagnosis.JobStat
 		return // the diagnosis saw the job move: the next pulses decide
 	}
 	in.confirmed = true
-	level := LevelError
 	kind := KindStalled
 	if rep.State == diagnosis.StateDead {
 		kind = KindDead
 	}
-	w.emit(Event{Kind: kind, Level: level, Title: title(rep), Incident: in.id, Text: rep.Summary,
-		State: js, Report: rep, HistoryID: in.historyID, StalledFor: now.Sub(in.found) + detectAge(in.first)})
+	e := Event{Kind: kind, Level: LevelError, Title: title(rep), Incident: in.id, Text: rep.Summary,
+		State: js, Report: rep, HistoryID: in.historyID, StalledFor: now.Sub(in.found) + detectAge(in.first), FollowUp: in.followUp}
+	if in.alerted == nil {
+		in.alerted = rep
+	}
+	e.IncidentKey = incidentKey(w.opt.Job, in.alerted) // a follow-up keeps its incident's key
+	w.emit(e)
 }
 
 // recheck is how often an unconfirmed incident is diagnosed again: the
@@ -292,6 +315,13 @@ func detectAge(js diagnosis.JobState) time.Duration {
 		}
 	}
 	return max(least, 0)
+}
+
+// incidentKey names an incident for the alert sinks (dedup, cooldown,
+// follow-ups): the job, the culprits and the category of its first alert.
+func incidentKey(job string, rep *diagnosis.Report) string {
+	h := Event{Report: rep}.Headline()
+	return job + "|" + h.Culprits + "|" + h.Category
 }
 
 func highConfidence(rep *diagnosis.Report) bool {

@@ -20,6 +20,7 @@ type scripted struct {
 	lastStep time.Time // the ranks' last step
 	dead     map[int]bool
 	none     bool // no rank found
+	slowRank int  // this rank steps at 4× the others' time (-1, 0: none)
 	pulses   int
 	gathers  int
 }
@@ -31,8 +32,12 @@ func (s *scripted) bundle() *evidence.Bundle {
 	}
 	for r := 0; r < 4; r++ {
 		var steps []int64
+		gap := 100 * time.Millisecond
+		if r == s.slowRank && r > 0 {
+			gap *= 4
+		}
 		for i := 9; i >= 0; i-- {
-			steps = append(steps, s.lastStep.Add(-time.Duration(i)*100*time.Millisecond).UnixMicro())
+			steps = append(steps, s.lastStep.Add(-time.Duration(i)*gap).UnixMicro())
 		}
 		b.Ranks[r] = &evidence.RankEvidence{Rank: r, PID: 100 + r, Alive: !s.dead[r], NowNS: s.now.UnixNano(),
 			Activity: &evidence.RankActivity{Rank: r, Steps: steps}}
@@ -180,5 +185,32 @@ func TestWatchBlindIsSaidOnceThenSeeing(t *testing.T) {
 	s.advance(w, 3*time.Second, true)
 	if k := kinds(*evs); k != "blind,seeing" {
 		t.Fatalf("events %q", k)
+	}
+}
+
+func TestWatchStragglerOnlyWhenItLasts(t *testing.T) {
+	s, w, evs := newScripted(t, 30*time.Second)
+	slow := func(on bool) {
+		s.slowRank = -1
+		if on {
+			s.slowRank = 3
+		}
+	}
+	slow(true)
+	s.advance(w, 30*time.Second, true) // a warm-up's slow rank: not yet
+	slow(false)
+	s.advance(w, 5*time.Second, true)
+	slow(true)
+	s.advance(w, 59*time.Second, true)
+	if len(*evs) != 0 {
+		t.Fatalf("events %q; a straggler is said only past SlowFor without a break", kinds(*evs))
+	}
+	s.advance(w, 2*time.Second, true)
+	if k := kinds(*evs); k != "slow" || (*evs)[0].Headline().Culprits != "3" || (*evs)[0].Headline().Category != diagnosis.CatStraggler {
+		t.Fatalf("events %q %+v", k, (*evs)[0].Headline())
+	}
+	s.advance(w, time.Minute, true)
+	if len(*evs) != 1 {
+		t.Fatalf("events %q; said once per streak", kinds(*evs))
 	}
 }

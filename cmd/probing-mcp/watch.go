@@ -15,6 +15,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/mcp"
 	"github.com/probing-mcp/probing-mcp/storage/history"
 	"github.com/probing-mcp/probing-mcp/watch"
+	"github.com/probing-mcp/probing-mcp/watch/alert"
 )
 
 var watchDoc = cmdDoc{Name: "watch", Synopsis: "[flags]",
@@ -69,6 +70,11 @@ func watchCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Env.Logger = logger
+	acfg, err := alert.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp watch: %v\n", err)
+		return 2
+	}
 	if cfg.Env.Cluster, _, err = clusterJob(*job, *peers, *slurmPort, cfg.DataDir, logger); err != nil {
 		fmt.Fprintf(stderr, "probing-mcp watch: %v\n", err)
 		return 2
@@ -97,8 +103,23 @@ func watchCmd(args []string, stdout, stderr io.Writer) int {
 		st.MinStall = time.Duration(*stall) * time.Second
 		st.NoHistoryStall = st.MinStall
 	}
+	var sender *watch.Alerts
+	if acfg.Enabled() {
+		d := alert.New(acfg, logger, nil)
+		defer func() {
+			// Queued alerts get a little time to go out; never forever.
+			cctx, ccancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer ccancel()
+			if err := d.Close(cctx); err != nil {
+				logger.Warn("watch: alerts not delivered at exit", "err", err)
+			}
+		}()
+		sender = &watch.Alerts{D: d, Look: func(id int64) string {
+			return fmt.Sprintf("probing-mcp query \"SELECT report_json FROM history.diagnoses WHERE id = %d\"", id)
+		}}
+	}
 	var writeErr error
-	w, err := watch.New(watch.Options{Scope: cfg.Env.Scope(), State: st, Interval: *interval, History: hist,
+	w, err := watch.New(watch.Options{Alerts: sender, Scope: cfg.Env.Scope(), State: st, Interval: *interval, History: hist,
 		Job: jobName(), Host: nodeHost(), Logger: logger,
 		Notify: func(e watch.Event) {
 			if *asJSON {

@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,6 +48,20 @@ func TestWatchCLIOnDemoJob(t *testing.T) {
 	t.Setenv("PROBING_DATA_DIR", job.DataDir)
 	t.Setenv("PROBING_CTRL_ROOT", job.CtrlRoot)
 	t.Setenv("PROBING_MCP_HISTORY", filepath.Join(t.TempDir(), "history.db"))
+	// The on-call's webhook: a receiver of the generic JSON body.
+	var mu sync.Mutex
+	var bodies []map[string]any
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+			t.Errorf("webhook body: %v", err)
+		}
+		mu.Lock()
+		bodies = append(bodies, b)
+		mu.Unlock()
+	}))
+	defer hook.Close()
+	t.Setenv("PROBING_WEBHOOK_URL", hook.URL+"/hook/SECRET-TOKEN")
 	code, out, errOut := runCLI("watch", "--json", "--until", "stalled", "--stall-seconds", "2", "--interval", "200ms", "--for", "150s")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -63,5 +81,16 @@ func TestWatchCLIOnDemoJob(t *testing.T) {
 	}
 	if last.Kind != "stalled" || last.Headline.Culprits != "2" || last.Headline.Category != "cpu_stall" || last.Headline.Threshold == "" {
 		t.Fatalf("last event: %+v\n%s", last, out)
+	}
+	// One alert, the confirmed stall (the capture is info, under the
+	// default minimum level), delivered before the command returned.
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) != 1 || bodies[0]["kind"] != "incident" || bodies[0]["culprits"] != "2" || bodies[0]["category"] != "cpu_stall" ||
+		bodies[0]["level"] != "error" || !strings.Contains(fmt.Sprint(bodies[0]["look_closer"]), "history.diagnoses WHERE id =") {
+		t.Fatalf("webhook got %d bodies: %v", len(bodies), bodies)
+	}
+	if strings.Contains(errOut, "SECRET-TOKEN") {
+		t.Errorf("the webhook's token is in the log:\n%s", errOut)
 	}
 }
