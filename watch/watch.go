@@ -97,7 +97,7 @@ type Watcher struct {
 	slowSince         time.Time // when the job was first slow without a break
 	slowSaid          bool
 
-	ticks             int
+	ticks int
 }
 
 // incident is an open stall or death: found at its capture, confirmed
