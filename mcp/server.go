@@ -173,7 +173,7 @@ func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer
 		server.WithInstructions(reg.instructions()),
 		server.WithToolCapabilities(false),
 		server.WithPromptCapabilities(false),
-		server.WithResourceCapabilities(false, false),
+		server.WithResourceCapabilities(true, false), // subscribe: the watcher's alerts
 		server.WithRecovery(),
 		server.WithLogger(logger),
 		server.WithToolHandlerMiddleware(logCalls(logger)),
@@ -196,6 +196,8 @@ func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer
 		s.AddResourceTemplates(tmpls...)
 	}
 	s.AddResourceTemplates(tools.SkillResources(&cfg.Env)...)
+	s.AddResources(tools.AlertsResource(&cfg.Env))
+	withAlertSubscriptions(s)
 	return s, nil
 }
 

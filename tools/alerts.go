@@ -140,3 +140,21 @@ func (r ListAlertsResult) ModelText() string {
 	}
 	return boundLines(lines, 8000)
 }
+
+// AlertsURI is the resource of the watcher's newest events; a client
+// that subscribes to it is told when the watcher in this server adds one.
+const AlertsURI = "probing://alerts"
+
+// AlertsResource serves list_alerts' first page as a resource.
+func AlertsResource(env *Env) server.ServerResource {
+	r := mcplib.NewResource(AlertsURI, "alerts",
+		mcplib.WithResourceDescription("The watcher's newest events (stalls captured and confirmed, deaths, stragglers); subscribe to hear of new ones"),
+		mcplib.WithMIMEType("application/json"))
+	return server.ServerResource{Resource: r, Handler: func(ctx context.Context, req mcplib.ReadResourceRequest) ([]mcplib.ResourceContents, error) {
+		res, err := ListAlerts(ctx, env, ListAlertsParams{}, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		return jsonContents(req.Params.URI, res)
+	}}
+}

@@ -20,8 +20,10 @@ import (
 	"github.com/probing-mcp/probing-mcp/cluster/fanout"
 	"github.com/probing-mcp/probing-mcp/cluster/membership"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/storage"
+	"github.com/probing-mcp/probing-mcp/storage/history"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
@@ -108,6 +110,11 @@ func nodeCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
 		return 2
 	}
+	wcfg, err := watcherFromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
+		return 2
+	}
 	dataDir := storage.DataDir(os.Getenv)
 	lock, err := node.Lock(filepath.Join(dataDir, "probing-mcp", "node.lock"))
 	if errors.Is(err, node.ErrRunning) {
@@ -171,6 +178,21 @@ func nodeCmd(args []string, stdout, stderr io.Writer) int {
 				return membership.Register(ctx, store, run, n, 10*time.Second)
 			}}
 		go reg.Run(ctx)
+	}
+	if wcfg.on {
+		// The node's own watch: its ranks, by their pulse; captures kept
+		// in the data dir's history.
+		hist := openHistory(history.DefaultPath(dataDir), logger)
+		if hist != nil {
+			defer hist.Close()
+		}
+		scope := &evidence.Node{Agents: src.Agents, SQL: engine, Sampler: src.GPUSampler, Host: self.Host, History: hist}
+		waitWatcher, err := wcfg.start(ctx, scope, hist, self.Host, logger, nil)
+		if err != nil {
+			fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
+			return 1
+		}
+		defer func() { stop(); waitWatcher() }()
 	}
 	logger.Info("node daemon serving", "addr", self.Addr, "host", self.Host, "node_rank", self.NodeRank, "data_dir", dataDir, "auth", token != "")
 	alive := func(ctx context.Context) bool {

@@ -29,6 +29,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/mcp"
 	"github.com/probing-mcp/probing-mcp/tools"
+	"github.com/probing-mcp/probing-mcp/watch"
 )
 
 // version is set at build time with -ldflags "-X main.version=..."; the
@@ -248,6 +249,18 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
 		return 2
 	}
+	wcfg, err := watcherFromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
+		return 2
+	}
+	if wcfg.on && cfg.Env.History == nil {
+		// Opened here, not in mcp.New, so that the watcher keeps its
+		// captures in the store the tools read.
+		if cfg.Env.History = openHistory(cfg.HistoryPath, logger); cfg.Env.History != nil {
+			defer cfg.Env.History.Close()
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if cfg.Env.Cluster == nil {
@@ -260,6 +273,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
 		return 1
 	}
+	waitWatcher, err := wcfg.start(ctx, cfg.Env.Scope(), cfg.Env.History, nodeHost(), logger, func(watch.Event) { mcp.NotifyAlerts(s) })
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
+		return 1
+	}
+	defer func() { stop(); waitWatcher() }()
 	logger.Info("starting", "version", versionString(), "write_tools", cfg.AllowWrite)
 	logFileRoots(logger, cfg.Env.Files)
 	if *httpAddr == "" {
