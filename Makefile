@@ -7,7 +7,7 @@ VENV   := .venv
 # applies to every cgo package; -O2 -g is Go's default, kept).
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: build demo test redteam eval eval-agent bench bench-sql fuzz gpu-check clean
+.PHONY: build demo test redteam eval eval-agent soak bench bench-sql fuzz gpu-check clean
 
 # The first build compiles SQLite (cgo): 2-4 minutes on 2 cores, with a
 # line every 30 s; later builds take seconds.
@@ -72,6 +72,11 @@ eval: build $(VENV)/.installed
 # to the root cause, consistency), compared with the recorded baseline.
 eval-agent: build $(VENV)/.installed
 	$(VENV)/bin/python evals/score.py --agent --baseline evals/agent_baseline.json $(if $(TORCH_PYTHON),--python-torch $(TORCH_PYTHON),--torch-free) $(EVAL_ARGS)
+
+# The watcher's soak (evals/soak.py): healthy, checkpointing and evaluating
+# jobs watched 4 minutes each (20 in all with TORCH_PYTHON); any alert fails.
+soak: build
+	python3 evals/soak.py $(if $(TORCH_PYTHON),--python-torch $(TORCH_PYTHON),--torch-free) $(SOAK_ARGS)
 
 # Decode + analyse synthetic dumps of 64..4096 ranks, side by side with
 # torch's fr_trace when PYTHON can import torch. See docs/BENCHMARKS.md.
