@@ -167,6 +167,7 @@ func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer
 		server.WithResourceCapabilities(false, false),
 		server.WithRecovery(),
 		server.WithLogger(logger),
+		traceRequests(), // before the other tool middlewares: their context holds the span
 		server.WithToolHandlerMiddleware(logCalls(logger)),
 	)
 	for _, d := range reg.enabled {

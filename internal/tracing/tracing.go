@@ -66,6 +66,14 @@ func StartKind(ctx context.Context, name string, kind trace.SpanKind, attrs ...a
 	return s.tracer.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 }
 
+// SetAttributes adds attributes to ctx's span (nothing while off).
+func SetAttributes(ctx context.Context, attrs ...attribute.KeyValue) {
+	if cur.Load() == nil {
+		return
+	}
+	trace.SpanFromContext(ctx).SetAttributes(attrs...)
+}
+
 // End ends span, first marking it failed when err is not nil: status
 // Error with err's text, and error.type (the error's kind when it names
 // one, else "_OTHER", as the semantic conventions say).
