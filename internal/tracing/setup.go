@@ -154,7 +154,7 @@ func Setup(ctx context.Context, opt Options) (shutdown func(context.Context) err
 		}
 		return none, nil
 	}
-	exp, err := newExporter(ctx, cfg.Protocol)
+	exp, err := newExporter(ctx, cfg.Protocol, cfg.Endpoint)
 	if err != nil {
 		return none, fmt.Errorf("the OTLP trace exporter (%s): %w", cfg.Protocol, err)
 	}
@@ -170,7 +170,7 @@ func Setup(ctx context.Context, opt Options) (shutdown func(context.Context) err
 	stop := install(exp, res, opt, cfg.RecordArgs)
 	endpoint := cfg.Endpoint
 	if endpoint == "" {
-		endpoint = "the exporter's default (localhost)"
+		endpoint = map[string]string{ProtocolGRPC: DefaultGRPCEndpoint, ProtocolHTTP: DefaultHTTPEndpoint}[cfg.Protocol]
 	}
 	opt.Logger.Info("exporting traces over OTLP", "protocol", cfg.Protocol, "endpoint", endpoint, "record_args", cfg.RecordArgs)
 	return stop, nil
@@ -179,12 +179,27 @@ func Setup(ctx context.Context, opt Options) (shutdown func(context.Context) err
 // newExporter makes the OTLP exporter; it reads the endpoint, headers,
 // timeout, compression and TLS variables itself. Neither dials here: a
 // collector that is down costs nothing until spans are sent.
-func newExporter(ctx context.Context, protocol string) (sdktrace.SpanExporter, error) {
+func newExporter(ctx context.Context, protocol, endpoint string) (sdktrace.SpanExporter, error) {
 	if protocol == ProtocolHTTP {
-		return otlptracehttp.New(ctx)
+		var opts []otlptracehttp.Option
+		if endpoint == "" {
+			opts = append(opts, otlptracehttp.WithEndpointURL(DefaultHTTPEndpoint))
+		}
+		return otlptracehttp.New(ctx, opts...)
 	}
-	return otlptracegrpc.New(ctx)
+	var opts []otlptracegrpc.Option
+	if endpoint == "" {
+		opts = append(opts, otlptracegrpc.WithEndpointURL(DefaultGRPCEndpoint))
+	}
+	return otlptracegrpc.New(ctx, opts...)
 }
+
+// The specification's default endpoints, plain text: the Go exporters'
+// own defaults would try TLS to a local collector, which seldom has it.
+const (
+	DefaultGRPCEndpoint = "http://localhost:4317"
+	DefaultHTTPEndpoint = "http://localhost:4318/v1/traces"
+)
 
 // install makes exp the destination of every span: a batch processor with
 // a bounded queue behind the drop counter, the global provider set (a

@@ -97,6 +97,27 @@ func TestOffIsFree(t *testing.T) {
 	}
 }
 
+// TestDefaultEndpoint: on without an endpoint, the exporter goes to the
+// specification's plain-text localhost endpoint of its protocol (the Go
+// exporters would try TLS), and says where at start.
+func TestDefaultEndpoint(t *testing.T) {
+	for proto, want := range map[string]string{"grpc": "endpoint=http://localhost:4317", "http/protobuf": "endpoint=http://localhost:4318/v1/traces"} {
+		t.Setenv("OTEL_EXPORT_ENABLED", "true")
+		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", proto)
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+		var logs bytes.Buffer
+		stop, err := tracing.Setup(context.Background(), tracing.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !tracing.Enabled() || !strings.Contains(logs.String(), want) {
+			t.Errorf("%s: %s", proto, logs.String())
+		}
+		stop(context.Background())
+	}
+}
+
 // memory installs an in-memory exporter behind the same processor; stop
 // flushes it.
 func memory(t *testing.T) (*tracetest.InMemoryExporter, func()) {
@@ -320,4 +341,27 @@ func TestStuckCollectorNeverBlocks(t *testing.T) {
 		t.Errorf("dropped %d; log %s", tracing.Dropped(), logs.String())
 	}
 	r.Release()
+}
+
+// BenchmarkStart is one span started and ended, tracing off (what every
+// traced call site pays by default) and on (batched to an exporter that
+// drops them).
+func BenchmarkStart(b *testing.B) {
+	ctx := context.Background()
+	b.Run("off", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, s := tracing.Start(ctx, "x")
+			tracing.End(s, nil)
+		}
+	})
+	b.Run("on", func(b *testing.B) {
+		stop := tracing.Use(tracetest.NewNoopExporter(), tracing.Options{}, false)
+		defer stop(context.Background())
+		b.ReportAllocs()
+		for b.Loop() {
+			_, s := tracing.Start(ctx, "x")
+			tracing.End(s, nil)
+		}
+	})
 }
