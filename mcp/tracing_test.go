@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/proto/otlp/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/probing-mcp/probing-mcp/agent"
 	"github.com/probing-mcp/probing-mcp/cluster"
@@ -29,7 +29,6 @@ import (
 // and an MCP server whose scope is that job.
 type traceJob struct {
 	ports map[int]string // daemon port → its host name
-	srv   func() *Config
 }
 
 func startTraceJob(t *testing.T) (*traceJob, Config) {
@@ -152,11 +151,11 @@ func TestTraceWholeJobCall(t *testing.T) {
 			}
 			daemons := map[string]bool{}
 			for _, s := range spans {
-				if s.Name != "POST /v1/stacks" || s.Kind != v1.Span_SPAN_KIND_SERVER {
+				if s.Name != "POST /v1/stacks" || s.Kind != tracepb.Span_SPAN_KIND_SERVER {
 					continue
 				}
 				call, ok := byID[s.ParentID]
-				if !ok || call.Kind != v1.Span_SPAN_KIND_CLIENT || call.Name != "POST /v1/stacks" || !under(call, ev.SpanID) {
+				if !ok || call.Kind != tracepb.Span_SPAN_KIND_CLIENT || call.Name != "POST /v1/stacks" || !under(call, ev.SpanID) {
 					t.Errorf("a daemon's span %+v is not the child of the coordinator's call under the evidence span (its parent %+v)", s, call)
 					continue
 				}
@@ -218,7 +217,7 @@ func checkRequestSpan(t *testing.T, spans []otlptest.Span, name, id, via string)
 			t.Errorf("%s: %s=%q, want %q", name, k, s.Attrs[k], v)
 		}
 	}
-	if s.Kind != v1.Span_SPAN_KIND_SERVER {
+	if s.Kind != tracepb.Span_SPAN_KIND_SERVER {
 		t.Errorf("%s: kind %v", name, s.Kind)
 	}
 	if _, ok := s.Attrs[argsTraceKey]; ok {

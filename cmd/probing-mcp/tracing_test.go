@@ -131,3 +131,42 @@ func hasVia(m map[string]string, via string) bool {
 	}
 	return false
 }
+
+// TestNodeServesWithABadTraceSetting: a node daemon, often started by a
+// rank's agent with the job's environment, serves with a tracing setting
+// it cannot use, and says so; serve refuses it at start.
+func TestNodeServesWithABadTraceSetting(t *testing.T) {
+	bin := buildBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // an overall bound
+	defer cancel()
+	env := append(os.Environ(), "PROBING_DATA_DIR="+t.TempDir(), "PROBING_CTRL_ROOT="+t.TempDir(), "PROBING_GPU=0",
+		"PROBING_AUTH_TOKEN=", "OTEL_EXPORT_ENABLED=true", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/json")
+	cmd := exec.CommandContext(ctx, bin, "node", "--http", "127.0.0.1:0", "--no-register", "--idle-exit", "0")
+	cmd.Env = env
+	errOut, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	sc := bufio.NewScanner(errOut)
+	warned, served := false, false
+	for sc.Scan() {
+		warned = warned || strings.Contains(sc.Text(), "serving without traces") && strings.Contains(sc.Text(), "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+		if strings.Contains(sc.Text(), `msg="node daemon serving"`) {
+			served = true
+			break
+		}
+	}
+	if !warned || !served {
+		t.Fatal("the daemon did not serve, or did not say why it has no traces")
+	}
+	srv := exec.CommandContext(ctx, bin, "serve")
+	srv.Env = env
+	out, err := srv.CombinedOutput()
+	if code := srv.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") {
+		t.Errorf("serve: exit %d %v: %s", code, err, out)
+	}
+}
