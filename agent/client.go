@@ -104,9 +104,8 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("pid %d: %s", e.PID, e.Msg) }
 
-// Do sends one request and returns the reply body of a 2xx answer. Any
-// other status becomes an *Error carrying the agent's message.
-func (c *Client) Do(ctx context.Context, method, path string, body []byte, contentType string) ([]byte, error) {
+// do is Do (tracing.go) untraced.
+func (c *Client) do(ctx context.Context, method, path string, body []byte, contentType string) ([]byte, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)

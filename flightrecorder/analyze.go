@@ -72,12 +72,8 @@ func Analyze(dumps []*Dump, opt Options) *Report {
 	return r
 }
 
-// AnalyzeContext is Analyze that stops with ctx's error once ctx is done.
-// It checks between groups and inside the matching loops, and waits for
-// the work it started, so nothing runs on (or holds memory) after it
-// returns. Past the memory ceiling (Limits.MaxMemory) it stops with a
-// MemoryCeilingError.
-func AnalyzeContext(ctx context.Context, dumps []*Dump, opt Options) (*Report, error) {
+// analyzeContext is AnalyzeContext (tracing.go) untraced.
+func analyzeContext(ctx context.Context, dumps []*Dump, opt Options) (*Report, error) {
 	lim, _ := opt.Limits.resolved()
 	gctx, guard, stop := guardMemory(ctx, lim, "analysing")
 	rep, err := analyzeGuarded(gctx, guard, dumps, opt)

@@ -176,6 +176,7 @@ func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer
 		server.WithResourceCapabilities(true, false), // subscribe: the watcher's alerts
 		server.WithRecovery(),
 		server.WithLogger(logger),
+		traceRequests(), // before the other tool middlewares: their context holds the span
 		server.WithToolHandlerMiddleware(logCalls(logger)),
 		withCallRecords(records),
 	)

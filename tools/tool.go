@@ -60,9 +60,9 @@ type Env struct {
 func (e *Env) scope() evidence.Scope {
 	if e.Cluster != nil {
 		// Pids name this node's processes (list_processes lists them).
-		return e.Cluster.Scope(e.node())
+		return evidence.Traced(e.Cluster.Scope(e.node()))
 	}
-	return e.node()
+	return evidence.Traced(e.node())
 }
 
 // Scope is the Env's scope for the doors that are not tools (the

@@ -21,12 +21,15 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
 	"github.com/probing-mcp/probing-mcp/internal/hmacauth"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/tracing"
 )
 
 // Kinds of peer failure.
@@ -113,9 +116,8 @@ func loopback(addr string) bool {
 	return err == nil && LoopbackHost(h)
 }
 
-// Do calls one node: method and path of the node API, req as the JSON
-// body (nil for none), the answer decoded into resp.
-func (c *Client) Do(ctx context.Context, n cluster.Node, method, path string, req, resp any) error {
+// do is Do (tracing.go) untraced.
+func (c *Client) do(ctx context.Context, n cluster.Node, method, path string, req, resp any) error {
 	pe := func(kind, format string, args ...any) error {
 		return &evidence.PeerError{Addr: n.Addr, Kind: kind, Msg: fmt.Sprintf(format, args...)}
 	}
@@ -148,6 +150,7 @@ func (c *Client) Do(ctx context.Context, n cluster.Node, method, path string, re
 	if req != nil {
 		hr.Header.Set("Content-Type", "application/json")
 	}
+	tracing.InjectHTTP(ctx, hr.Header) // not signed, and needs not be: ids only, parsed strictly by the daemon
 	if dl, ok := ctx.Deadline(); ok {
 		ms := time.Until(dl).Milliseconds()
 		if ms <= 0 {
@@ -160,6 +163,7 @@ func (c *Client) Do(ctx context.Context, n cluster.Node, method, path string, re
 		return classify(ctx, n.Addr, err)
 	}
 	defer res.Body.Close()
+	tracing.SetAttributes(ctx, attribute.Int("http.response.status_code", res.StatusCode))
 	limit := replyCap(path)
 	b, err := readReply(res, limit)
 	if err != nil {

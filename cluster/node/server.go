@@ -107,7 +107,7 @@ func Handler(cfg Config) http.Handler {
 			}
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxRequest)
-		mux.ServeHTTP(w, r)
+		serveTraced(mux, w, r)
 	})
 }
 
@@ -169,7 +169,7 @@ func (s *signingWriter) writeSigned(status int, b []byte) {
 	if s.done {
 		return
 	}
-	s.done = true
+	s.done, s.status = true, status
 	s.Header().Set(hmacauth.ResponseHeader, s.key.SignResponse(s.nonce, status, b))
 	s.ResponseWriter.WriteHeader(status)
 	s.ResponseWriter.Write(b)

@@ -115,6 +115,14 @@ func nodeCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
 		return 2
 	}
+	// The daemon is often started by a rank's agent with the job's
+	// environment: a tracing setting it cannot use costs the traces, not
+	// the node's evidence.
+	stopTracing, err := startTracing("node", logger)
+	if err != nil {
+		logger.Warn("serving without traces: "+err.Error(), "fix", "correct the variable named, or unset OTEL_EXPORT_ENABLED")
+	}
+	defer stopTracing()
 	dataDir := storage.DataDir(os.Getenv)
 	lock, err := node.Lock(filepath.Join(dataDir, "probing-mcp", "node.lock"))
 	if errors.Is(err, node.ErrRunning) {

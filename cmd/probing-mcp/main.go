@@ -239,6 +239,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
 		return 2
 	}
+	stopTracing, err := startTracing("server", logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
+		return 2
+	}
+	defer stopTracing()
 	var beats *membership.Registry
 	if cfg.Env.Cluster, beats, err = clusterJob(*job, *peers, *slurmPort, cfg.DataDir, logger); err != nil {
 		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)

@@ -290,9 +290,8 @@ func (s *session) close() {
 	}
 }
 
-// Query runs one read-only statement and returns at most limit rows
-// (clamped to 1..MaxLimit), with the total row count.
-func (e *Engine) Query(ctx context.Context, sqlText string, limit int) (*Result, error) {
+// query is Query (tracing.go) untraced.
+func (e *Engine) query(ctx context.Context, sqlText string, limit int) (*Result, error) {
 	if len(sqlText) > MaxSQLBytes {
 		return nil, sqlTooLongError(len(sqlText))
 	}

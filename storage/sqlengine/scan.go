@@ -22,11 +22,8 @@ type Rows struct {
 	DataQuality *Quality
 }
 
-// QueryRows runs one read-only statement like Query (same guard, memory
-// cap, timeout and query slots) but returns up to maxRows rows (clamped to
-// 1..MaxScanRows) as plain values, for a caller that computes over them
-// (the cluster's federated query). Truncated says rows were left out.
-func (e *Engine) QueryRows(ctx context.Context, sqlText string, maxRows int) (*Rows, error) {
+// queryRows is QueryRows (tracing.go) untraced.
+func (e *Engine) queryRows(ctx context.Context, sqlText string, maxRows int) (*Rows, error) {
 	if len(sqlText) > MaxSQLBytes {
 		return nil, sqlTooLongError(len(sqlText))
 	}
