@@ -2,7 +2,7 @@
 """How fast `probing-mcp watch` notices a hang, per fault family.
 
 Each case launches a corpus job (evals/jobs, the launcher protocol) and,
-at the same moment, `probing-mcp watch --json --until stalled` (or dead)
+at the same moment, `probing-mcp watch --json --until stalled,dead`
 on its dirs, with the default thresholds. The watcher's own events say how
 long the job had made no progress when it noticed (the capture's
 stalled_for) and when it alerted (the confirmed event's); the ready file's
@@ -61,14 +61,9 @@ def run(job, scenario, world, python, binary):
     env["PROBING_MCP_HISTORY"] = os.path.join(tmp, "history.db")
     out = {"case": "%s:%s/%d" % (job.replace("_job.py", ""), scenario, world)}
     try:
-        w = subprocess.run([binary, "watch", "--json", "--until", "stalled", "--for", "240s"], env=env,
+        w = subprocess.run([binary, "watch", "--json", "--until", "stalled,dead", "--for", "240s"], env=env,
                            capture_output=True, text=True, timeout=360)
         events = [json.loads(l) for l in w.stdout.splitlines() if l.strip()]
-        if not any(e["kind"] in ("stalled", "dead") for e in events):
-            # A death confirms as "dead": watch again, briefly, for it.
-            w2 = subprocess.run([binary, "watch", "--json", "--until", "dead", "--for", "60s"], env=env,
-                                capture_output=True, text=True, timeout=120)
-            events += [json.loads(l) for l in w2.stdout.splitlines() if l.strip()]
         deadline = time.monotonic() + 240
         while not os.path.exists(ready) and time.monotonic() < deadline and launcher.poll() is None:
             time.sleep(0.2)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,7 +38,7 @@ func watchCmd(args []string, stdout, stderr io.Writer) int {
 	interval := fs.Duration("interval", time.Second, "read the job's pulse every `DURATION`")
 	stall := fs.Int("stall-seconds", 0, "hold a stall for `N` seconds before calling it confirmed (default: 30 s; a high-confidence culprit is said sooner)")
 	forDur := fs.Duration("for", 0, "stop after `DURATION` (default: until interrupted)")
-	until := fs.String("until", "", "stop after the first event of `KIND` (captured, stalled, dead, paused, moving, slow, blind)")
+	until := fs.String("until", "", "stop after the first event of one of `KINDS` (comma-separated: captured, stalled, dead, paused, moving, slow, blind)")
 	job := fs.String("job", "", "the whole job: its c10d TCPStore `HOST:PORT`")
 	peers := fs.String("peers", "", "the whole job: its node daemons as `ADDR,...`")
 	slurmPort := fs.Int("slurm-port", 0, "the whole job: a node daemon at `PORT` on every node of SLURM_JOB_NODELIST")
@@ -53,11 +54,16 @@ func watchCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp watch: --interval %s is too short; pass 100ms or more\n", *interval)
 		return 2
 	}
-	switch watch.Kind(*until) {
-	case "", watch.KindCaptured, watch.KindStalled, watch.KindDead, watch.KindPaused, watch.KindMoving, watch.KindSlow, watch.KindBlind:
-	default:
-		fmt.Fprintf(stderr, "probing-mcp watch: --until %q is no event kind; pass captured, stalled, dead, paused, moving, slow or blind\n", *until)
-		return 2
+	stopOn := map[watch.Kind]bool{}
+	for _, k := range strings.Split(*until, ",") {
+		switch k := watch.Kind(strings.TrimSpace(k)); k {
+		case "":
+		case watch.KindCaptured, watch.KindStalled, watch.KindDead, watch.KindPaused, watch.KindMoving, watch.KindSlow, watch.KindBlind:
+			stopOn[k] = true
+		default:
+			fmt.Fprintf(stderr, "probing-mcp watch: --until %q is no event kind; pass captured, stalled, dead, paused, moving, slow or blind (comma-separated)\n", k)
+			return 2
+		}
 	}
 	logger, level, err := newLogger(stderr)
 	if err != nil {
@@ -128,7 +134,7 @@ func watchCmd(args []string, stdout, stderr io.Writer) int {
 			} else {
 				_, writeErr = fmt.Fprintf(stdout, "%s\n", e.Line())
 			}
-			if writeErr != nil || (*until != "" && e.Kind == watch.Kind(*until)) {
+			if writeErr != nil || stopOn[e.Kind] {
 				cancel()
 			}
 		}})
