@@ -168,6 +168,7 @@ func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer
 		server.WithRecovery(),
 		server.WithLogger(logger),
 		server.WithToolHandlerMiddleware(logCalls(logger)),
+		withMetrics(), // mcp/metrics.go
 	)
 	for _, d := range reg.enabled {
 		s.AddTool(d.Tool, d.Handler)

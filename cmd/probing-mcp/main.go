@@ -27,6 +27,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/cluster/membership"
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/internal/metrics"
 	"github.com/probing-mcp/probing-mcp/mcp"
 	"github.com/probing-mcp/probing-mcp/tools"
 )
@@ -242,6 +243,11 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
 		return 2
 	}
+	sys, err := metrics.SystemFromEnv(os.Getenv) // PROBING_SYSTEM_PORT: health, live, /metrics
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if cfg.Env.Cluster == nil {
@@ -251,6 +257,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	s, err := mcp.New(cfg, logger)
 	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
+		return 1
+	}
+	if _, err := mcp.ServeSystem(ctx, sys, versionString(), logger); err != nil {
 		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
 		return 1
 	}
