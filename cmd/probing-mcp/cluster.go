@@ -21,6 +21,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/cluster/membership"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/internal/metrics"
 	"github.com/probing-mcp/probing-mcp/storage"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -104,6 +105,11 @@ func nodeCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
 		return 2
 	}
+	paths, err := metrics.PathsFromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
+		return 2
+	}
 	dataDir := storage.DataDir(os.Getenv)
 	lock, err := node.Lock(filepath.Join(dataDir, "probing-mcp", "node.lock"))
 	if errors.Is(err, node.ErrRunning) {
@@ -181,7 +187,7 @@ func nodeCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		return false
 	}
-	err = node.Run(ctx, node.DaemonOptions{Handler: node.Handler(node.Config{Source: src, Token: token, Advertise: []string{self.Addr}, Version: versionString(), Logger: logger}),
+	err = node.Run(ctx, node.DaemonOptions{Handler: node.Handler(node.Config{Source: src, Token: token, Advertise: []string{self.Addr}, Version: versionString(), Logger: logger, Paths: paths}),
 		Listener: ln, IdleExit: *idle, Alive: alive, Logger: logger})
 	if err != nil {
 		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
