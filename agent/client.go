@@ -106,7 +106,8 @@ func (e *Error) Error() string { return fmt.Sprintf("pid %d: %s", e.PID, e.Msg) 
 
 // Do sends one request and returns the reply body of a 2xx answer. Any
 // other status becomes an *Error carrying the agent's message.
-func (c *Client) Do(ctx context.Context, method, path string, body []byte, contentType string) ([]byte, error) {
+func (c *Client) Do(ctx context.Context, method, path string, body []byte, contentType string) (_ []byte, err error) {
+	defer observeCall(time.Now(), &err) // metrics.go
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)

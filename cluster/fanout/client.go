@@ -115,7 +115,8 @@ func loopback(addr string) bool {
 
 // Do calls one node: method and path of the node API, req as the JSON
 // body (nil for none), the answer decoded into resp.
-func (c *Client) Do(ctx context.Context, n cluster.Node, method, path string, req, resp any) error {
+func (c *Client) Do(ctx context.Context, n cluster.Node, method, path string, req, resp any) (err error) {
+	defer observe(n.Addr, time.Now(), &err) // metrics.go
 	pe := func(kind, format string, args ...any) error {
 		return &evidence.PeerError{Addr: n.Addr, Kind: kind, Msg: fmt.Sprintf(format, args...)}
 	}

@@ -292,7 +292,8 @@ func (s *session) close() {
 
 // Query runs one read-only statement and returns at most limit rows
 // (clamped to 1..MaxLimit), with the total row count.
-func (e *Engine) Query(ctx context.Context, sqlText string, limit int) (*Result, error) {
+func (e *Engine) Query(ctx context.Context, sqlText string, limit int) (res *Result, err error) {
+	defer observeQuery(time.Now(), &res, &err) // metrics.go
 	if len(sqlText) > MaxSQLBytes {
 		return nil, sqlTooLongError(len(sqlText))
 	}
