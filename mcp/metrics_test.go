@@ -409,3 +409,18 @@ func BenchmarkToolCall(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMetricsHooks is what withMetrics adds to one tools/call alone:
+// its before-hook and its success hook.
+func BenchmarkMetricsHooks(b *testing.B) {
+	s := benchServer(true)
+	m := &opMeter{s: s, started: map[any]time.Time{}}
+	ctx := WithCaller(context.Background(), "http:bench")
+	req := &mcplib.CallToolRequest{}
+	req.Params.Name = "echo"
+	res := mcplib.NewToolResultText("ok")
+	for b.Loop() {
+		m.before(ctx, 1, mcplib.MethodToolsCall, req)
+		m.success(ctx, 1, mcplib.MethodToolsCall, req, res)
+	}
+}
