@@ -73,7 +73,8 @@ func SystemHandler(sys metrics.System, version string, logger *slog.Logger) http
 
 // ServeSystem serves SystemHandler on sys.Addr until ctx ends; nothing
 // when sys.Addr is "". A listen failure is returned at once, so a taken
-// port stops the start-up with its reason.
+// port stops the start-up with its reason; done yields how serving ended
+// (nil after ctx ended) and is then closed.
 func ServeSystem(ctx context.Context, sys metrics.System, version string, logger *slog.Logger) (<-chan error, error) {
 	done := make(chan error, 1)
 	if sys.Addr == "" {
@@ -108,6 +109,10 @@ func ServeSystem(ctx context.Context, sys metrics.System, version string, logger
 		err := srv.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
+		}
+		if err != nil {
+			// MCP goes on: the system port is for the operator, not the client.
+			logger.Error("system port stopped serving", "addr", addr, "err", err)
 		}
 		done <- err
 		close(done)

@@ -195,6 +195,7 @@ It reads this node's job from PROBING_DATA_DIR and PROBING_CTRL_ROOT; with --job
 		"probing-mcp serve                                  # stdio, for claude_desktop_config.json / claude mcp add",
 		"PROBING_AUTH_TOKEN=secret probing-mcp serve --http 127.0.0.1:8080",
 		"probing-mcp serve --peers node1:9781,node2:9781    # the whole job",
+		"PROBING_SYSTEM_PORT=9464 probing-mcp serve         # stdio, plus /metrics, /health, /live on 127.0.0.1:9464",
 	}}
 
 func serve(args []string, stdout, stderr io.Writer) int {
