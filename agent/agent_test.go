@@ -281,9 +281,17 @@ func TestStacksWhenTheMainThreadHoldsTheGIL(t *testing.T) {
 	if _, err := agent.Config(ctx, a, "probing.loglevel"); err == nil {
 		t.Log("note: the agent still answered; the GIL was not held yet")
 	}
+	fhBefore, timeoutsBefore := stackSource(t, "faulthandler"), agentCalls(t, "timeout")
 	st := agent.Stacks(ctx, a, agent.StackOptions{AgentTimeout: 700 * time.Millisecond})
 	if st.Source != "faulthandler" {
 		t.Fatalf("source %q (err %s): want the faulthandler fallback", st.Source, st.Err)
+	}
+	// The metrics say which source answered, and that the agent did not.
+	if got := stackSource(t, "faulthandler"); got < fhBefore+1 {
+		t.Errorf("stack_captures_total{source=faulthandler}: %v -> %v, want one more", fhBefore, got)
+	}
+	if got := agentCalls(t, "timeout"); got < timeoutsBefore+1 {
+		t.Errorf("agent_calls_total{result=timeout}: %v -> %v, want the agent's timeout counted", timeoutsBefore, got)
 	}
 	var main string
 	for _, th := range st.Threads {

@@ -104,8 +104,9 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("pid %d: %s", e.PID, e.Msg) }
 
-// do is Do (tracing.go) untraced.
-func (c *Client) do(ctx context.Context, method, path string, body []byte, contentType string) ([]byte, error) {
+// do is Do (tracing.go) untraced; metrics count it (metrics.go).
+func (c *Client) do(ctx context.Context, method, path string, body []byte, contentType string) (_ []byte, err error) {
+	defer observeCall(time.Now(), &err) // metrics.go
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/internal/metrics"
 	"github.com/probing-mcp/probing-mcp/internal/procfacts"
 	"github.com/probing-mcp/probing-mcp/stacks"
 )
@@ -113,6 +114,7 @@ func Stacks(ctx context.Context, a *Agent, opt StackOptions) *stacks.Process {
 	p.Threads = dropAgentThreads(p.Threads)
 	dropAgentWrappers(p.Threads)
 	addProc(p)
+	metrics.StackCapture(p.Source) // which source answered: agent, faulthandler or /proc
 	if len(errs) > 0 {
 		p.Err = joinErrs(errs)
 	}

@@ -97,10 +97,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--torch-free", action="store_true")
     ap.add_argument("--python-torch", metavar="PATH")
+    ap.add_argument("--torch-only", action="store_true", help="only the torch jobs' cases")
     ap.add_argument("--bin", default=os.path.join(REPO, "bin", "probing-mcp"))
     ap.add_argument("--json", metavar="OUT")
     opt = ap.parse_args(argv)
-    cases = [(c, sys.executable) for c in TORCH_FREE]
+    cases = [(c, sys.executable) for c in TORCH_FREE] if not opt.torch_only else []
     if not opt.torch_free:
         if not opt.python_torch:
             ap.error("--python-torch PATH, or --torch-free")

@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/probing-mcp/probing-mcp/flightrecorder/pickle"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
@@ -77,6 +79,7 @@ type Loaded struct {
 	Prefix   string        // the prefix used (inferred or given)
 	Problems []FileProblem // files that looked like dumps but were not used
 	Ignored  int           // files that were not dumps at all (no digits suffix, wrong content)
+	read     int64         // bytes of dump files read (metrics)
 }
 
 // fr_trace's rank pattern: a [\w-] prefix, lazily, then the trailing digits.
@@ -101,7 +104,12 @@ func Load(paths []string, opt LoadOptions) (*Loaded, error) {
 // LoadContext is Load that stops, with ctx's error, once ctx is done: it
 // checks between files and every few thousand entries, and nothing it
 // started runs on after it returns.
-func LoadContext(ctx context.Context, paths []string, opt LoadOptions) (*Loaded, error) {
+func LoadContext(ctx context.Context, paths []string, opt LoadOptions) (_ *Loaded, err error) {
+	var (
+		res   *Loaded
+		guard *memGuard
+	)
+	defer observeLoad(time.Now(), &res, &guard, &err) // metrics.go
 	if opt.MaxFileBytes <= 0 {
 		opt.MaxFileBytes = DefaultMaxFileBytes
 	}
@@ -110,7 +118,7 @@ func LoadContext(ctx context.Context, paths []string, opt LoadOptions) (*Loaded,
 		return nil, err
 	}
 	opt.Limits = lim
-	res := &Loaded{}
+	res = &Loaded{}
 	var files []candidate
 	for _, p := range paths {
 		found, err := collect(ctx, p, opt, res)
@@ -396,6 +404,7 @@ func decodeAll(ctx context.Context, files []candidate, opt LoadOptions, res *Loa
 	var wg sync.WaitGroup
 	sigs := newInterner()
 	prog := newProgress(opt.Progress, "decode", len(files))
+	var read atomic.Int64
 	defer budget.wakeOn(ctx)()
 	next := make(chan int)
 	for w := 0; w < workers; w++ {
@@ -412,6 +421,7 @@ func decodeAll(ctx context.Context, files []candidate, opt LoadOptions, res *Loa
 					dec = pickle.NewDecoder(pickle.Limits{})
 				}
 				d, size, err := readDump(ctx, dec, sigs, files[i].path, opt, budget, &buf)
+				read.Add(size)
 				if size > reuseBytes {
 					// Let the buffers go, and collect them now: the garbage
 					// collector would otherwise wait for the heap to double
@@ -440,6 +450,7 @@ func decodeAll(ctx context.Context, files []candidate, opt LoadOptions, res *Loa
 	}
 	close(next)
 	wg.Wait()
+	res.read = read.Load()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

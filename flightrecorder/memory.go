@@ -106,6 +106,7 @@ type memGuard struct {
 	end     func()        // closes the guarded context's Done
 	err     *MemoryCeilingError
 	once    sync.Once
+	peak    int64 // the most memory a check saw (metrics), under mu
 }
 
 // memorySamples are what the runtime has mapped, minus what it gave back.
@@ -206,6 +207,7 @@ func (g *memGuard) check() bool {
 	}
 	g.mu.Lock()
 	used := processMemory(g.samples)
+	g.peak = max(g.peak, used)
 	g.mu.Unlock()
 	if used <= g.lim.MaxMemory {
 		return true

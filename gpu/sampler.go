@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/probing-mcp/probing-mcp/internal/metrics"
 )
 
 // SamplerOptions shape a Sampler. Zero values take the defaults.
@@ -168,6 +170,7 @@ func (s *Sampler) round(ctx context.Context) {
 	snaps, err := s.n.Sample(rctx)
 	cancel()
 	took := time.Since(start)
+	metrics.GPURound(err != nil)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.opts.Logger.Warn("GPU sample", "err", err)

@@ -187,6 +187,7 @@ func (n *NVML) Sample(ctx context.Context) ([]Snapshot, error) {
 		case done[i]:
 			out[i] = res[i]
 		case i == current:
+			observeNVML(nvml.ERROR_TIMEOUT, nil)
 			out[i] = Snapshot{Index: i, Time: time.Now(), Missing: map[string]string{"all": "not sampled: NVML did not answer before the deadline (the GPU or its driver may be wedged)"}}
 		default:
 			out[i] = Snapshot{Index: i, Time: time.Now(), Missing: map[string]string{"all": "not sampled: " + context.Cause(ctx).Error()}}
@@ -209,6 +210,9 @@ func (sp *sampler) get(field string, f func() nvml.Return) bool {
 		return false
 	}
 	ret, perr := call(f)
+	if perr != nil || ret != nvml.SUCCESS {
+		observeNVML(ret, perr) // metrics.go
+	}
 	switch {
 	case perr != nil:
 		sp.miss(field, perr.Error())

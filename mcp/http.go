@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/probing-mcp/probing-mcp/internal/metrics"
 )
 
 // ServeHTTP serves s over Streamable HTTP on cfg.Addr until ctx is cancelled,
@@ -119,7 +121,8 @@ func ServeHTTPListener(ctx context.Context, ln net.Listener, s *server.MCPServer
 }
 
 // NewHTTPHandler routes <base>/mcp to mcpHandler (normally a
-// *server.StreamableHTTPServer) and serves <base>/health and <base>/live,
+// *server.StreamableHTTPServer) and serves <base>/metrics, and the health
+// and liveness paths (<base>/health and <base>/live unless configured),
 // behind these middlewares, outermost first: unread-body guard, in-flight
 // limit, deadline, body limit, Host/Origin guard, auth (which records the
 // caller for WithCaller), then the body buffer and JSON-RPC id check.
@@ -134,12 +137,13 @@ func NewHTTPHandler(mcpHandler http.Handler, cfg HTTPConfig, logger *slog.Logger
 		panic(err)
 	}
 	base := cfg.BasePath
-	public := map[string]bool{base + "/health": true, base + "/live": true}
+	public := map[string]bool{base + cfg.HealthPath: true, base + cfg.LivePath: true}
 
 	mux := http.NewServeMux()
 	mux.Handle(base+"/mcp", httpMCPMethods(httpBufferBody(mcpHandler, logger)))
-	mux.Handle(base+"/health", httpStaticJSON(httpHealthBody(cfg.Version)))
-	mux.Handle(base+"/live", httpStaticJSON([]byte(`{"status":"alive"}`)))
+	mux.Handle(base+cfg.HealthPath, httpStaticJSON(httpHealthBody(cfg.Version)))
+	mux.Handle(base+cfg.LivePath, httpStaticJSON(httpLiveBody))
+	mux.Handle(base+metrics.Path, metricsHandler()) // mcp/system.go
 	for p, h := range cfg.Extra {
 		mux.Handle(base+p, h)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/internal/bytesize"
+	"github.com/probing-mcp/probing-mcp/internal/metrics"
 )
 
 // Defaults mirror the Probing agent's.
@@ -41,6 +42,10 @@ type HTTPConfig struct {
 	MaxInFlight     int           // concurrent requests before 503
 	AllowedOrigins  []string      // extra browser origins, "scheme://host[:port]", or "*"
 	Version         string        // reported by /health when set
+	// HealthPath and LivePath (below BasePath) answer health and liveness
+	// probes without credentials (PROBING_SYSTEM_HEALTH_PATH, _LIVE_PATH;
+	// default /health and /live). <base>/metrics is behind auth like /mcp.
+	HealthPath, LivePath string
 	// Extra routes served beside /mcp, behind the same auth and limits
 	// (the whole-job view's PUT /apis/nodes heartbeats).
 	Extra map[string]http.Handler
@@ -54,6 +59,12 @@ func (c HTTPConfig) resolve() (HTTPConfig, error) {
 		return HTTPConfig{}, err
 	}
 	c.BasePath = base
+	if c.HealthPath == "" {
+		c.HealthPath = metrics.DefaultHealthPath
+	}
+	if c.LivePath == "" {
+		c.LivePath = metrics.DefaultLivePath
+	}
 	if c.AuthUsername == "" {
 		c.AuthUsername = defaultAuthUsername
 	}
@@ -86,6 +97,11 @@ func HTTPConfigFromEnv(addr string, getenv func(string) string) (HTTPConfig, err
 	if cfg.BasePath, err = parseBasePath(getenv("PROBING_BASE_PATH")); err != nil {
 		return HTTPConfig{}, err
 	}
+	paths, err := metrics.PathsFromEnv(getenv)
+	if err != nil {
+		return HTTPConfig{}, err
+	}
+	cfg.HealthPath, cfg.LivePath = paths.Health, paths.Live
 	if v := getenv("PROBING_MAX_REQUEST_SIZE"); v != "" {
 		n, ok := bytesize.Parse(v)
 		if !ok {

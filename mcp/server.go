@@ -179,6 +179,7 @@ func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer
 		traceRequests(), // before the other tool middlewares: their context holds the span
 		server.WithToolHandlerMiddleware(logCalls(logger)),
 		withCallRecords(records),
+		withMetrics(), // mcp/metrics.go
 	)
 	for _, d := range reg.enabled {
 		s.AddTool(d.Tool, d.Handler)

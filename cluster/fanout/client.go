@@ -116,8 +116,9 @@ func loopback(addr string) bool {
 	return err == nil && LoopbackHost(h)
 }
 
-// do is Do (tracing.go) untraced.
-func (c *Client) do(ctx context.Context, n cluster.Node, method, path string, req, resp any) error {
+// do is Do (tracing.go) untraced; metrics count it (metrics.go).
+func (c *Client) do(ctx context.Context, n cluster.Node, method, path string, req, resp any) (err error) {
+	defer observe(n.Addr, time.Now(), &err) // metrics.go
 	pe := func(kind, format string, args ...any) error {
 		return &evidence.PeerError{Addr: n.Addr, Kind: kind, Msg: fmt.Sprintf(format, args...)}
 	}

@@ -190,6 +190,13 @@ func TestPeerOtherUser(t *testing.T) {
 			t.Errorf("uid %d's client took %s", uid, d)
 		}
 	}
+	// /metrics follows /health's rules: without a token, the same users.
+	for uid, want := range map[uint32]string{65534: "200", 65533: "403"} {
+		b, err := helper(ctx, bin, uid, "metrics-client", url).CombinedOutput()
+		if got := string(b); err != nil || !strings.HasPrefix(got, want+" ") {
+			t.Errorf("uid %d's scrape: %v %.200s, want %s", uid, err, got, want)
+		}
+	}
 }
 
 // TestPeerHelper is the other-uid process of TestPeerOtherUser.
@@ -203,9 +210,12 @@ func TestPeerHelper(t *testing.T) {
 		fmt.Println(ln.Addr())
 		go http.Serve(ln, Handler(Config{Source: stubSource{}}))
 		io.Copy(io.Discard, os.Stdin) // until the test closes it
-	case "client":
+	case "client", "metrics-client":
 		c := &http.Client{Timeout: 20 * time.Second}
 		res, err := c.Post(os.Getenv("PROBING_TEST_PEER_URL")+PathStacks, "application/json", strings.NewReader("{}"))
+		if os.Getenv("PROBING_TEST_PEER_ROLE") == "metrics-client" {
+			res, err = c.Get(os.Getenv("PROBING_TEST_PEER_URL") + "/metrics")
+		}
 		if err != nil {
 			fmt.Println("error", err)
 			os.Exit(1)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/cluster/fedsql"
 	"github.com/probing-mcp/probing-mcp/internal/hmacauth"
+	"github.com/probing-mcp/probing-mcp/internal/metrics"
 )
 
 // Source is what a daemon serves: one node's evidence. Local is the real
@@ -49,6 +50,10 @@ type Config struct {
 	Logger  *slog.Logger
 	// Extra routes (the heartbeat registry's PUT /apis/nodes).
 	Extra map[string]http.Handler
+	// Paths are the health and liveness paths served beside /health
+	// (PROBING_SYSTEM_HEALTH_PATH, _LIVE_PATH), under /health's rules, as
+	// is /metrics (metrics.go).
+	Paths metrics.Paths
 }
 
 // maxRequest bounds a request body: requests are small selections.
@@ -75,6 +80,7 @@ func Handler(cfg Config) http.Handler {
 	mux.HandleFunc("GET "+PathHealth, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "version": cfg.Version})
 	})
+	public := systemRoutes(mux, cfg) // metrics.go
 	mux.Handle("GET "+PathInfo, call(cfg, func(ctx context.Context, _ *struct{}) (any, error) { return cfg.Source.Info(ctx) }))
 	mux.Handle("POST "+PathStacks, call(cfg, func(ctx context.Context, q *StacksRequest) (any, error) { return cfg.Source.Stacks(ctx, *q) }))
 	mux.Handle("POST "+PathEvidence, call(cfg, func(ctx context.Context, q *EvidenceRequest) (any, error) { return cfg.Source.Evidence(ctx, *q) }))
@@ -89,7 +95,7 @@ func Handler(cfg Config) http.Handler {
 		writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path+" (the node API: GET /v1/node, POST /v1/stacks, /v1/evidence, /v1/flight_recorder, /v1/tables, /v1/scan, /v1/gpu)")
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if verifier != nil && (r.URL.Path != PathHealth || hmacauth.IsSigned(r.Header.Get("Authorization"))) {
+		if verifier != nil && (!public[r.URL.Path] || hmacauth.IsSigned(r.Header.Get("Authorization"))) {
 			sw, status, why := verify(verifier, cfg.Advertise, w, r)
 			if sw == nil {
 				cfg.Logger.Warn("node API request refused", "remote", r.RemoteAddr, "path", r.URL.Path, "why", why)

@@ -22,6 +22,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/cluster/node"
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/internal/metrics"
 	"github.com/probing-mcp/probing-mcp/storage"
 	"github.com/probing-mcp/probing-mcp/storage/history"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
@@ -111,6 +112,11 @@ func nodeCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	wcfg, err := watcherFromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
+		return 2
+	}
+	paths, err := metrics.PathsFromEnv(os.Getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)
 		return 2
@@ -215,7 +221,7 @@ func nodeCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		return false
 	}
-	err = node.Run(ctx, node.DaemonOptions{Handler: node.Handler(node.Config{Source: src, Token: token, Advertise: []string{self.Addr}, Version: versionString(), Logger: logger}),
+	err = node.Run(ctx, node.DaemonOptions{Handler: node.Handler(node.Config{Source: src, Token: token, Advertise: []string{self.Addr}, Version: versionString(), Logger: logger, Paths: paths}),
 		Listener: ln, IdleExit: *idle, Alive: alive, Logger: logger})
 	if err != nil {
 		fmt.Fprintf(stderr, "probing-mcp node: %v\n", err)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/cluster/membership"
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/internal/metrics"
 	"github.com/probing-mcp/probing-mcp/mcp"
 	"github.com/probing-mcp/probing-mcp/tools"
 	"github.com/probing-mcp/probing-mcp/watch"
@@ -201,6 +202,7 @@ It reads this node's job from PROBING_DATA_DIR and PROBING_CTRL_ROOT; with --job
 		"probing-mcp serve                                  # stdio, for claude_desktop_config.json / claude mcp add",
 		"PROBING_AUTH_TOKEN=secret probing-mcp serve --http 127.0.0.1:8080",
 		"probing-mcp serve --peers node1:9781,node2:9781    # the whole job",
+		"PROBING_SYSTEM_PORT=9464 probing-mcp serve         # stdio, plus /metrics, /health, /live on 127.0.0.1:9464",
 	}}
 
 func serve(args []string, stdout, stderr io.Writer) int {
@@ -260,6 +262,11 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
 		return 2
 	}
+	sys, err := metrics.SystemFromEnv(os.Getenv) // PROBING_SYSTEM_PORT: health, live, /metrics
+	if err != nil {
+		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
+		return 2
+	}
 	if wcfg.on && cfg.Env.History == nil {
 		// Opened here, not in mcp.New, so that the watcher keeps its
 		// captures in the store the tools read.
@@ -285,6 +292,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer func() { stop(); waitWatcher() }()
+	if _, err := mcp.ServeSystem(ctx, sys, versionString(), logger); err != nil {
+		fmt.Fprintf(stderr, "probing-mcp serve: %v\n", err)
+		return 1
+	}
 	logger.Info("starting", "version", versionString(), "write_tools", cfg.AllowWrite)
 	logFileRoots(logger, cfg.Env.Files)
 	if *httpAddr == "" {

@@ -186,7 +186,8 @@ func (s *Store) AddAudit(r AuditEntry) (int64, error) {
 
 // insert runs one INSERT as its own transaction (autocommit): when it
 // returns, the row is on disk.
-func (s *Store) insert(query string, args ...any) (int64, error) {
+func (s *Store) insert(query string, args ...any) (_ int64, err error) {
+	defer observeWrite(query, time.Now(), &err) // metrics.go
 	if s.mode.ReadOnly {
 		return 0, fmt.Errorf("history: %s: %w", s.path, ErrReadOnly)
 	}

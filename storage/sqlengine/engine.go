@@ -290,8 +290,9 @@ func (s *session) close() {
 	}
 }
 
-// query is Query (tracing.go) untraced.
-func (e *Engine) query(ctx context.Context, sqlText string, limit int) (*Result, error) {
+// query is Query (tracing.go) untraced; metrics count it (metrics.go).
+func (e *Engine) query(ctx context.Context, sqlText string, limit int) (res *Result, err error) {
+	defer observeQuery(time.Now(), &res, &err) // metrics.go
 	if len(sqlText) > MaxSQLBytes {
 		return nil, sqlTooLongError(len(sqlText))
 	}
