@@ -177,6 +177,12 @@ func (s *Sampler) round(ctx context.Context) {
 		}
 		return
 	}
+	if ctx.Err() != nil {
+		// Stopped mid-round: its GPUs say "not sampled: context canceled",
+		// which is the sampler's end, not the GPUs' state; the last whole
+		// round stays the report.
+		return
+	}
 	AttachRanksFrom(snaps, s.opts.ProcRoot, s.opts.DataDir)
 	s.mu.Lock()
 	var nv []XidEvent

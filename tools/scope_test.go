@@ -20,10 +20,12 @@ import (
 	"github.com/probing-mcp/probing-mcp/cluster"
 	"github.com/probing-mcp/probing-mcp/cluster/fanout"
 	"github.com/probing-mcp/probing-mcp/cluster/node"
+	"github.com/probing-mcp/probing-mcp/diagnosis"
 	"github.com/probing-mcp/probing-mcp/internal/demojob"
 	"github.com/probing-mcp/probing-mcp/internal/rankset"
 	"github.com/probing-mcp/probing-mcp/skills"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
+	"github.com/probing-mcp/probing-mcp/watch"
 )
 
 // scopeSkill asks the same question three ways: the ranks in the rings
@@ -120,6 +122,31 @@ func TestSkillSeesItsScope(t *testing.T) {
 	res, err := whole.scope().Query(ctx, "SELECT count(DISTINCT _rank) AS n FROM global.python.comm_collective", 0)
 	if err != nil || len(res.Rows) != 1 || res.Rows[0].Values()[0] != int64(4) || res.DataQuality.NodesAsked != 2 {
 		t.Fatalf("global.: %+v %v", res, err)
+	}
+	// The watcher over the whole job: its pulse reads both daemons (no rank
+	// asked), and the hang is captured, then confirmed with the culprit,
+	// rank 2 on the second node.
+	pb, cov, err := whole.scope().Pulse(ctx)
+	if err != nil || len(pb.Ranks) != 4 || cov == nil || cov.Answered != 2 {
+		t.Fatalf("whole-job pulse: %v, %d ranks, coverage %+v", err, len(pb.Ranks), cov)
+	}
+	for r, re := range pb.Ranks {
+		if len(re.Threads) > 0 || re.Activity == nil {
+			t.Errorf("pulse rank %d: %d threads, activity %v", r, len(re.Threads), re.Activity != nil)
+		}
+	}
+	var evs []watch.Event
+	w, err := watch.New(watch.Options{Scope: whole.scope(), State: diagnosis.StateOptions{MinStall: time.Second},
+		Interval: 200 * time.Millisecond, Notify: func(e watch.Event) { evs = append(evs, e) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(evs) < 2 && ctx.Err() == nil {
+		w.Tick(ctx)
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(evs) < 2 || evs[0].Kind != watch.KindCaptured || evs[1].Kind != watch.KindStalled || evs[1].Headline().Culprits != "2" {
+		t.Fatalf("whole-job watch: %+v", evs)
 	}
 	res, err = whole.scope().Query(ctx, "SELECT count(*) AS n FROM probing.table_docs", 0)
 	if err != nil || len(res.Rows) != 1 || !strings.Contains(strings.Join(res.DataQuality.Notes, ";"), "coordinator's own engine") {

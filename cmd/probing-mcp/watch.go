@@ -109,21 +109,8 @@ func watchCmd(args []string, stdout, stderr io.Writer) int {
 		st.MinStall = time.Duration(*stall) * time.Second
 		st.NoHistoryStall = st.MinStall
 	}
-	var sender *watch.Alerts
-	if acfg.Enabled() {
-		d := alert.New(acfg, logger, nil)
-		defer func() {
-			// Queued alerts get a little time to go out; never forever.
-			cctx, ccancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer ccancel()
-			if err := d.Close(cctx); err != nil {
-				logger.Warn("watch: alerts not delivered at exit", "err", err)
-			}
-		}()
-		sender = &watch.Alerts{D: d, Look: func(id int64) string {
-			return fmt.Sprintf("probing-mcp query \"SELECT report_json FROM history.diagnoses WHERE id = %d\"", id)
-		}}
-	}
+	sender, drain := alertSender(acfg, logger)
+	defer drain()
 	var writeErr error
 	w, err := watch.New(watch.Options{Alerts: sender, Scope: cfg.Env.Scope(), State: st, Interval: *interval, History: hist,
 		Job: jobName(), Host: nodeHost(), Logger: logger,

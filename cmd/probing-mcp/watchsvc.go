@@ -42,14 +42,7 @@ func (w inProcessWatcher) start(ctx context.Context, scope evidence.Scope, hist 
 	if !w.on {
 		return func() {}, nil
 	}
-	var sender *watch.Alerts
-	var d *alert.Dispatcher
-	if w.alerts.Enabled() {
-		d = alert.New(w.alerts, logger, nil)
-		sender = &watch.Alerts{D: d, Look: func(id int64) string {
-			return fmt.Sprintf("probing-mcp query \"SELECT report_json FROM history.diagnoses WHERE id = %d\"", id)
-		}}
-	}
+	sender, drain := alertSender(w.alerts, logger)
 	if onEvent == nil {
 		onEvent = func(watch.Event) {}
 	}
@@ -66,14 +59,27 @@ func (w inProcessWatcher) start(ctx context.Context, scope evidence.Scope, hist 
 	logger.Info("watching the job", "alerts", w.alerts.Enabled(), "history", hist != nil)
 	return func() {
 		<-done
-		if d != nil {
+		drain()
+	}, nil
+}
+
+// alertSender is the watcher's alert sinks (nil when none are set) and
+// the function that gives queued alerts a little time at exit, never
+// forever.
+func alertSender(acfg alert.Config, logger *slog.Logger) (*watch.Alerts, func()) {
+	if !acfg.Enabled() {
+		return nil, func() {}
+	}
+	d := alert.New(acfg, logger, nil)
+	return &watch.Alerts{D: d, Look: func(id int64) string {
+			return fmt.Sprintf("probing-mcp query \"SELECT report_json FROM history.diagnoses WHERE id = %d\"", id)
+		}}, func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
 			if err := d.Close(cctx); err != nil {
 				logger.Warn("watch: alerts not delivered at exit", "err", err)
 			}
 		}
-	}, nil
 }
 
 // openHistory opens the history for a watcher, or says why not (watching
