@@ -17,6 +17,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diagnosis"
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	"github.com/probing-mcp/probing-mcp/internal/metrics"
 	"github.com/probing-mcp/probing-mcp/storage/history"
 )
 
@@ -163,6 +164,7 @@ func (w *Watcher) Tick(ctx context.Context) {
 		} else if cov != nil && !cov.Complete() {
 			why += "; " + cov.Text()
 		}
+		metrics.WatchBlind()
 		w.blind(now, why)
 		return
 	}
@@ -172,6 +174,7 @@ func (w *Watcher) Tick(ctx context.Context) {
 		w.emit(Event{Kind: KindSeeing, Level: LevelInfo, Title: "the watcher sees the job again"})
 	}
 	js := diagnosis.StateOf(b, w.opt.State)
+	metrics.WatchPulse(js.State, detectAge(js).Seconds(), js.Threshold.Seconds())
 	switch js.State {
 	case diagnosis.StateStalled, diagnosis.StateDead:
 		w.stuck(ctx, now, js)
@@ -300,6 +303,7 @@ func (w *Watcher) emit(e Event) {
 	if w.opt.Alerts != nil {
 		delivery = w.opt.Alerts.Send(e)
 	}
+	metrics.WatchEvent(string(e.Kind), string(e.Level))
 	w.opt.Logger.Info("watch", "event", string(e.Kind), "title", e.Title, "incident", e.Incident, "history_id", e.HistoryID, "delivery", delivery)
 	w.record(e, delivery)
 	w.opt.Notify(e)

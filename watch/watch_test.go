@@ -9,6 +9,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/diagnosis"
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/internal/metrics/metricstest"
 	"github.com/probing-mcp/probing-mcp/stacks"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -212,5 +213,32 @@ func TestWatchStragglerOnlyWhenItLasts(t *testing.T) {
 	s.advance(w, time.Minute, true)
 	if len(*evs) != 1 {
 		t.Fatalf("events %q; said once per streak", kinds(*evs))
+	}
+}
+
+// TestWatchMetrics: the job's state, idle time and threshold, and the
+// events, are on the metrics endpoint for a Prometheus to page on.
+func TestWatchMetrics(t *testing.T) {
+	before := metricstest.Value(t, "probing_mcp_watch_events_total", map[string]string{"kind": "captured", "level": "info"})
+	s, w, _ := newScripted(t, 30*time.Second)
+	s.advance(w, 10*time.Second, true)
+	if v := metricstest.Value(t, "probing_mcp_watch_job_state", map[string]string{"state": "healthy"}); v != 1 {
+		t.Errorf("healthy gauge %v", v)
+	}
+	s.advance(w, 7*time.Second, false)
+	if v := metricstest.Value(t, "probing_mcp_watch_job_state", map[string]string{"state": "stalled"}); v != 1 {
+		t.Errorf("stalled gauge %v", v)
+	}
+	if v := metricstest.Value(t, "probing_mcp_watch_job_state", map[string]string{"state": "healthy"}); v != 0 {
+		t.Errorf("healthy gauge %v while stalled", v)
+	}
+	if v := metricstest.Value(t, "probing_mcp_watch_idle_seconds", nil); v < 6 {
+		t.Errorf("idle %v s after 7 s without progress", v)
+	}
+	if v := metricstest.Value(t, "probing_mcp_watch_stall_threshold_seconds", nil); v != 5 {
+		t.Errorf("threshold %v", v)
+	}
+	if v := metricstest.Value(t, "probing_mcp_watch_events_total", map[string]string{"kind": "captured", "level": "info"}); v != before+1 {
+		t.Errorf("captured events %v, want %v", v, before+1)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/probing-mcp/probing-mcp/internal/metrics"
 	"github.com/probing-mcp/probing-mcp/internal/tracing"
 )
 
@@ -18,6 +19,9 @@ func startTracing(role string, logger *slog.Logger) (stop func(), err error) {
 	shutdown, err := tracing.Setup(context.Background(), tracing.Options{Version: versionString(), Role: role, Logger: logger})
 	if err != nil {
 		return func() {}, err
+	}
+	if tracing.Enabled() {
+		metrics.TraceDrops(tracing.Dropped) // probing_mcp_trace_spans_dropped_total
 	}
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), traceFlushTime)
