@@ -253,17 +253,7 @@ func recordSnapshot(env *Env, d evidence.FRDump) int64 {
 	if env.History == nil {
 		return 0
 	}
-	var rank *int
-	if d.Rank >= 0 {
-		r := d.Rank
-		rank = &r
-	}
-	format := d.Format
-	if format == "" {
-		format = "pickle"
-	}
-	id, err := env.History.AddSnapshot(history.Snapshot{Host: d.Host, PID: d.PID, Rank: rank, WorldSize: d.WorldSize,
-		Source: "live", Format: format, TraceVersion: d.Version, Entries: d.Records, Data: d.Data, Note: d.DumpFunction})
+	id, err := env.History.AddSnapshot(evidence.SnapshotRow(d, "live"))
 	if err != nil {
 		env.Logger.Warn("snapshot not recorded in history", "pid", d.PID, "err", err)
 		return 0

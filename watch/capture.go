@@ -65,10 +65,16 @@ func (w *Watcher) record(e Event, delivery string) {
 }
 
 // keepStacks stores every rank's captured threads in history.stack_captures
-// (a rank the watchdog kills later is diagnosed post-mortem from them).
+// (a rank the watchdog kills later is diagnosed post-mortem from them),
+// and the Flight Recorder dumps the capture read in history.fr_snapshots.
 func (w *Watcher) keepStacks(b *evidence.Bundle) {
 	if w.opt.History == nil || b == nil {
 		return
+	}
+	for _, d := range b.FRDumps {
+		if _, err := w.opt.History.AddSnapshot(evidence.SnapshotRow(d, "watch")); err != nil {
+			w.opt.Logger.Warn("watch: Flight Recorder snapshot not kept in history", "rank", d.Rank, "err", err)
+		}
 	}
 	ranks := make([]int, 0, len(b.Ranks))
 	for r := range b.Ranks {

@@ -23,6 +23,7 @@ const (
 	KindPaused   Kind = "paused"
 	KindMoving   Kind = "moving"
 	KindSlow     Kind = "slow"
+	KindGPUFault Kind = "gpu_fault"
 	KindBlind    Kind = "blind"
 	KindSeeing   Kind = "seeing"
 )

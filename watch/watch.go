@@ -13,10 +13,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/diagnosis"
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/internal/metrics"
 	"github.com/probing-mcp/probing-mcp/storage/history"
 )
@@ -97,6 +100,7 @@ type Watcher struct {
 	blindSaid         bool
 	slowSince         time.Time // when the job was first slow without a break
 	slowSaid          bool
+	gpuSaid           map[string]bool // GPU faults already reported
 
 	ticks int
 }
@@ -175,6 +179,7 @@ func (w *Watcher) Tick(ctx context.Context) {
 	}
 	js := diagnosis.StateOf(b, w.opt.State)
 	metrics.WatchPulse(js.State, detectAge(js).Seconds(), js.Threshold.Seconds())
+	w.gpuFaults(ctx, b, js)
 	switch js.State {
 	case diagnosis.StateStalled, diagnosis.StateDead:
 		w.stuck(ctx, now, js)
@@ -267,6 +272,37 @@ func (w *Watcher) stuck(ctx context.Context, now time.Time, js diagnosis.JobStat
 	}
 	e.IncidentKey = incidentKey(w.opt.Job, in.alerted) // a follow-up keeps its incident's key
 	w.emit(e)
+}
+
+// gpuFaults reports a GPU that the pulse's GPU report shows lost or
+// faulty (an Xid, an uncorrectable ECC error, a failed row remap), once
+// per GPU and fault, with the evidence captured: a GPU fault is a
+// transition even while the job still moves (its ranks will not for long).
+func (w *Watcher) gpuFaults(ctx context.Context, b *evidence.Bundle, js diagnosis.JobState) {
+	var news []string
+	for _, r := range b.GPU {
+		for _, d := range r.Devices {
+			if d.Signature != gpu.SigLost && d.Signature != gpu.SigError {
+				continue
+			}
+			key := fmt.Sprintf("%s|%d|%s|%s", r.Host, d.Index, d.Signature, d.Why)
+			if w.gpuSaid[key] {
+				continue
+			}
+			if w.gpuSaid == nil {
+				w.gpuSaid = map[string]bool{}
+			}
+			w.gpuSaid[key] = true
+			news = append(news, fmt.Sprintf("%s GPU %d %s: %s", jobtext.Quote(r.Host, jobtext.Name), d.Index, d.Signature, jobtext.Clip(d.Why, 200)))
+		}
+	}
+	if len(news) == 0 {
+		return
+	}
+	in := &incident{id: w.ticks, found: w.opt.Now(), state: js, first: js}
+	w.capture(ctx, in, js)
+	w.emit(Event{Kind: KindGPUFault, Level: LevelError, Title: "a GPU fault", Text: strings.Join(news, "; "), Incident: in.id,
+		State: js, Report: in.report, HistoryID: in.historyID})
 }
 
 // recheck is how often an unconfirmed incident is diagnosed again: the

@@ -105,8 +105,8 @@ func TestWatchNoticesLiveHang(t *testing.T) {
 			t.Errorf("pulse rank %d: %d threads, main %v, activity %v, alive %v", r, len(re.Threads), re.Main != nil, re.Activity != nil, re.Alive)
 		}
 	}
-	if len(pb.FRDumps) > 0 || len(pb.GPU) > 0 {
-		t.Errorf("pulse read the Flight Recorder (%d) or GPUs (%d)", len(pb.FRDumps), len(pb.GPU))
+	if len(pb.FRDumps) > 0 {
+		t.Errorf("pulse read the Flight Recorder (%d dumps)", len(pb.FRDumps))
 	}
 	caps, err := h.StackCaptures(history.ListOptions{})
 	if err != nil || len(caps) < 4 {

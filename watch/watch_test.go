@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/internal/metrics/metricstest"
 	"github.com/probing-mcp/probing-mcp/stacks"
+	"github.com/probing-mcp/probing-mcp/storage/history"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
@@ -22,6 +24,7 @@ type scripted struct {
 	dead     map[int]bool
 	none     bool // no rank found
 	slowRank int  // this rank steps at 4× the others' time (-1, 0: none)
+	gpuLost  bool // GPU 3 fell off the bus
 	pulses   int
 	gathers  int
 }
@@ -30,6 +33,9 @@ func (s *scripted) bundle() *evidence.Bundle {
 	b := &evidence.Bundle{World: 4, Ranks: map[int]*evidence.RankEvidence{}}
 	if s.none {
 		return b
+	}
+	if s.gpuLost {
+		b.GPU = []gpu.Report{{Host: "n1", Devices: []gpu.DeviceState{{Snapshot: gpu.Snapshot{Index: 3}, Signature: gpu.SigLost, Why: "Xid 79: fallen off the bus"}}}}
 	}
 	for r := 0; r < 4; r++ {
 		var steps []int64
@@ -53,7 +59,13 @@ func (s *scripted) Pulse(context.Context) (*evidence.Bundle, *evidence.Coverage,
 
 func (s *scripted) Evidence(context.Context, int) (*evidence.Bundle, *evidence.Coverage, error) {
 	s.gathers++
-	return s.bundle(), nil, nil
+	b := s.bundle()
+	for r := range b.Ranks {
+		b.Ranks[r].Threads = []stacks.Thread{{IsMain: true, Name: "MainThread", Frames: []stacks.Frame{{Function: "step", File: "train.py", Line: 3}}}}
+		b.Ranks[r].Main = &b.Ranks[r].Threads[0]
+	}
+	b.FRDumps = []evidence.FRDump{{Rank: 1, PID: 101, Host: "n", Data: []byte("not a real dump"), Format: "pickle"}}
+	return b, nil, nil
 }
 
 func (s *scripted) Stacks(context.Context, evidence.Selection) (*evidence.StacksAnswer, error) {
@@ -240,5 +252,37 @@ func TestWatchMetrics(t *testing.T) {
 	}
 	if v := metricstest.Value(t, "probing_mcp_watch_events_total", map[string]string{"kind": "captured", "level": "info"}); v != before+1 {
 		t.Errorf("captured events %v, want %v", v, before+1)
+	}
+}
+
+// TestWatchKeepsTheCapture: the capture's stacks, Flight Recorder dumps,
+// verdict and events are in the history.
+func TestWatchKeepsTheCapture(t *testing.T) {
+	h, err := history.Open(filepath.Join(t.TempDir(), "h.db"), history.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	s, w, _ := newScripted(t, 30*time.Second)
+	w.opt.History = h
+	s.advance(w, 10*time.Second, true)
+	s.advance(w, 7*time.Second, false)
+	caps, _ := h.StackCaptures(history.ListOptions{})
+	snaps, _ := h.Snapshots(history.ListOptions{})
+	diags, _ := h.Diagnoses(history.ListOptions{})
+	alerts, _ := h.Alerts(history.ListOptions{}, time.Time{})
+	if len(caps) != 4 || len(snaps) != 1 || snaps[0].Source != "watch" || len(diags) != 1 || diags[0].Kind != "watch" ||
+		len(alerts) != 1 || alerts[0].Kind != "captured" || alerts[0].DiagnosisID != diags[0].ID {
+		t.Fatalf("kept: %d stack captures, %d snapshots %+v, %d verdicts, alerts %+v", len(caps), len(snaps), snaps, len(diags), alerts)
+	}
+}
+
+func TestWatchGPUFaultWhileMoving(t *testing.T) {
+	s, w, evs := newScripted(t, 30*time.Second)
+	s.advance(w, 10*time.Second, true)
+	s.gpuLost = true
+	s.advance(w, 10*time.Second, true)
+	if k := kinds(*evs); k != "gpu_fault" || s.gathers != 1 || !strings.Contains((*evs)[0].Text, "GPU 3 lost: Xid 79") || (*evs)[0].Level != LevelError {
+		t.Fatalf("events %q (%d gathers): %+v", k, s.gathers, *evs)
 	}
 }

@@ -7,6 +7,22 @@ import (
 	"github.com/probing-mcp/probing-mcp/storage/history"
 )
 
+// SnapshotRow is d as history.fr_snapshots keeps it (get_stacks'
+// snapshot tool and the watcher's captures alike).
+func SnapshotRow(d FRDump, source string) history.Snapshot {
+	var rank *int
+	if d.Rank >= 0 {
+		r := d.Rank
+		rank = &r
+	}
+	format := d.Format
+	if format == "" {
+		format = "pickle"
+	}
+	return history.Snapshot{Host: d.Host, PID: d.PID, Rank: rank, WorldSize: d.WorldSize,
+		Source: source, Format: format, TraceVersion: d.Version, Entries: d.Records, Data: d.Data, Note: d.DumpFunction}
+}
+
 // capturesRead bounds the stack captures read per dead rank: the newest
 // few of its rank, of which the one of its pid counts.
 const capturesRead = 8

@@ -38,10 +38,10 @@ type Options struct {
 	GPU  GPUSource
 	Host string
 	// Pulse reads only what costs the job nothing: the agents' identity
-	// and liveness (files and /proc) and the rings' recent steps and
-	// collectives. No rank is asked for stacks or a Flight Recorder
-	// snapshot, none is signalled, no GPU is sampled: the watcher reads
-	// this every tick while the job moves.
+	// and liveness (files and /proc), the rings' recent steps and
+	// collectives, and the GPU sampler's newest round. No rank is asked
+	// for stacks or a Flight Recorder snapshot, none is signalled, NVML is
+	// not called: the watcher reads this every tick while the job moves.
 	Pulse bool
 	// History holds the watcher's stack captures: a rank killed without
 	// a trace (SIGKILL) is placed where the last one saw it. Nil: none.
@@ -202,16 +202,16 @@ func Gather(ctx context.Context, opt Options) *Bundle {
 			known = append(known, a.Rank())
 		}
 	}
-	if !opt.Pulse {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := NodeGPU(ctx, opt.GPU, opt.SQL, opt.Host)
-			mu.Lock()
-			b.GPU = []gpu.Report{r}
-			mu.Unlock()
-		}()
-	}
+	// The GPUs: the sampler's newest round or the rings' (a pulse asks
+	// NVML nothing either).
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r := NodeGPU(ctx, opt.GPU, opt.SQL, opt.Host)
+		mu.Lock()
+		b.GPU = []gpu.Report{r}
+		mu.Unlock()
+	}()
 	if opt.SQL != nil {
 		wg.Add(2)
 		go func() {
