@@ -55,6 +55,11 @@ type Options struct {
 	// Alerts delivers events to the alert sinks (nil: none); it queues
 	// and returns at once what it did, which the history keeps.
 	Alerts Sender
+	// Act, when set (watch --act, off by default), runs once per
+	// confirmed stall or death, after the capture and before the alert;
+	// what it says it did joins the event's text. Without it the watcher
+	// only observes.
+	Act func(ctx context.Context, e Event) string
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -115,6 +120,7 @@ type incident struct {
 	followUp  bool              // confirmed before: the next confirmation is a follow-up
 	alerted   *diagnosis.Report // the report of the confirmation sent
 	paused    bool              // the last diagnosis called it a pause
+	acted     bool              // Act ran for it
 	lastDiag  time.Time
 	report    *diagnosis.Report
 	historyID int64
@@ -271,6 +277,12 @@ func (w *Watcher) stuck(ctx context.Context, now time.Time, js diagnosis.JobStat
 		in.alerted = rep
 	}
 	e.IncidentKey = incidentKey(w.opt.Job, in.alerted) // a follow-up keeps its incident's key
+	if w.opt.Act != nil && !in.acted {
+		in.acted = true
+		if did := w.opt.Act(ctx, e); did != "" {
+			e.Text += "\nActed (--act): " + did
+		}
+	}
 	w.emit(e)
 }
 

@@ -286,3 +286,22 @@ func TestWatchGPUFaultWhileMoving(t *testing.T) {
 		t.Fatalf("events %q (%d gathers): %+v", k, s.gathers, *evs)
 	}
 }
+
+func TestWatchActsOncePerConfirmedIncident(t *testing.T) {
+	s, w, evs := newScripted(t, 30*time.Second)
+	var acted []Kind
+	w.opt.Act = func(_ context.Context, e Event) string { acted = append(acted, e.Kind); return "asked torch to dump" }
+	s.advance(w, 10*time.Second, true)
+	s.advance(w, 25*time.Second, false)
+	if len(acted) != 0 {
+		t.Fatalf("acted before the stall was confirmed: %v", acted)
+	}
+	s.advance(w, 20*time.Second, false)
+	if len(acted) != 1 || acted[0] != KindStalled || !strings.Contains((*evs)[len(*evs)-1].Text, "Acted (--act): asked torch to dump") {
+		t.Fatalf("acted %v; events %q", acted, kinds(*evs))
+	}
+	s.advance(w, time.Minute, false)
+	if len(acted) != 1 {
+		t.Fatalf("acted %d times for one incident", len(acted))
+	}
+}

@@ -42,6 +42,7 @@ func watchCmd(args []string, stdout, stderr io.Writer) int {
 	job := fs.String("job", "", "the whole job: its c10d TCPStore `HOST:PORT`")
 	peers := fs.String("peers", "", "the whole job: its node daemons as `ADDR,...`")
 	slurmPort := fs.Int("slurm-port", 0, "the whole job: a node daemon at `PORT` on every node of SLURM_JOB_NODELIST")
+	act := fs.Bool("act", false, "on a confirmed stall or death, ask torch to dump each rank's Flight Recorder through its dump pipe (this node; audited in history.audit); off: observe only")
 	pos, code, done := parseCommand(fs, watchDoc, args, true, stdout, stderr)
 	if done {
 		return code
@@ -111,8 +112,16 @@ func watchCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	sender, drain := alertSender(acfg, logger)
 	defer drain()
+	var actFn func(context.Context, watch.Event) string
+	if *act {
+		if cfg.Env.Cluster != nil {
+			fmt.Fprintf(stderr, "probing-mcp watch: --act acts on this node's ranks only; run it on each node (or in each node daemon), not with --job/--peers\n")
+			return 2
+		}
+		actFn = actDumpPipes(cfg.Env.Agents, hist, logger)
+	}
 	var writeErr error
-	w, err := watch.New(watch.Options{Alerts: sender, Scope: cfg.Env.Scope(), State: st, Interval: *interval, History: hist,
+	w, err := watch.New(watch.Options{Alerts: sender, Act: actFn, Scope: cfg.Env.Scope(), State: st, Interval: *interval, History: hist,
 		Job: jobName(), Host: nodeHost(), Logger: logger,
 		Notify: func(e watch.Event) {
 			if *asJSON {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/internal/demojob"
+	"github.com/probing-mcp/probing-mcp/storage/history"
 )
 
 func TestWatchUsageErrors(t *testing.T) {
@@ -47,7 +48,8 @@ func TestWatchCLIOnDemoJob(t *testing.T) {
 	defer job.Stop()
 	t.Setenv("PROBING_DATA_DIR", job.DataDir)
 	t.Setenv("PROBING_CTRL_ROOT", job.CtrlRoot)
-	t.Setenv("PROBING_MCP_HISTORY", filepath.Join(t.TempDir(), "history.db"))
+	histPath := filepath.Join(t.TempDir(), "history.db")
+	t.Setenv("PROBING_MCP_HISTORY", histPath)
 	// The on-call's webhook: a receiver of the generic JSON body.
 	var mu sync.Mutex
 	var bodies []map[string]any
@@ -62,7 +64,7 @@ func TestWatchCLIOnDemoJob(t *testing.T) {
 	}))
 	defer hook.Close()
 	t.Setenv("PROBING_WEBHOOK_URL", hook.URL+"/hook/SECRET-TOKEN")
-	code, out, errOut := runCLI("watch", "--json", "--until", "stalled", "--stall-seconds", "2", "--interval", "200ms", "--for", "150s")
+	code, out, errOut := runCLI("watch", "--json", "--until", "stalled", "--stall-seconds", "2", "--interval", "200ms", "--for", "150s", "--act")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -89,6 +91,20 @@ func TestWatchCLIOnDemoJob(t *testing.T) {
 	if len(bodies) != 1 || bodies[0]["kind"] != "incident" || bodies[0]["culprits"] != "2" || bodies[0]["category"] != "cpu_stall" ||
 		bodies[0]["level"] != "error" || !strings.Contains(fmt.Sprint(bodies[0]["look_closer"]), "history.diagnoses WHERE id =") {
 		t.Fatalf("webhook got %d bodies: %v", len(bodies), bodies)
+	}
+	// --act asked every rank for a dump through torch's pipe (this job has
+	// none: said, not hidden) and audited it as a write.
+	if !strings.Contains(fmt.Sprint(bodies[0]["text"]), "Acted (--act): no dump from ranks 0-3") {
+		t.Errorf("the alert does not say what --act did: %v", bodies[0]["text"])
+	}
+	h, err := history.Open(histPath, history.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	au, err := h.Audit(history.ListOptions{})
+	if err != nil || len(au) != 2 || au[0].Tool != "watch --act" || au[0].Phase != "result" || au[0].Outcome != "error" || au[1].Phase != "call" {
+		t.Fatalf("audit: %+v %v", au, err)
 	}
 	if strings.Contains(errOut, "SECRET-TOKEN") {
 		t.Errorf("the webhook's token is in the log:\n%s", errOut)
