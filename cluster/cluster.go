@@ -8,22 +8,17 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/probing-mcp/probing-mcp/internal/netaddr"
 )
 
 // LoopbackHost is whether h is a loopback address or name.
-func LoopbackHost(h string) bool {
-	if h == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
-}
+func LoopbackHost(h string) bool { return netaddr.Loopback(h) }
 
 // Kinds of node endpoint.
 const (

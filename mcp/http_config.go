@@ -8,7 +8,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"path"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/internal/bytesize"
 	"github.com/probing-mcp/probing-mcp/internal/metrics"
+	"github.com/probing-mcp/probing-mcp/internal/netaddr"
 )
 
 // Defaults mirror the Probing agent's.
@@ -203,18 +203,7 @@ func canonicalHostPort(hostport, scheme string) string {
 
 // isLoopbackHost reports whether a host or host:port names this machine's
 // loopback interface: localhost, 127.0.0.0/8 or ::1.
-func isLoopbackHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.Unmap().IsLoopback()
-}
+func isLoopbackHost(hostport string) bool { return netaddr.Loopback(hostport) }
 
 // CheckListenAddr refuses to expose an unauthenticated server beyond this
 // machine: without a token, only a loopback bind is allowed. An empty host

@@ -9,10 +9,11 @@ package metrics
 import (
 	"fmt"
 	"net"
-	"net/netip"
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/probing-mcp/probing-mcp/internal/netaddr"
 )
 
 // The variables.
@@ -149,14 +150,4 @@ func refuseOpen(v, port string) error {
 
 // Loopback is whether host (a name or address, optionally with a port or
 // brackets) is this machine only: localhost, 127.0.0.0/8 or ::1.
-func Loopback(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.Unmap().IsLoopback()
-}
+func Loopback(host string) bool { return netaddr.Loopback(host) }

@@ -3,10 +3,11 @@ package alert
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/probing-mcp/probing-mcp/internal/netaddr"
 )
 
 // The variables ConfigFromEnv reads.
@@ -234,14 +235,7 @@ func checkURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-func loopback(host string) bool {
-	h := strings.TrimSuffix(strings.ToLower(host), ".")
-	if h == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
-}
+func loopback(host string) bool { return netaddr.Loopback(host) }
 
 // formatOf is the format a webhook URL gets, chosen as Trackio does:
 // Slack's incoming-webhook host, Discord's webhook paths, else generic.
