@@ -103,6 +103,7 @@ type Watcher struct {
 	// lastSeen is when a pulse last showed a rank; started when Run began.
 	lastSeen, started time.Time
 	blindSaid         bool
+	everSeen          bool // a pulse has shown the job at least once
 	slowSince         time.Time // when the job was first slow without a break
 	slowSaid          bool
 	gpuSaid           map[string]bool // GPU faults already reported
@@ -178,7 +179,7 @@ func (w *Watcher) Tick(ctx context.Context) {
 		w.blind(now, why)
 		return
 	}
-	w.lastSeen = now
+	w.lastSeen, w.everSeen = now, true
 	if w.blindSaid {
 		w.blindSaid = false
 		w.emit(Event{Kind: KindSeeing, Level: LevelInfo, Title: "the watcher sees the job again"})
@@ -334,6 +335,13 @@ func (w *Watcher) blind(now time.Time, why string) {
 	}
 	w.blindSaid = true
 	w.phase = "blind"
+	if !w.everSeen {
+		// Started before the job (a server or daemon that outlives its
+		// jobs): nothing was lost sight of, so nobody is paged.
+		w.emit(Event{Kind: KindBlind, Level: LevelInfo, Title: "no job to watch yet",
+			Text: fmt.Sprintf("for %s: %s", now.Sub(w.lastSeen).Round(time.Second), why)})
+		return
+	}
 	w.emit(Event{Kind: KindBlind, Level: LevelError, Title: "the watcher cannot see the job",
 		Text: fmt.Sprintf("for %s: %s", now.Sub(w.lastSeen).Round(time.Second), why)})
 }

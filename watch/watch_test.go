@@ -191,13 +191,19 @@ func TestWatchBlindIsSaidOnceThenSeeing(t *testing.T) {
 	s, w, evs := newScripted(t, 30*time.Second)
 	s.none = true
 	s.advance(w, 30*time.Second, false)
-	if k := kinds(*evs); k != "blind" || (*evs)[0].Level != LevelError {
-		t.Fatalf("events %q; a watcher that sees no rank says so once", k)
+	if k := kinds(*evs); k != "blind" || (*evs)[0].Level != LevelInfo {
+		t.Fatalf("events %q; a watcher started before its job says so once, at info (nothing was lost)", k)
 	}
 	s.none = false
+	s.lastStep = s.now
 	s.advance(w, 3*time.Second, true)
 	if k := kinds(*evs); k != "blind,seeing" {
 		t.Fatalf("events %q", k)
+	}
+	s.none = true // the job vanishes from the watcher's sight: the dead-man alert
+	s.advance(w, 30*time.Second, false)
+	if k := kinds(*evs); k != "blind,seeing,blind" || (*evs)[2].Level != LevelError {
+		t.Fatalf("events %q; losing sight of a job it saw is an error", k)
 	}
 }
 
