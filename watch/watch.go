@@ -103,7 +103,7 @@ type Watcher struct {
 	// lastSeen is when a pulse last showed a rank; started when Run began.
 	lastSeen, started time.Time
 	blindSaid         bool
-	everSeen          bool // a pulse has shown the job at least once
+	everSeen          bool      // a pulse has shown the job at least once
 	slowSince         time.Time // when the job was first slow without a break
 	slowSaid          bool
 	gpuSaid           map[string]bool // GPU faults already reported
