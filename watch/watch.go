@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/internal/jobtext"
 	"github.com/probing-mcp/probing-mcp/internal/metrics"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 	"github.com/probing-mcp/probing-mcp/storage/history"
 )
 
@@ -186,6 +188,7 @@ func (w *Watcher) Tick(ctx context.Context) {
 	}
 	js := diagnosis.StateOf(b, w.opt.State)
 	metrics.WatchPulse(js.State, detectAge(js).Seconds(), js.Threshold.Seconds())
+	metrics.WatchGroups(idleGroups(js))
 	w.gpuFaults(ctx, b, js)
 	switch js.State {
 	case diagnosis.StateStalled, diagnosis.StateDead:
@@ -382,6 +385,22 @@ func detectAge(js diagnosis.JobState) time.Duration {
 func incidentKey(job string, rep *diagnosis.Report) string {
 	h := Event{Report: rep}.Headline()
 	return job + "|" + h.Culprits + "|" + h.Category
+}
+
+// idleGroups groups the live ranks by how long they have been idle, to
+// the whole second, as rank ranges.
+func idleGroups(js diagnosis.JobState) map[string]float64 {
+	by := map[int64][]int{}
+	for r, d := range js.Idle {
+		s := int64(d / time.Second)
+		by[s] = append(by[s], r)
+	}
+	out := make(map[string]float64, len(by))
+	for s, rs := range by {
+		sort.Ints(rs)
+		out[rankset.Format(rs)] = float64(s)
+	}
+	return out
 }
 
 func highConfidence(rep *diagnosis.Report) bool {

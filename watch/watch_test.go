@@ -253,6 +253,9 @@ func TestWatchMetrics(t *testing.T) {
 	if v := metricstest.Value(t, "probing_mcp_watch_idle_seconds", nil); v < 6 {
 		t.Errorf("idle %v s after 7 s without progress", v)
 	}
+	if v := metricstest.Value(t, "probing_mcp_watch_group_idle_seconds", map[string]string{"ranks": "0-3"}); v < 6 {
+		t.Errorf("ranks 0-3 idle %v s", v)
+	}
 	if v := metricstest.Value(t, "probing_mcp_watch_stall_threshold_seconds", nil); v != 5 {
 		t.Errorf("threshold %v", v)
 	}

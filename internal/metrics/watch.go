@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"sort"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +38,11 @@ var (
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: "probing_mcp_watch_stall_threshold_seconds",
 			Help: "The stall threshold the watcher uses, learned from the job's own steps."})
 	})
+	watchGroupIdle = lazy(func() *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "probing_mcp_watch_group_idle_seconds",
+			Help: "Seconds since each group of ranks last made progress (ranks idle for the same whole second grouped, as ranges; at most 16 groups, the idlest first)."},
+			[]string{"ranks"})
+	})
 	watchEvents = counter("watch_events_total", "Events the watcher raised, by kind and level.", "kind", "level")
 	watchPulses = counter("watch_pulses_total", "Pulses the watcher read, by result (ok, blind).", "result")
 )
@@ -58,6 +64,32 @@ func WatchPulse(state string, idleSeconds, thresholdSeconds float64) {
 	watchIdle.get().Set(idleSeconds)
 	watchThreshold.get().Set(thresholdSeconds)
 	watchPulses.get().WithLabelValues("ok").Inc()
+}
+
+// maxIdleGroups bounds the rank groups exported per pulse.
+const maxIdleGroups = 16
+
+// WatchGroups exports the ranks' idle times grouped: groups maps a rank
+// range ("0-1,3") to its idle seconds. The previous pulse's groups go, so
+// the series follow the job, not its history.
+func WatchGroups(groups map[string]float64) {
+	g := watchGroupIdle.get()
+	g.Reset()
+	type kv struct {
+		k string
+		v float64
+	}
+	var l []kv
+	for k, v := range groups {
+		l = append(l, kv{k, v})
+	}
+	sort.Slice(l, func(i, j int) bool { return l[i].v > l[j].v || (l[i].v == l[j].v && l[i].k < l[j].k) })
+	for i, e := range l {
+		if i == maxIdleGroups {
+			break
+		}
+		g.WithLabelValues(clean(e.k)).Set(e.v)
+	}
 }
 
 // WatchBlind records a pulse that showed no rank.
