@@ -4,7 +4,8 @@
 Each case is a real job of the corpus that keeps running as training jobs
 do (evals/jobs: DDP with a DataLoader, AdamW and a checkpoint saved and
 uploaded by rank 0 every 10 steps; DDP with a long validation pass; the
-torch-free socket job; the tensor/data-parallel gloo job), launched by the
+torch-free socket job, at its pace and slowed to 1.5-s steps; the
+tensor/data-parallel gloo job), launched by the
 corpus' launcher protocol and watched for --minutes by `probing-mcp watch
 --json`. A case fails when the watcher raised an alert (level warn or
 error: a stall or death confirmed, a straggler, a blind watcher); info
@@ -24,9 +25,10 @@ import time
 import corpus
 from corpus import REPO
 
-# (job, scenario, world): healthy, checkpointing, evaluating jobs.
-TORCH_FREE = [("socket_job.py", "healthy", 4), ("socket_job.py", "healthy", 8)]
-TORCH = [("ddp_job.py", "healthy", 4), ("ddp_job.py", "validation_pause", 4), ("tp_gloo_job.py", "healthy", 4)]
+# (job, scenario, world, environment): healthy, slow, checkpointing and
+# evaluating jobs.
+TORCH_FREE = [("socket_job.py", "healthy", 4, {}), ("socket_job.py", "healthy", 4, {"SOCKET_JOB_COMPUTE_S": "1.5"})]
+TORCH = [("ddp_job.py", "healthy", 4, {}), ("ddp_job.py", "validation_pause", 4, {}), ("tp_gloo_job.py", "healthy", 4, {})]
 
 
 def watch_case(case, opt):
@@ -69,9 +71,21 @@ def main(argv=None):
         specs += [(c, opt.python_torch) for c in TORCH]
     corpus.install_signals()
     results, failed = [], 0
-    for (job, scenario, world), py in specs:
+    for (job, scenario, world, extra), py in specs:
         case = corpus.Case(job, scenario, world, False, py)
-        r = watch_case(case, opt)
+        if extra:
+            case.name += " (%s)" % ", ".join("%s=%s" % kv for kv in sorted(extra.items()))
+            case.result["case"] = case.name
+        saved = {k: os.environ.get(k) for k in extra}
+        os.environ.update(extra)  # the launcher inherits it
+        try:
+            r = watch_case(case, opt)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         results.append(r)
         bad = r.get("error") or r.get("alerts")
         failed += bool(bad)

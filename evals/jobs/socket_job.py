@@ -84,7 +84,9 @@ FAULT_STEP = 10      # steps before the fault: a step history for the diagnosis
 # ones, past the first second's start-up (the agent's own threads starting,
 # modules imported lazily), which can slow one rank for a few steps.
 HEALTHY_STEPS = 40
-COMPUTE_S = 0.05     # one step's compute (a sleep: many ranks share small machines)
+# One step's compute (a sleep: many ranks share small machines);
+# SOCKET_JOB_COMPUTE_S makes a slow job (the watcher's soak).
+COMPUTE_S = float(os.environ.get("SOCKET_JOB_COMPUTE_S") or 0.05)
 SETTLE_S = 2.0       # after the hang's picture is reached: the agents' flushers (0.5 s) write it
 READY_TIMEOUT_S = 180.0
 
