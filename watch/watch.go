@@ -106,6 +106,8 @@ type Watcher struct {
 	lastSeen, started time.Time
 	blindSaid         bool
 	everSeen          bool      // a pulse has shown the job at least once
+	clocklessSince    time.Time // when the pulses first showed ranks but no clock
+	clocklessSaid     bool
 	slowSince         time.Time // when the job was first slow without a break
 	slowSaid          bool
 	gpuSaid           map[string]bool // GPU faults already reported
@@ -195,11 +197,20 @@ func (w *Watcher) Tick(ctx context.Context) {
 		w.stuck(ctx, now, js)
 	case diagnosis.StateUnknown:
 		// Ranks but no clock: nothing says the job moves, nothing that it
-		// does not. Said once, as blindness of another kind.
-		w.blind(now, "no clock: "+js.Why)
+		// does not. Said once, past BlindAfter: the watcher cannot watch it.
+		if w.clocklessSince.IsZero() {
+			w.clocklessSince = now
+		}
+		if !w.clocklessSaid && now.Sub(w.clocklessSince) >= w.opt.BlindAfter {
+			w.clocklessSaid = true
+			w.emit(Event{Kind: KindBlind, Level: LevelWarn, Title: "the watcher cannot time the job",
+				Text: "its ranks are found, but " + js.Why + ": no stall can be noticed; trace the steps (probing_mcp_agent.span) or record the collectives"})
+		}
+		return
 	default:
 		w.moving(now, js)
 	}
+	w.clocklessSince, w.clocklessSaid = time.Time{}, false
 }
 
 // moving handles a pulse that shows progress.

@@ -24,6 +24,7 @@ type scripted struct {
 	dead     map[int]bool
 	none     bool // no rank found
 	slowRank int  // this rank steps at 4× the others' time (-1, 0: none)
+	noClock  bool // the ranks record no steps or collectives
 	gpuLost  bool // GPU 3 fell off the bus
 	pulses   int
 	gathers  int
@@ -48,6 +49,9 @@ func (s *scripted) bundle() *evidence.Bundle {
 		}
 		b.Ranks[r] = &evidence.RankEvidence{Rank: r, PID: 100 + r, Alive: !s.dead[r], NowNS: s.now.UnixNano(),
 			Activity: &evidence.RankActivity{Rank: r, Steps: steps}}
+		if s.noClock {
+			b.Ranks[r].Activity = nil
+		}
 	}
 	return b
 }
@@ -312,5 +316,18 @@ func TestWatchActsOncePerConfirmedIncident(t *testing.T) {
 	s.advance(w, time.Minute, false)
 	if len(acted) != 1 {
 		t.Fatalf("acted %d times for one incident", len(acted))
+	}
+}
+
+func TestWatchSaysItCannotTimeAClocklessJob(t *testing.T) {
+	s, w, evs := newScripted(t, 30*time.Second)
+	s.noClock = true
+	s.advance(w, 5*time.Second, false) // BlindAfter is 10 s here
+	if len(*evs) != 0 {
+		t.Fatalf("events %q before BlindAfter", kinds(*evs))
+	}
+	s.advance(w, 2*time.Minute, false)
+	if k := kinds(*evs); k != "blind" || (*evs)[0].Level != LevelWarn || !strings.Contains((*evs)[0].Title, "cannot time") || s.gathers != 0 {
+		t.Fatalf("events %q %+v (%d gathers)", k, *evs, s.gathers)
 	}
 }
