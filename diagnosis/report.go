@@ -323,6 +323,15 @@ func diagnose(in Input) Report {
 		// who that is cannot be read from the steps. A stack sample with
 		// most ranks waiting in one call and one elsewhere says who it may
 		// be. Either way, no confident all-clear.
+		if near := frNearStraggler(in); near != "" {
+			// One rank late in most collectives, under the bar: the
+			// all-clear is held at medium and says why.
+			if rep.Hypotheses[0].Confidence == High {
+				rep.Hypotheses[0].Confidence = Medium
+			}
+			rep.Hypotheses[0].Evidence = append(rep.Hypotheses[0].Evidence, Evidence{"flight_recorder", near})
+			rep.Hypotheses[0].Confirm = "call again in a while: a straggler's lag grows past the bar and it is named; the steps keep coming either way"
+		}
 		noRecent, hint := !recentCollectives(in, js), stackStraggler(in)
 		if sampled(in) && hint == nil {
 			// Sampled again because the first sample hinted at a straggler,

@@ -119,3 +119,22 @@ func frStragglers(in Input) ([]int, string) {
 	return []int{best.Rank}, fmt.Sprintf("the Flight Recorder shows the others waiting for rank %d %.0f ms of the last %.0f ms (%d collectives of group %s, from when each rank entered them on its own clock; it came last in %d, by %.0f ms on average): it holds every step back",
 		best.Rank, best.WaitMS, best.SpanMS, best.Of, pg.MembersText, best.Last, best.WaitMS/float64(best.Last))
 }
+
+// frNearStraggler is a member the Flight Recorder shows coming last in at
+// least half of the recent collectives of a group without passing the
+// straggler's bar (frStragglers): too little to name it, too much for a
+// confident all-clear. "" when none.
+func frNearStraggler(in Input) string {
+	if in.FR == nil {
+		return ""
+	}
+	for _, p := range in.FR.ProcessGroups {
+		a := p.Arrival
+		if a == nil || a.Of == 0 || 2*a.Last < a.Of || a.SpanMS <= 0 {
+			continue
+		}
+		return fmt.Sprintf("the Flight Recorder shows rank %d coming last in %d of the last %d collectives of group %s, %.0f ms of the others' waiting over %.0f ms: under a straggler's bar (%.0f ms each time, %.0f%% of the time), so not named, not excluded",
+			a.Rank, a.Last, a.Of, p.MembersText, a.WaitMS, a.SpanMS, frMinLagMS, 100*minStepShare)
+	}
+	return ""
+}

@@ -60,7 +60,7 @@ func TestFlightRecorderStraggler(t *testing.T) {
 		wait, span float64
 		last       int
 		want       string
-	}{{1500, 3000, 40, StateSlow}, {300, 3000, 40, StateHealthy}, {600, 3000, 64, StateHealthy}} {
+	}{{1500, 3000, 40, StateSlow}, {300, 3000, 40, StateHealthy}, {600, 3000, 64, StateHealthy}, {300, 3000, 20, StateHealthy}} {
 		in := scenario(everyoneBut(3, 2, "default", "pair"), 0.05)
 		in.FR = &fr.Report{ProcessGroups: []fr.PGReport{
 			{MembersText: "0-1", Size: 2},
@@ -71,6 +71,14 @@ func TestFlightRecorderStraggler(t *testing.T) {
 			t.Fatalf("%+v: %s", c, rep.Text())
 		}
 		if c.want != StateSlow {
+			// Under the bar: healthy, but not at high confidence when the
+			// rank came last in at least half of them, and said.
+			h := rep.Hypotheses[0]
+			near := 2*c.last >= 64
+			said := strings.Contains(h.Evidence[len(h.Evidence)-1].Text, "rank 5 coming last in")
+			if near != said || (near && h.Confidence == High) {
+				t.Errorf("%+v: near %v, said %v, confidence %s:\n%s", c, near, said, h.Confidence, rep.Text())
+			}
 			continue
 		}
 		h := rep.Hypotheses[0]
