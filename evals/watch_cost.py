@@ -26,22 +26,27 @@ from corpus import JOBS, REPO
 
 
 def steps_between(binary, env, t0_us, t1_us):
-    """The job's step intervals (ms) recorded between two times."""
-    for table, col in (("python.torch_step_timing", "timestamp"), ("python.comm_collective", "timestamp")):
-        q = ("SELECT _rank, %s FROM %s WHERE %s >= %d AND %s < %d ORDER BY _rank, %s" % (col, table, col, t0_us, col, t1_us, col))
-        res = subprocess.run([binary, "query", q, "--json", "--limit", "100000"], env=env, capture_output=True, text=True, timeout=120)
+    """The job's mean step (ms) per rank between two times, from its rings:
+    (last - first) / (steps - 1) per rank; returns (per-rank means, table)."""
+    for table in ("python.torch_step_timing", "python.comm_collective"):
+        q = ("SELECT _rank, count(*) AS n, min(timestamp) AS t0, max(timestamp) AS t1 FROM %s "
+             "WHERE timestamp >= %d AND timestamp < %d GROUP BY _rank" % (table, t0_us, t1_us))
+        res = subprocess.run([binary, "query", "--json", "--limit", "1000", q], env=env, capture_output=True, text=True, timeout=120)
         if res.returncode != 0:
+            if os.environ.get("WATCH_COST_DEBUG"):
+                print(res.stderr[-500:], file=sys.stderr)
             continue
-        rows = json.loads(res.stdout).get("rows") or []
-        by = {}
-        for r in rows:
-            vals = r if isinstance(r, list) else list(r.values())
-            by.setdefault(vals[0], []).append(vals[1])
-        gaps = []
-        for ts in by.values():
-            gaps += [(b - a) / 1000.0 for a, b in zip(ts, ts[1:]) if b > a]
-        if gaps:
-            return gaps, table
+        out = json.loads(res.stdout)
+        if os.environ.get("WATCH_COST_DEBUG"):
+            print(json.dumps(out)[:600], file=sys.stderr)
+        means = []
+        for r in out.get("rows") or []:
+            v = r if isinstance(r, dict) else dict(zip(("_rank", "n", "t0", "t1"), r))
+            n, a, b = int(v["n"]), int(v["t0"]), int(v["t1"])
+            if n > 1 and b > a:
+                means.append((b - a) / 1000.0 / (n - 1))
+        if means:
+            return means, table
     return [], ""
 
 
@@ -84,14 +89,14 @@ def main(argv=None):
                 if w:
                     w.terminate()
                     w.wait(30)
-                gaps, table = steps_between(opt.bin, env, t0, t1)
-                out[mode].append(statistics.median(gaps) if gaps else None)
-                print("%-8s window: %d steps, median step %.2f ms (%s)" % (mode, len(gaps), out[mode][-1] or 0, table), flush=True)
+                means, table = steps_between(opt.bin, env, t0, t1)
+                out[mode].append(statistics.median(means) if means else None)
+                print("%-8s window: %d rank(s), median of their mean intervals %.2f ms (%s)" % (mode, len(means), out[mode][-1] or 0, table), flush=True)
         wo = [x for x in out["without"] if x]
         wi = [x for x in out["with"] if x]
         if wo and wi:
             a, b = statistics.median(wo), statistics.median(wi)
-            print("median step without the watcher %.2f ms, with it %.2f ms: %+.2f%%" % (a, b, 100 * (b - a) / a))
+            print("median interval without the watcher %.2f ms, with it %.2f ms: %+.2f%%" % (a, b, 100 * (b - a) / a))
         return 0
     finally:
         corpus.stop_launcher(launcher, pids)
