@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 )
 
 // Job states, decided before any hang hypothesis: a job that progresses
@@ -235,4 +237,71 @@ func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// progressOf is each rank's progress: its steps (or, without optimizer
+// hooks, its collectives' rhythm), its last activity, and the collectives
+// only the Flight Recorder times.
+func progressOf(in Input) []Progress {
+	var ps []Progress
+	cadence := collectiveCadence(in.Comm)
+	for _, r := range sortedFacts(in.Ranks) {
+		p := Progress{Rank: r.Rank, Alive: r.Alive, Now: r.NowNS}
+		if a := r.Activity; a != nil {
+			for _, s := range a.Steps {
+				p.Steps = append(p.Steps, s*1000)
+			}
+			if len(p.Steps) == 0 {
+				// No optimizer steps recorded (a job without torch's
+				// optimizer hooks): its collective rhythm is its step.
+				p.Steps = cadence[r.Rank]
+			}
+			last := max(a.LastComm, a.LastCommDone)
+			if n := len(a.Steps); n > 0 {
+				last = max(last, a.Steps[n-1])
+			}
+			p.LastActivity = last * 1000
+		}
+		if in.FR != nil {
+			// The recorder's entries time the collectives no ring sees
+			// (DDP's, FSDP's, issued from C++).
+			ts := in.FR.Created[r.Rank]
+			if p.Now > 0 {
+				// Not past the rank's own clock: a dump from elsewhere
+				// (another clock, a copied file) times nothing here.
+				n, _ := slices.BinarySearch(ts, p.Now+1)
+				ts = ts[:n]
+			}
+			if len(ts) > 0 {
+				p.LastActivity = max(p.LastActivity, ts[len(ts)-1])
+				if len(p.Steps) == 0 {
+					p.Steps = ts
+				}
+			}
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// StateOf is the job's state from a pulse (evidence.Options.Pulse): the
+// watcher's reading, by the rule every verdict's state follows.
+func StateOf(b *evidence.Bundle, opt StateOptions) JobState {
+	in := FromBundle(b, opt)
+	if len(in.Ranks) == 0 {
+		return JobState{State: StateUnknown, Why: "no rank of a job was found: no agent identity, no ring", Idle: map[int]time.Duration{}}
+	}
+	return Classify(progressOf(in), in.State)
+}
+
+// StallOptions are the state options for a caller's stall_seconds (0: the
+// defaults): a stall that long gets a confident verdict, and a job with
+// no step history stalls after it too.
+func StallOptions(stallSeconds int) StateOptions {
+	var st StateOptions
+	if stallSeconds > 0 {
+		st.MinStall = time.Duration(stallSeconds) * time.Second
+		st.NoHistoryStall = st.MinStall
+	}
+	return st
 }

@@ -6,38 +6,34 @@ import (
 	"github.com/probing-mcp/probing-mcp/internal/metrics"
 )
 
+// nvmlReasons label the NVML return codes counted; any other is "unknown"
+// (a bounded label set, whatever the driver returns).
+var nvmlReasons = map[nvml.Return]string{
+	nvml.ERROR_GPU_IS_LOST:        "gpu_is_lost",
+	nvml.ERROR_NO_PERMISSION:      "no_permission",
+	nvml.ERROR_FUNCTION_NOT_FOUND: "function_not_found",
+	nvml.ERROR_UNINITIALIZED:      "uninitialized",
+	nvml.ERROR_INVALID_ARGUMENT:   "invalid_argument",
+	nvml.ERROR_NOT_FOUND:          "not_found",
+	nvml.ERROR_TIMEOUT:            "timeout",
+	nvml.ERROR_DRIVER_NOT_LOADED:  "driver_not_loaded",
+	nvml.ERROR_LIBRARY_NOT_FOUND:  "library_not_found",
+	nvml.ERROR_RESET_REQUIRED:     "reset_required",
+}
+
 // observeNVML counts one failed NVML read by its return code. "Not
 // supported" is no failure: many GPUs and drivers lack some fields, and
 // every round would count them again.
 func observeNVML(ret nvml.Return, panicked error) {
-	if panicked != nil {
+	switch {
+	case panicked != nil:
 		metrics.NVMLError("panic")
-		return
+	case ret == nvml.ERROR_NOT_SUPPORTED:
+	default:
+		reason, ok := nvmlReasons[ret]
+		if !ok {
+			reason = "unknown"
+		}
+		metrics.NVMLError(reason)
 	}
-	reason := "unknown"
-	switch ret {
-	case nvml.ERROR_NOT_SUPPORTED:
-		return
-	case nvml.ERROR_GPU_IS_LOST:
-		reason = "gpu_is_lost"
-	case nvml.ERROR_NO_PERMISSION:
-		reason = "no_permission"
-	case nvml.ERROR_FUNCTION_NOT_FOUND:
-		reason = "function_not_found"
-	case nvml.ERROR_UNINITIALIZED:
-		reason = "uninitialized"
-	case nvml.ERROR_INVALID_ARGUMENT:
-		reason = "invalid_argument"
-	case nvml.ERROR_NOT_FOUND:
-		reason = "not_found"
-	case nvml.ERROR_TIMEOUT:
-		reason = "timeout"
-	case nvml.ERROR_DRIVER_NOT_LOADED:
-		reason = "driver_not_loaded"
-	case nvml.ERROR_LIBRARY_NOT_FOUND:
-		reason = "library_not_found"
-	case nvml.ERROR_RESET_REQUIRED:
-		reason = "reset_required"
-	}
-	metrics.NVMLError(reason)
 }

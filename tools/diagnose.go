@@ -3,7 +3,6 @@ package tools
 import (
 	"context"
 	"strconv"
-	"time"
 
 	mcplib "github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -54,11 +53,7 @@ func Diagnose(ctx context.Context, env *Env, p DiagnoseHangParams) (DiagnoseHang
 	if p.Limit == 0 {
 		p.Limit = 200
 	}
-	st := diagnosis.StateOptions{}
-	if p.StallSeconds > 0 {
-		st.MinStall = time.Duration(p.StallSeconds) * time.Second
-		st.NoHistoryStall = st.MinStall
-	}
+	st := diagnosis.StallOptions(p.StallSeconds)
 	rep, err := diagnosis.Run(ctx, diagnosis.RunOptions{Scope: env.scope(), State: st})
 	if err != nil {
 		return DiagnoseHangResult{}, scopeError(err)

@@ -97,20 +97,18 @@ func (o *Options) defaults() {
 // goroutine (Run's).
 type Watcher struct {
 	opt Options
-	// phase is what the last events said: moving, stalled, dead, blind
-	// or "" before the first reading.
-	phase string
 	// incident is the open incident (a stall or death being reported).
 	incident *incident
-	// lastSeen is when a pulse last showed a rank; started when Run began.
-	lastSeen, started time.Time
-	blindSaid         bool
-	everSeen          bool      // a pulse has shown the job at least once
-	clocklessSince    time.Time // when the pulses first showed ranks but no clock
-	clocklessSaid     bool
-	slowSince         time.Time // when the job was first slow without a break
-	slowSaid          bool
-	gpuSaid           map[string]bool // GPU faults already reported
+	// lastSeen is when a pulse last showed a rank (the first tick's time
+	// until one does).
+	lastSeen       time.Time
+	blindSaid      bool
+	everSeen       bool      // a pulse has shown the job at least once
+	clocklessSince time.Time // when the pulses first showed ranks but no clock
+	clocklessSaid  bool
+	slowSince      time.Time // when the job was first slow without a break
+	slowSaid       bool
+	gpuSaid        map[string]bool // GPU faults already reported
 
 	ticks int
 }
@@ -145,8 +143,6 @@ func New(opt Options) (*Watcher, error) {
 // Run watches until ctx ends. Each tick is one pulse; a slow pulse or
 // capture delays the next tick, never overlaps it.
 func (w *Watcher) Run(ctx context.Context) error {
-	w.started = w.opt.Now()
-	w.lastSeen = w.started
 	t := time.NewTicker(w.opt.Interval)
 	defer t.Stop()
 	for {
@@ -162,8 +158,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 // Tick reads one pulse and acts on what changed.
 func (w *Watcher) Tick(ctx context.Context) {
 	w.ticks++
-	if w.started.IsZero() {
-		w.started, w.lastSeen = w.opt.Now(), w.opt.Now()
+	if w.lastSeen.IsZero() {
+		w.lastSeen = w.opt.Now()
 	}
 	pctx, cancel := context.WithTimeout(ctx, w.opt.PulseTimeout)
 	b, cov, err := w.opt.Scope.Pulse(pctx)
@@ -227,7 +223,6 @@ func (w *Watcher) moving(now time.Time, js diagnosis.JobState) {
 			w.emit(e)
 		}
 	}
-	w.phase = "moving"
 	if js.State == diagnosis.StateSlow && len(js.Slow) > 0 {
 		if w.slowSince.IsZero() {
 			w.slowSince = now
@@ -251,7 +246,6 @@ func (w *Watcher) stuck(ctx context.Context, now time.Time, js diagnosis.JobStat
 	if in == nil {
 		in = &incident{id: w.ticks, found: now, state: js, first: js}
 		w.incident = in
-		w.phase = js.State
 		w.capture(ctx, in, js)
 		w.emit(Event{Kind: KindCaptured, Level: LevelInfo, Title: "stall noticed, evidence captured", Incident: in.id,
 			Text: js.Why, State: js, Report: in.report, HistoryID: in.historyID, StalledFor: detectAge(js)})
@@ -348,7 +342,6 @@ func (w *Watcher) blind(now time.Time, why string) {
 		return
 	}
 	w.blindSaid = true
-	w.phase = "blind"
 	if !w.everSeen {
 		// Started before the job (a server or daemon that outlives its
 		// jobs): nothing was lost sight of, so nobody is paged.

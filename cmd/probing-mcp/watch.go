@@ -14,7 +14,6 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diagnosis"
 	"github.com/probing-mcp/probing-mcp/mcp"
-	"github.com/probing-mcp/probing-mcp/storage/history"
 	"github.com/probing-mcp/probing-mcp/watch"
 	"github.com/probing-mcp/probing-mcp/watch/alert"
 )
@@ -86,14 +85,9 @@ func watchCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp watch: %v\n", err)
 		return 2
 	}
-	var hist *history.Store
-	if cfg.HistoryPath != "" {
-		if hist, err = history.Open(cfg.HistoryPath, history.Options{}); err != nil {
-			// Watching is worth more than keeping: say it, and go on.
-			logger.Warn("history unavailable; captures will not be kept", "path", cfg.HistoryPath, "err", err)
-		} else {
-			defer hist.Close()
-		}
+	hist := openHistory(cfg.HistoryPath, logger)
+	if hist != nil {
+		defer hist.Close()
 	}
 	cfg.Env.History = hist // a dead rank's last place, for the verdicts it draws
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -105,11 +99,7 @@ func watchCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st := diagnosis.StateOptions{}
-	if *stall > 0 {
-		st.MinStall = time.Duration(*stall) * time.Second
-		st.NoHistoryStall = st.MinStall
-	}
+	st := diagnosis.StallOptions(*stall)
 	sender, drain := alertSender(acfg, logger)
 	defer drain()
 	var actFn func(context.Context, watch.Event) string
