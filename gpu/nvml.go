@@ -3,9 +3,9 @@
 // the ranks of the processes on each GPU, and a bounded summary for an LLM.
 // It imports nothing of the MCP side.
 //
-// Nothing here calls NVML unless Init succeeded, and on linux/amd64 every
-// NVML symbol go-nvml needs is defined by this package (see
-// nvmlstub_linux_amd64.c), so a binary that imports it starts and answers
+// Nothing here calls NVML unless Init succeeded, and on linux (amd64 and
+// arm64) every NVML symbol go-nvml needs is defined by this package (see
+// nvmlstub_linux.c), so a binary that imports it starts and answers
 // under LD_BIND_NOW=1 on a machine without libnvidia-ml.so.
 package gpu
 

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"cmp"
 	"context"
 	"debug/elf"
 	"encoding/json"
@@ -89,7 +90,14 @@ func TestHelperProcess(t *testing.T) {
 
 func runHelper(t *testing.T, lib string) Status {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
+	argv := []string{os.Args[0], "-test.run=^TestHelperProcess$"}
+	// GPU_TEST_EMULATOR runs the helper under an emulator where the kernel
+	// has no binfmt entry for this binary's architecture (the arm64
+	// wheel's check: "qemu-aarch64 -L /usr/aarch64-linux-gnu").
+	if emu := strings.Fields(os.Getenv("GPU_TEST_EMULATOR")); len(emu) > 0 {
+		argv = append(emu, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "LD_BIND_NOW=1", helperEnv+"="+lib)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -109,8 +117,8 @@ func runHelper(t *testing.T, lib string) Status {
 // Under LD_BIND_NOW=1 a go-nvml binary without the library dies at
 // start (symbol lookup error, exit 127); this package's stubs keep it up.
 func TestBindNowWithoutLibrary(t *testing.T) {
-	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
-		t.Skip("the stubs are linux/amd64 only")
+	if !stubsBuilt() {
+		t.Skip("the stubs are linux/amd64 and linux/arm64 only")
 	}
 	st := runHelper(t, filepath.Join(t.TempDir(), "libnvidia-ml.so.1"))
 	if st.State != StateNoLibrary || !contains(st.Reason, "cannot be loaded") {
@@ -127,10 +135,12 @@ func TestBindNowWithoutLibrary(t *testing.T) {
 // forward to the library under LD_BIND_NOW=1: its Init says the driver
 // is not loaded, or it counts no GPU, or one that is lost.
 func TestBindNowFakeLibrary(t *testing.T) {
-	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
-		t.Skip("the stubs are linux/amd64 only")
+	if !stubsBuilt() {
+		t.Skip("the stubs are linux/amd64 and linux/arm64 only")
 	}
-	cc, err := exec.LookPath("gcc")
+	// CC names a compiler for this binary's architecture when it runs
+	// under emulation (the arm64 wheel's check: a zig cc wrapper).
+	cc, err := exec.LookPath(cmp.Or(os.Getenv("CC"), "gcc"))
 	if err != nil {
 		if cc, err = exec.LookPath("cc"); err != nil {
 			t.Skip("no C compiler")
@@ -176,8 +186,8 @@ int nvmlDeviceGetUUID(void *d, char *s, unsigned n) { return 15; /* GPU_IS_LOST 
 // one left undefined kills the process under LD_BIND_NOW=1. This fails
 // after a go-nvml upgrade until `go generate ./gpu` is run.
 func TestNoUndefinedNVMLSymbols(t *testing.T) {
-	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
-		t.Skip("the stubs are linux/amd64 only")
+	if !stubsBuilt() {
+		t.Skip("the stubs are linux/amd64 and linux/arm64 only")
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -204,4 +214,8 @@ func TestNoUndefinedNVMLSymbols(t *testing.T) {
 	if stubCount() < 400 {
 		t.Fatalf("only %d stubs", stubCount())
 	}
+}
+
+func stubsBuilt() bool {
+	return runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64")
 }

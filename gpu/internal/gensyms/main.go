@@ -1,5 +1,5 @@
 // Command gensyms writes gpu/nvml_syms.h: every NVML C function go-nvml's
-// bindings call, numbered, for the dispatch stubs in nvmlstub_linux_amd64.c.
+// bindings call, numbered, for the dispatch stubs in nvmlstub_linux.c.
 // Run it (go generate ./gpu) after changing go-nvml's version;
 // TestNoUndefinedNVMLSymbols fails until then.
 package main

@@ -1,3 +1,5 @@
+//go:build linux && (amd64 || arm64)
+
 // Dispatch stubs for every NVML function go-nvml's bindings call.
 //
 // go-nvml links its calls against symbols it leaves undefined
@@ -42,13 +44,25 @@ static const char *const gpu_nvml_names[GPU_NVML_NSYMS] = {
 #undef XS
 
 // One stub: a tail jump, so arguments and the return value pass untouched.
+// On arm64 it goes through x16, the scratch register the AAPCS64 leaves to
+// veneers between a call and its target.
+#if defined(__x86_64__)
+#define GPU_STUB_JUMP(i) "\tjmp *gpu_nvml_tab+8*" #i "(%rip)\n"
+#elif defined(__aarch64__)
+#define GPU_STUB_JUMP(i)                                                 \
+	"\tadrp x16, gpu_nvml_tab+8*" #i "\n"                            \
+	"\tldr x16, [x16, :lo12:gpu_nvml_tab+8*" #i "]\n"                \
+	"\tbr x16\n"
+#else
+#error "NVML stubs: only amd64 and arm64 (see bind_other.go)"
+#endif
 #define GPU_STUB(i, n)                                                   \
 	__asm__(".text\n"                                                \
 		".globl " #n "\n"                                        \
 		".hidden " #n "\n"                                       \
-		".type " #n ", @function\n"                              \
+		".type " #n ", %function\n"                              \
 		".p2align 4\n" #n ":\n"                                  \
-		"\tjmp *gpu_nvml_tab+8*" #i "(%rip)\n"                  \
+		GPU_STUB_JUMP(i)                                         \
 		".size " #n ", .-" #n "\n");
 #define X(i, n) GPU_STUB(i, n)
 #define XS(i, n) GPU_STUB(i, n)
