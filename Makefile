@@ -7,7 +7,7 @@ VENV   := .venv
 # applies to every cgo package; -O2 -g is Go's default, kept).
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: build demo test redteam eval eval-agent soak bench bench-sql fuzz gpu-check clean
+.PHONY: build demo test redteam eval eval-agent soak bench bench-sql fuzz gpu-check wheel wheel-ci clean
 
 # The first build compiles SQLite (cgo): 2-4 minutes on 2 cores, with a
 # line every 30 s; later builds take seconds.
@@ -47,9 +47,34 @@ test: $(VENV)/.installed node_modules/.installed
 	  echo "go test -race ./... (the first run builds the race-instrumented tests: several minutes; each package prints ok as it ends)"; \
 	  PROBING_E2E_PYTHON=$(CURDIR)/$(VENV)/bin/python PROBING_E2E_REQUIRED=1 scripts/with-progress "go test" $(GO) test -race -count=1 ./... || failed="$$failed go-test"; \
 	  echo "the agent's pytest suite"; \
-	  scripts/with-progress pytest $(VENV)/bin/python -m pytest -q agent/python/tests || failed="$$failed pytest"; \
+	  scripts/with-progress pytest $(VENV)/bin/python -m pytest -q agent/python/tests pypi/tests || failed="$$failed pytest"; \
 	  if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \
 	  echo "make test: every step passed"
+
+# PyPI (pypi/, docs/RELEASE.md). make wheel cross-compiles the
+# manylinux_2_17 wheels for x86_64 and aarch64 (cgo through Zig's C
+# toolchain, from PyPI) and the sdist into dist/, then checks each as pip
+# and a user meet it (pypi/check.py: the tag against the binary, auditwheel,
+# the aarch64 binary under qemu-user, a fresh venv, the sdist built offline).
+# The first build compiles SQLite for each arch: about 2 minutes each.
+WHEEL_VENV := .venv-wheel
+$(WHEEL_VENV)/.installed: pypi/requirements.txt
+	@echo "installing ziglang and auditwheel into $(WHEEL_VENV) (from PyPI)"
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/pip install --quiet --disable-pip-version-check -r pypi/requirements.txt
+	touch $@
+
+wheel: $(WHEEL_VENV)/.installed
+	rm -f dist/probing_mcp-*
+	$(WHEEL_VENV)/bin/python pypi/probing_mcp_build.py --arch x86_64 --arch aarch64 --sdist --out dist
+	$(WHEEL_VENV)/bin/python pypi/check.py --smoke --sdist dist/probing_mcp-$$(cat VERSION).tar.gz dist/probing_mcp-*.whl
+
+# CI's share (.ci/run): this machine's wheel (x86_64 there) and the sdist, checked, each
+# installed into a fresh venv and run (the demo and analyze included).
+wheel-ci: $(WHEEL_VENV)/.installed
+	rm -f dist/probing_mcp-*
+	$(WHEEL_VENV)/bin/python pypi/probing_mcp_build.py --arch $$(uname -m) --sdist --out dist
+	$(WHEEL_VENV)/bin/python pypi/check.py --smoke --sdist dist/probing_mcp-$$(cat VERSION).tar.gz dist/probing_mcp-*.whl
 
 # Issue 23's red-team suite (redteam/): each attack on the whole job's
 # trust, against the built binary as a hostile user would make it (two-user
@@ -113,4 +138,4 @@ fuzz:
 	$(GO) test ./skills -run '^$$' -fuzz FuzzParseRule -fuzztime 30s
 
 clean:
-	rm -rf bin $(VENV) node_modules
+	rm -rf bin $(VENV) node_modules dist $(WHEEL_VENV)

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 )
 
@@ -28,8 +27,13 @@ const (
 	pthName    = "probing_mcp_agent.pth"
 	markerName = "INSTALLED_BY_PROBING_MCP"
 	// pthLine is what Python runs at every start-up: the hook decides,
-	// from PROBING, whether to activate (agent/PROTOCOL.md).
-	pthLine = "import probing_mcp_agent._hook\n"
+	// from PROBING, whether to activate (agent/PROTOCOL.md). A hook left
+	// behind by `pip uninstall probing-mcp` (pip does not know of it)
+	// must not print an import error at every start of that Python: a
+	// missing agent package is passed over, any other error is raised.
+	pthLine = `import sys; exec("try:\n import probing_mcp_agent._hook\nexcept ModuleNotFoundError as e:\n if e.name != 'probing_mcp_agent': raise\n")` + "\n"
+	// legacyPthLine is what installs before 0.2.0's wheel wrote.
+	legacyPthLine = "import probing_mcp_agent._hook\n"
 )
 
 // ExtractTo writes the agent package (and its .pth) into dir, which then
@@ -123,10 +127,16 @@ func Install(python string, user bool, version string) ([]string, error) {
 		site, scripts = info.UserSite, info.UserScripts
 	}
 	var did []string
-	if err := os.MkdirAll(site, 0o755); err != nil {
-		return nil, fmt.Errorf("site-packages %s: %w", site, err)
+	if err := checkWritable(site); err != nil {
+		return nil, err
 	}
 	target := filepath.Join(site, pkgName)
+	if owner := wheelOwner(site); owner != "" {
+		if did, err = installBesideWheel(info, site, owner); err != nil {
+			return did, err
+		}
+		return checkImport(ctx, info, did)
+	}
 	var prev *binRecord
 	if _, err := os.Stat(target); err == nil {
 		if _, err := os.Stat(filepath.Join(target, markerName)); err != nil {
@@ -139,7 +149,7 @@ func Install(python string, user bool, version string) ([]string, error) {
 		did = append(did, "replaced the previous install in "+target)
 	}
 	if err := ExtractTo(site, version); err != nil {
-		return nil, fmt.Errorf("writing into %s: %w", site, err)
+		return nil, writeErr(site, err)
 	}
 	did = append(did, fmt.Sprintf("wrote the agent package %s (Python %s, %s)", target, info.Version, info.Exe))
 	// Compiled now, as pip does: the site hook imports the agent at every
@@ -152,12 +162,17 @@ func Install(python string, user bool, version string) ([]string, error) {
 	} else {
 		did = append(did, "compiled it to bytecode ("+filepath.Join(target, "__pycache__")+")")
 	}
-	did = append(did, fmt.Sprintf("wrote the start-up hook %s: %q", filepath.Join(site, pthName), strings.TrimSpace(pthLine)))
+	did = append(did, fmt.Sprintf("wrote the start-up hook %s (it imports probing_mcp_agent._hook, which does nothing without PROBING)", filepath.Join(site, pthName)))
 	placed, err := placeBinary(scripts, target, version, prev)
 	did = append(did, placed...)
 	if err != nil {
 		return did, err
 	}
+	return checkImport(ctx, info, did)
+}
+
+// checkImport proves the interpreter imports the agent it now has.
+func checkImport(ctx context.Context, info *pythonInfo, did []string) ([]string, error) {
 	check := exec.CommandContext(ctx, info.Exe, "-c", "import probing_mcp_agent, sys; sys.stdout.write(getattr(probing_mcp_agent, '__version__', '?'))")
 	check.Env = append(os.Environ(), "PROBING=0")
 	out, err := check.CombinedOutput()
@@ -185,7 +200,9 @@ func Uninstall(python string) ([]string, error) {
 			continue
 		}
 		target := filepath.Join(site, pkgName)
-		if _, err := os.Stat(filepath.Join(target, markerName)); err == nil {
+		if owner := wheelOwner(site); owner != "" {
+			did = append(did, "left "+target+": pip installed it ("+owner+"; pip uninstall probing-mcp removes it)")
+		} else if _, err := os.Stat(filepath.Join(target, markerName)); err == nil {
 			line, err := removeBinary(target)
 			if err != nil {
 				return did, err
@@ -202,7 +219,7 @@ func Uninstall(python string) ([]string, error) {
 		}
 		pth := filepath.Join(site, pthName)
 		if b, err := os.ReadFile(pth); err == nil {
-			if string(b) != pthLine {
+			if !ourHook(b) {
 				did = append(did, "left "+pth+": not ours")
 				continue
 			}

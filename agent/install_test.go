@@ -90,3 +90,90 @@ func TestInstallIntoAVirtualenv(t *testing.T) {
 		t.Errorf("second uninstall: %v", did)
 	}
 }
+
+// pipInstall lays the agent out in the venv's site-packages as pip does
+// with the wheel (pypi/probing_mcp_build.py): the package, the wheel's
+// binary in probing_mcp/bin, and a dist-info whose RECORD lists them.
+func pipInstall(t *testing.T, vpy string) (site string) {
+	t.Helper()
+	out, err := exec.Command(vpy, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	site = strings.TrimSpace(string(out))
+	tmp := t.TempDir()
+	if err := agent.ExtractTo(tmp, "wheel"); err != nil {
+		t.Fatal(err)
+	}
+	var record strings.Builder
+	entries, _ := os.ReadDir(filepath.Join(tmp, "probing_mcp_agent"))
+	os.MkdirAll(filepath.Join(site, "probing_mcp_agent"), 0o755)
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".py") {
+			continue // the marker is ExtractTo's, not the wheel's
+		}
+		b, _ := os.ReadFile(filepath.Join(tmp, "probing_mcp_agent", e.Name()))
+		os.WriteFile(filepath.Join(site, "probing_mcp_agent", e.Name()), b, 0o644)
+		record.WriteString("probing_mcp_agent/" + e.Name() + ",sha256=x,1\n")
+	}
+	bin := filepath.Join(site, "probing_mcp", "bin", "probing-mcp")
+	os.MkdirAll(filepath.Dir(bin), 0o755)
+	os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755)
+	di := filepath.Join(site, "probing_mcp-9.9.9.dist-info")
+	os.MkdirAll(di, 0o755)
+	record.WriteString("probing_mcp/bin/probing-mcp,sha256=x,1\n")
+	os.WriteFile(filepath.Join(di, "RECORD"), []byte(record.String()), 0o644)
+	return site
+}
+
+// Beside a pip install, install adds the start-up hook and nothing else
+// (pip owns the package and the binary), and uninstall removes only the
+// hook; a hook that outlives `pip uninstall` stays silent.
+func TestInstallBesideAWheel(t *testing.T) {
+	py := python(t)
+	venv := filepath.Join(t.TempDir(), "venv")
+	if out, err := exec.Command(py, "-m", "venv", "--without-pip", venv).CombinedOutput(); err != nil {
+		t.Skipf("cannot create a virtualenv with %s: %v: %s", py, err, out)
+	}
+	vpy := filepath.Join(venv, "bin", "python")
+	site := pipInstall(t, vpy)
+	before, _ := os.ReadDir(filepath.Join(site, "probing_mcp_agent"))
+	did, err := agent.Install(vpy, false, "test")
+	if err != nil {
+		t.Fatalf("install: %v (%v)", err, did)
+	}
+	text := strings.Join(did, "\n")
+	for _, want := range []string{"pip installed (probing_mcp-9.9.9.dist-info)", "probing_mcp.pth", "the wheel's, " + filepath.Join(site, "probing_mcp", "bin", "probing-mcp"), "imports probing_mcp_agent"} {
+		if !strings.Contains(text, want) && !(want == "probing_mcp.pth" && strings.Contains(text, "probing_mcp_agent.pth")) {
+			t.Errorf("install said no %q:\n%s", want, text)
+		}
+	}
+	after, _ := os.ReadDir(filepath.Join(site, "probing_mcp_agent"))
+	if len(after) != len(before) {
+		t.Errorf("install wrote into pip's package: %d entries, was %d", len(after), len(before))
+	}
+	if _, err := os.Stat(filepath.Join(venv, "bin", "probing-mcp")); err == nil {
+		t.Error("install copied a binary into the scripts dir: pip's launcher goes there")
+	}
+	did, err = agent.Uninstall(vpy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := strings.Join(did, "\n"); !strings.Contains(text, "pip installed it") || !strings.Contains(text, "removed "+filepath.Join(site, "probing_mcp_agent.pth")) {
+		t.Errorf("uninstall: %v", did)
+	}
+	if _, err := os.Stat(filepath.Join(site, "probing_mcp_agent", "__init__.py")); err != nil {
+		t.Errorf("uninstall removed pip's package: %v", err)
+	}
+	// `pip uninstall probing-mcp` with the hook still there: the package
+	// goes, the .pth stays; Python must start without a word.
+	if _, err := agent.Install(vpy, false, "test"); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(site, "probing_mcp_agent"))
+	os.RemoveAll(filepath.Join(site, "probing_mcp-9.9.9.dist-info"))
+	out, err := exec.Command(vpy, "-c", "pass").CombinedOutput()
+	if err != nil || len(out) > 0 {
+		t.Errorf("python with an orphaned hook: %v: %q", err, out)
+	}
+}

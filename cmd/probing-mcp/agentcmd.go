@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/probing-mcp/probing-mcp/agent"
 )
@@ -13,7 +14,8 @@ const agentUsage = `Usage:
 
 install writes the in-process agent (Python, stdlib only) and a .pth start-up hook into that
 interpreter's site-packages; processes then activate it with PROBING=1 (this process), 2 (and
-children) or a script name. uninstall removes both.
+children) or a script name. uninstall removes both. Installed with pip, the agent is already
+there: install adds the hook, into the interpreter pip installed probing-mcp with by default.
 Run "probing-mcp agent install --help" for a subcommand's flags.
 
 Examples:
@@ -58,7 +60,13 @@ func agentCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fs := newCommand(doc)
-	python := fs.String("python", "python3", "the `interpreter` to install into")
+	// Run from the wheel, the launcher names the interpreter it came with
+	// (pypi/probing_mcp/__main__.py): that environment is the default.
+	defPython := "python3"
+	if p := os.Getenv("PROBING_MCP_PYTHON"); p != "" {
+		defPython = p
+	}
+	python := fs.String("python", defPython, "the `interpreter` to install into (default: the one pip installed probing-mcp with, else python3)")
 	user := false
 	if args[0] == "install" {
 		fs.BoolVar(&user, "user", false, "install into the user site-packages (~/.local/lib/pythonX.Y/site-packages)")

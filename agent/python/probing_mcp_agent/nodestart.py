@@ -127,8 +127,9 @@ def _recorded(pkg_dir):
 def find_binary(environ, executable, pkg_dir):
     """(absolute path, None) or (None, (log level, why)). PROBING_MCP_BIN
     (a path, or a name looked up on PATH); else the one `probing-mcp agent
-    install` recorded for this package; else probing-mcp beside the
-    interpreter (a virtualenv's bin)."""
+    install` recorded for this package; else the wheel's, in the sibling
+    package probing_mcp; else probing-mcp beside the interpreter (a
+    virtualenv's bin)."""
     explicit = (environ.get(ENV_BIN) or "").strip()
     if explicit:
         p = explicit
@@ -144,6 +145,14 @@ def find_binary(environ, executable, pkg_dir):
     if path:
         return path, None
     looked = [ENV_BIN + " unset", why]
+    # Installed with pip, the wheel's binary sits in the sibling package
+    # (site-packages/probing_mcp/bin): the scripts dir holds only its
+    # Python launcher, and is not beside the interpreter for --user.
+    if pkg_dir:
+        p = os.path.join(os.path.dirname(os.path.abspath(pkg_dir)), "probing_mcp", "bin", BIN_NAME)
+        if _executable_file(p):
+            return p, None
+        looked.append("no wheel binary at " + p)
     if executable:
         p = os.path.join(os.path.dirname(os.path.abspath(executable)), BIN_NAME)
         if _executable_file(p):

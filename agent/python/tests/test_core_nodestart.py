@@ -355,9 +355,17 @@ def test_core_nodestart_binary_lookup(tmp_path):
                 json.dumps([1]), "x" * (70 << 10)):
         (pkg / "node_bin.json").write_text(bad)
         assert nodestart.find_binary({}, str(venv_py), str(pkg))[0] == beside, bad
+    # The pip-installed wheel's binary, in the sibling package, comes
+    # before beside the interpreter (where pip put only the launcher).
+    wheel = exe(tmp_path / "site" / "probing_mcp" / "bin" / "probing-mcp")
+    assert nodestart.find_binary({}, str(venv_py), str(pkg))[0] == wheel
+    os.chmod(wheel, 0o644)
+    path, _ = nodestart.find_binary({}, str(venv_py), str(pkg))
+    assert path == beside
     # A file that is not executable is not a binary.
     os.chmod(beside, 0o644)
-    assert nodestart.find_binary({}, str(venv_py), str(pkg))[0] is None
+    path, miss = nodestart.find_binary({}, str(venv_py), str(pkg))
+    assert path is None and "no wheel binary at " + wheel in miss[1]
 
 
 def test_core_nodestart_log_is_ours_and_bounded(tmp_path, monkeypatch):
