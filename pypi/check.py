@@ -95,7 +95,18 @@ def check_emulated(wheel, version):
         base = [qemu, "-L", sysroot, binary]
         expect(run(base + ["version"]), "probing-mcp " + version, "aarch64 version")
         expect(run(base + ["analyze", DUMPS]), CULPRIT, "aarch64 analyze")
-    print("aarch64 under qemu: version %s, analyze names rank 2 on %s" % (version, os.path.relpath(DUMPS, ROOT)))
+        # The arm64 NVML stubs (gpu/nvmlstub_linux.c) under LD_BIND_NOW=1:
+        # without a library, and forwarding to a fake one built by zig cc.
+        env, _ = build.cgo_env("aarch64")
+        test = os.path.join(tmp, "gpu.test")
+        run(["go", "test", "-c", "-o", test, "./gpu"], env=env, cwd=ROOT)
+        env = dict(env, GPU_TEST_EMULATOR="%s -L %s" % (qemu, sysroot))
+        out = run([qemu, "-L", sysroot, test, "-test.run", "TestBindNow|TestNoUndefinedNVMLSymbols", "-test.v"],
+                  env=env, cwd=os.path.join(ROOT, "gpu"))
+        if out.count("--- PASS") != 3:
+            raise Failed("the arm64 NVML stub tests did not all pass:\n" + out[-3000:])
+    print("aarch64 under qemu: version %s, analyze names rank 2 on %s, the NVML stub tests pass (3)"
+          % (version, os.path.relpath(DUMPS, ROOT)))
     return True
 
 

@@ -118,10 +118,9 @@ def _go():
     return go
 
 
-def build_binary(out, arch=None, zig=True, version=None, root=ROOT, log=sys.stderr):
-    """Builds cmd/probing-mcp into out: for arch with zig cc (a wheel), or
-    for this machine with its own C compiler (zig=False, the sdist)."""
-    version = version or read_version(root)
+def cgo_env(arch=None, zig=True):
+    """(environment, description) for a cgo build: for arch with zig cc (a
+    wheel), or for this machine with its own C compiler (zig=False)."""
     env = dict(os.environ, CGO_ENABLED="1", GOOS="linux", GOFLAGS="")
     # No -g: the wheel carries no C debug info (Go's own is cut by -s -w).
     env["CGO_CFLAGS"] = "-O2 -Wno-deprecated-declarations"
@@ -132,13 +131,18 @@ def build_binary(out, arch=None, zig=True, version=None, root=ROOT, log=sys.stde
             raise BuildError("unknown arch %r: want one of %s" % (arch, ", ".join(sorted(ARCHES))))
         env["GOARCH"] = spec["goarch"]
         env["CC"] = _zig_wrapper(spec["zig"])
-        how = "%s with zig cc (%s)" % (arch, spec["zig"])
-    else:
-        cc = env.get("CC") or shutil.which("cc") or shutil.which("gcc")
-        if not cc:
-            raise BuildError("building probing-mcp from source needs a C compiler (SQLite is cgo): install gcc")
-        env["CC"] = cc
-        how = "this machine (%s)" % platform.machine()
+        return env, "%s with zig cc (%s)" % (arch, spec["zig"])
+    cc = env.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise BuildError("building probing-mcp from source needs a C compiler (SQLite is cgo): install gcc")
+    env["CC"] = cc
+    return env, "this machine (%s)" % platform.machine()
+
+
+def build_binary(out, arch=None, zig=True, version=None, root=ROOT, log=sys.stderr):
+    """Builds cmd/probing-mcp into out (see cgo_env)."""
+    version = version or read_version(root)
+    env, how = cgo_env(arch, zig)
     cmd = [_go(), "build", "-trimpath", "-ldflags", "-s -w -X main.version=" + version]
     if os.path.isdir(os.path.join(root, "vendor")):
         cmd.append("-mod=vendor")
