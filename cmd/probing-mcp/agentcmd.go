@@ -28,6 +28,8 @@ var agentDocs = map[string]cmdDoc{
 	"install": {Name: "agent install", Synopsis: "[--python PATH] [--user]",
 		About: `Install the in-process agent (Python, stdlib only) and a .pth start-up hook into the
 interpreter's site-packages, and this binary beside the interpreter (for the node daemon).
+Installed with pip, the agent and the binary are there already: only the hook is added, into
+the interpreter pip installed probing-mcp with unless --python names another.
 A process then activates the agent with PROBING=1 (this process), 2 (and its children) or a
 script name; without PROBING the hook costs nothing.`,
 		Note: "Exit status: 0 when installed; 1 when it failed; 2 on bad usage.",
