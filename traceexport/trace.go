@@ -1,0 +1,566 @@
+// Package traceexport writes the collectives the ranks recorded (the
+// python.comm_collective rings, or Flight Recorder dumps) as a Chrome
+// trace event file that ui.perfetto.dev and chrome://tracing open: one
+// track per rank, one slice per collective with its group, sequence number
+// and sizes, the calls still running drawn to the moment they were read,
+// the ranks that never entered a collective its group waits in marked.
+// It has no MCP imports: `probing-mcp export --trace` is its door.
+package traceexport
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/probing-mcp/probing-mcp/internal/jobtext"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
+)
+
+// Call is one collective (or point-to-point call) one rank made, from
+// whichever source recorded it.
+type Call struct {
+	Rank int
+	// Host is the rank's node ("" unknown): one trace process per node.
+	Host string
+	// StartUS is when the call was entered (µs since the Unix epoch);
+	// DurUS how long it took, negative while it had not returned.
+	StartUS int64
+	DurUS   float64
+	Op      string
+	// Group names the process group as its source does (a Flight
+	// Recorder's name and description, or the ring's member list);
+	// Members is its global ranks as a rank set, "" unknown.
+	Group   string
+	Members string
+	// Seq is the call's number on its group (the ring's group_seq, the
+	// Flight Recorder's collective_seq_id), 0 unknown.
+	Seq   int64
+	Shape string
+	Dtype string
+	Bytes int64
+	// Peer is the other rank of a point-to-point call, -1 none.
+	Peer int
+	P2P  bool
+	// State is the Flight Recorder's (scheduled, started, completed); ""
+	// for the rings, whose open calls have DurUS < 0.
+	State  string
+	Source string // "comm_rings" or "flight_recorder"
+}
+
+// Open is whether the call had not returned when its source last saw it.
+func (c Call) Open() bool { return c.DurUS < 0 }
+
+// Bounds of what one trace holds.
+const (
+	// DefaultMaxEvents keeps a trace near 15 MB of JSON, which
+	// ui.perfetto.dev opens in seconds.
+	DefaultMaxEvents = 50000
+	// MaxEvents is the most --max-events accepts (~300 MB of JSON, the
+	// most a browser tab loads).
+	MaxEvents = 1000000
+	// MaxRanks bounds the tracks of one trace: a selection of more ranks
+	// is an error (narrow it with --ranks).
+	MaxRanks = 16384
+	// textBytes bounds every name and value that came from the job.
+	textBytes = jobtext.Name
+)
+
+// Options say what the trace shows and how it was chosen.
+type Options struct {
+	// Ranks is the selection: one track each, sorted; empty is every
+	// rank that has a call.
+	Ranks []int
+	// Why says how the selection was made (the culprit and its group,
+	// --ranks), for the trace's metadata.
+	Why string
+	// ReadUS is when the calls were read (µs since the epoch): the end
+	// drawn for a call still running.
+	ReadUS int64
+	// SinceUS, when set, is the start of the window asked for.
+	SinceUS int64
+	// MaxEvents bounds the slices and instants (DefaultMaxEvents when 0).
+	MaxEvents int
+	// Dropped counts calls a reader left out already (its own cap), with
+	// DroppedBeforeUS the newest start among them.
+	Dropped         int
+	DroppedBeforeUS int64
+	// Source names where the calls came from, Version the binary.
+	Source, Version string
+	// Notes are added to the metadata as they are (the caller's words).
+	Notes []string
+}
+
+// Event is one trace event (the Trace Event Format's fields; ts and dur
+// in µs).
+type Event struct {
+	Name string         `json:"name"`
+	Cat  string         `json:"cat,omitempty"`
+	Ph   string         `json:"ph"`
+	TS   float64        `json:"ts"`
+	Dur  *float64       `json:"dur,omitempty"`
+	PID  int            `json:"pid"`
+	TID  int            `json:"tid"`
+	S    string         `json:"s,omitempty"`
+	Args map[string]any `json:"args,omitempty"`
+}
+
+// Metadata is the trace's own account of what it holds and leaves out.
+type Metadata struct {
+	Tool       string   `json:"tool"`
+	Version    string   `json:"version,omitempty"`
+	Source     string   `json:"source"`
+	Selection  string   `json:"selection"`
+	Why        string   `json:"why,omitempty"`
+	ReadAt     string   `json:"read_at"`
+	Since      string   `json:"since,omitempty"`
+	Clock      string   `json:"clock"`
+	Slices     int      `json:"slices"`
+	StillIn    int      `json:"still_inside"`
+	Never      int      `json:"never_entered"`
+	Truncated  bool     `json:"truncated"`
+	LeftOut    string   `json:"left_out,omitempty"`
+	NoCalls    string   `json:"ranks_without_calls,omitempty"`
+	ShownRanks int      `json:"ranks_with_calls"`
+	Notes      []string `json:"notes,omitempty"`
+}
+
+// Trace is a Chrome trace in the JSON Object Format.
+type Trace struct {
+	TraceEvents     []Event  `json:"traceEvents"`
+	DisplayTimeUnit string   `json:"displayTimeUnit"`
+	Metadata        Metadata `json:"metadata"`
+}
+
+// Summary is what Build put in the trace, for the command's one line.
+type Summary struct {
+	Slices, StillInside, NeverEntered int
+	// Ranks have a track with calls; NoCalls are the selected ranks
+	// without any (not recorded, not reached, or outside the window).
+	Ranks   []int
+	NoCalls []int
+	// Dropped calls were left out by the cap (the oldest), all entered at
+	// or before DroppedBeforeUS.
+	Dropped         int
+	DroppedBeforeUS int64
+	FromUS, ToUS    int64
+}
+
+// Truncated is whether the cap left calls out.
+func (s Summary) Truncated() bool { return s.Dropped > 0 }
+
+// Build lays calls out as a trace: one process per node, one thread per
+// rank of the selection, an X slice per call. A call still running when
+// read ends at opt.ReadUS with "still_inside": true (an X event rather
+// than a B without its E, which viewers draw differently or not at all).
+// The newest opt.MaxEvents calls are kept, the cut said.
+func Build(calls []Call, opt Options) (*Trace, Summary) {
+	maxEv := opt.MaxEvents
+	if maxEv <= 0 {
+		maxEv = DefaultMaxEvents
+	}
+	sel := map[int]bool{}
+	for _, r := range opt.Ranks {
+		sel[r] = true
+	}
+	var kept []Call
+	for _, c := range calls {
+		if len(sel) == 0 || sel[c.Rank] {
+			kept = append(kept, c)
+		}
+	}
+	// Newest first to cut, then by rank and start to lay out.
+	sort.SliceStable(kept, func(i, j int) bool { return kept[i].StartUS > kept[j].StartUS })
+	sum := Summary{Dropped: opt.Dropped, DroppedBeforeUS: opt.DroppedBeforeUS}
+	if len(kept) > maxEv {
+		sum.Dropped += len(kept) - maxEv
+		sum.DroppedBeforeUS = max(sum.DroppedBeforeUS, kept[maxEv].StartUS)
+		kept = kept[:maxEv]
+	}
+	sort.SliceStable(kept, func(i, j int) bool {
+		if kept[i].Rank != kept[j].Rank {
+			return kept[i].Rank < kept[j].Rank
+		}
+		return kept[i].StartUS < kept[j].StartUS
+	})
+	byRank := map[int][]Call{}
+	for _, c := range kept {
+		byRank[c.Rank] = append(byRank[c.Rank], c)
+	}
+	ranks := slices.Clone(opt.Ranks)
+	if len(ranks) == 0 {
+		for r := range byRank {
+			ranks = append(ranks, r)
+		}
+		slices.Sort(ranks)
+	}
+	// One process per node: a rank's node is its newest call's.
+	hostOf := map[int]string{}
+	hostSet := map[string]bool{}
+	for r, cs := range byRank {
+		h := cs[len(cs)-1].Host
+		hostOf[r] = h
+		hostSet[h] = true
+	}
+	hosts := make([]string, 0, len(hostSet))
+	for h := range hostSet {
+		hosts = append(hosts, h)
+	}
+	slices.Sort(hosts)
+	pidOf := map[string]int{}
+	for i, h := range hosts {
+		pidOf[h] = i + 1
+	}
+	noHostPID := len(hosts) + 1 // the ranks without calls
+	if len(hosts) == 0 {
+		noHostPID = 1
+	}
+
+	t := &Trace{DisplayTimeUnit: "ms", TraceEvents: []Event{}}
+	var body []Event
+	sum.FromUS, sum.ToUS = math.MaxInt64, math.MinInt64
+	span := func(a, b int64) {
+		sum.FromUS, sum.ToUS = min(sum.FromUS, a), max(sum.ToUS, b)
+	}
+	// waiting[group, op, seq] is the earliest start among the ranks
+	// inside a call still running, for the members that never entered it.
+	type waitKey struct {
+		group, op string
+		seq       int64
+	}
+	waiting := map[waitKey]int64{}
+	var waitOrder []waitKey
+	for _, r := range ranks {
+		cs := byRank[r]
+		if len(cs) == 0 {
+			continue
+		}
+		sum.Ranks = append(sum.Ranks, r)
+		pid := pidOf[hostOf[r]]
+		for i, c := range cs {
+			ev := sliceEvent(c, pid)
+			end := float64(c.StartUS) + c.DurUS
+			last := i == len(cs)-1
+			switch {
+			case c.Open() && last:
+				end = float64(max(opt.ReadUS, c.StartUS))
+				ev.Name += " (still inside)"
+				ev.Args["still_inside"] = true
+				ev.Args["drawn_until"] = "the read time: it had not returned when its " + sourceWords(c.Source) + " was read"
+				sum.StillInside++
+				if g := groupKey(c); g != "" && c.Seq > 0 && !c.P2P {
+					k := waitKey{g, c.Op, c.Seq}
+					if s, ok := waiting[k]; !ok || c.StartUS < s {
+						if !ok {
+							waitOrder = append(waitOrder, k)
+						}
+						waiting[k] = c.StartUS
+					}
+				}
+			case c.Open():
+				end = float64(cs[i+1].StartUS)
+				ev.Args["end_unknown"] = "its " + sourceWords(c.Source) + " never saw it return; drawn to the rank's next call"
+			}
+			if !last && end > float64(cs[i+1].StartUS) && !c.Open() {
+				// Slices on one track must nest: a call that overlaps the
+				// next (another thread's, an async launch) is cut there.
+				end = float64(cs[i+1].StartUS)
+				ev.Args["cut_at_next_call"] = true
+			}
+			d := math.Round((end-float64(c.StartUS))*1000) / 1000
+			ev.Dur = &d
+			body = append(body, ev)
+			sum.Slices++
+			span(c.StartUS, int64(math.Ceil(end)))
+		}
+	}
+	// A rank of a group others are stuck in that has no call with that
+	// number on that group never entered it (by its record).
+	groupMembers := map[string][]int{}
+	for _, k := range waitOrder {
+		ms, ok := groupMembers[k.group]
+		if !ok {
+			ms = membersOfKey(k.group, kept)
+			groupMembers[k.group] = ms
+		}
+		for _, m := range ms {
+			if !inSel(sel, byRank, m) || entered(byRank[m], k.group, k.seq) {
+				continue
+			}
+			if sum.Slices+sum.NeverEntered >= maxEv {
+				break
+			}
+			pid := pidOf[hostOf[m]]
+			if _, ok := hostOf[m]; !ok {
+				pid = noHostPID
+			}
+			args := map[string]any{"seq": k.seq, "op": clip(k.op),
+				"why": "others of its group are inside this call and this rank recorded no call with this number on the group"}
+			if g, ok := strings.CutPrefix(k.group, "name:"); ok {
+				args["group"] = clip(g)
+			} else {
+				args["group_ranks"] = rankset.ShortTo(k.group, textBytes)
+			}
+			body = append(body, Event{Name: "never entered " + clip(k.op) + " #" + strconv.FormatInt(k.seq, 10), Cat: "never_entered",
+				Ph: "i", S: "t", TS: float64(waiting[k]), PID: pid, TID: m, Args: args})
+			sum.NeverEntered++
+		}
+	}
+	if sum.FromUS > sum.ToUS {
+		sum.FromUS, sum.ToUS = opt.ReadUS, opt.ReadUS
+	}
+	for _, r := range ranks {
+		if len(byRank[r]) == 0 {
+			sum.NoCalls = append(sum.NoCalls, r)
+		}
+	}
+	// Metadata events: names and order of the processes and threads.
+	meta := make([]Event, 0, 2*len(hosts)+2*len(ranks)+2)
+	for _, h := range hosts {
+		name := "node " + clip(h)
+		if h == "" {
+			name = "node (host unknown)"
+		}
+		meta = append(meta, Event{Name: "process_name", Ph: "M", PID: pidOf[h], Args: map[string]any{"name": name}},
+			Event{Name: "process_sort_index", Ph: "M", PID: pidOf[h], Args: map[string]any{"sort_index": pidOf[h]}})
+	}
+	if len(sum.NoCalls) > 0 {
+		meta = append(meta, Event{Name: "process_name", Ph: "M", PID: noHostPID, Args: map[string]any{"name": "ranks without calls"}},
+			Event{Name: "process_sort_index", Ph: "M", PID: noHostPID, Args: map[string]any{"sort_index": noHostPID}})
+	}
+	for _, r := range ranks {
+		pid, name := noHostPID, "rank "+strconv.Itoa(r)+" (no call recorded)"
+		if _, ok := byRank[r]; ok {
+			pid, name = pidOf[hostOf[r]], "rank "+strconv.Itoa(r)
+		}
+		meta = append(meta, Event{Name: "thread_name", Ph: "M", PID: pid, TID: r, Args: map[string]any{"name": name}},
+			Event{Name: "thread_sort_index", Ph: "M", PID: pid, TID: r, Args: map[string]any{"sort_index": r}})
+	}
+	// A rank without calls gets one instant, so its track shows and says
+	// why it is empty.
+	for _, r := range sum.NoCalls {
+		if sum.Slices+sum.NeverEntered >= maxEv {
+			break
+		}
+		body = append(body, Event{Name: "no call recorded", Cat: "no_calls", Ph: "i", S: "t", TS: float64(sum.FromUS), PID: noHostPID, TID: r,
+			Args: map[string]any{"why": "no collective of this rank in the " + sourceWords(opt.Source) + " read (in the window asked, on the nodes that answered)"}})
+	}
+	t.TraceEvents = append(meta, body...)
+	t.Metadata = metadata(opt, sum)
+	return t, sum
+}
+
+func inSel(sel map[int]bool, byRank map[int][]Call, r int) bool {
+	if len(sel) > 0 {
+		return sel[r]
+	}
+	_, ok := byRank[r]
+	return ok
+}
+
+// groupKey names a call's group for matching calls across ranks: its
+// members when known, else its name ("name:" then the name).
+func groupKey(c Call) string {
+	if c.Members != "" {
+		return c.Members
+	}
+	if c.Group != "" {
+		return "name:" + c.Group
+	}
+	return ""
+}
+
+// membersOfKey is a group's ranks: its members when known, else the
+// ranks with a call on a group of that name.
+func membersOfKey(key string, calls []Call) []int {
+	if !strings.HasPrefix(key, "name:") {
+		rs, _ := rankset.Parse(key)
+		return rs
+	}
+	set := map[int]bool{}
+	for _, c := range calls {
+		if groupKey(c) == key {
+			set[c.Rank] = true
+		}
+	}
+	out := make([]int, 0, len(set))
+	for r := range set {
+		out = append(out, r)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// entered is whether a rank's calls include number seq on the group.
+func entered(cs []Call, group string, seq int64) bool {
+	for i := len(cs) - 1; i >= 0; i-- {
+		if groupKey(cs[i]) == group && !cs[i].P2P && cs[i].Seq >= seq {
+			return true
+		}
+	}
+	return false
+}
+
+func sliceEvent(c Call, pid int) Event {
+	cat := "collective"
+	if c.P2P {
+		cat = "p2p"
+	}
+	args := map[string]any{"op": clip(c.Op), "source": c.Source, "start_us": c.StartUS}
+	if c.Group != "" {
+		args["group"] = clip(c.Group)
+	}
+	if c.Members != "" {
+		args["group_ranks"] = rankset.ShortTo(c.Members, textBytes)
+	}
+	if c.Seq > 0 {
+		args["seq"] = c.Seq
+	}
+	if c.Shape != "" {
+		args["shape"] = clip(c.Shape)
+	}
+	if c.Dtype != "" {
+		args["dtype"] = clip(c.Dtype)
+	}
+	if c.Bytes > 0 {
+		args["bytes"] = c.Bytes
+	}
+	if c.Peer >= 0 {
+		args["peer"] = c.Peer
+	}
+	if c.State != "" {
+		args["state"] = clip(c.State)
+	}
+	if !c.Open() {
+		args["duration_ms"] = math.Round(c.DurUS) / 1000
+	}
+	name := clip(c.Op)
+	if name == "" {
+		name = "(unnamed call)"
+	}
+	if c.Seq > 0 {
+		name += " #" + strconv.FormatInt(c.Seq, 10)
+	}
+	return Event{Name: name, Cat: cat, Ph: "X", TS: float64(c.StartUS), PID: pid, TID: c.Rank, Args: args}
+}
+
+// clip bounds job text: valid UTF-8, invisible runes escaped, at most
+// textBytes (the JSON encoder escapes the rest, < and > included).
+func clip(s string) string { return jobtext.Clip(s, textBytes) }
+
+func sourceWords(src string) string {
+	switch src {
+	case "flight_recorder":
+		return "Flight Recorder dump"
+	case "", "comm_rings":
+		return "ring (python.comm_collective)"
+	}
+	return src
+}
+
+func metadata(opt Options, sum Summary) Metadata {
+	m := Metadata{Tool: "probing-mcp export --trace", Version: opt.Version, Source: sourceWords(opt.Source), Why: opt.Why,
+		ReadAt: time.UnixMicro(opt.ReadUS).UTC().Format(time.RFC3339Nano),
+		Clock:  "ts is µs since the Unix epoch, by each node's own clock (nodes' clocks may differ)",
+		Slices: sum.Slices, StillIn: sum.StillInside, Never: sum.NeverEntered,
+		Truncated: sum.Truncated(), ShownRanks: len(sum.Ranks), Notes: opt.Notes}
+	m.Selection = "every rank with a call"
+	if len(opt.Ranks) > 0 {
+		m.Selection = "ranks " + rankset.FormatMax(opt.Ranks, 4096)
+	}
+	if opt.SinceUS > 0 {
+		m.Since = time.UnixMicro(opt.SinceUS).UTC().Format(time.RFC3339Nano)
+	}
+	if sum.Truncated() {
+		m.LeftOut = fmt.Sprintf("%d older call(s), all entered at or before %s: the trace keeps the newest %d events (raise --max-events or narrow --ranks/--since)",
+			sum.Dropped, time.UnixMicro(sum.DroppedBeforeUS).UTC().Format(time.RFC3339Nano), maxOr(opt.MaxEvents))
+	}
+	if len(sum.NoCalls) > 0 {
+		m.NoCalls = rankset.FormatMax(sum.NoCalls, 4096)
+	}
+	return m
+}
+
+func maxOr(n int) int {
+	if n <= 0 {
+		return DefaultMaxEvents
+	}
+	return n
+}
+
+// Write writes the trace as JSON, HTML characters escaped (a name with a
+// script tag stays text wherever the file is shown).
+func (t *Trace) Write(w io.Writer) error {
+	bw := bufio.NewWriterSize(w, 1<<16)
+	// One event a line: a person can grep the file, and a cut file
+	// shows where.
+	if _, err := io.WriteString(bw, "{\"displayTimeUnit\":\"ms\",\n\"metadata\":"); err != nil {
+		return err
+	}
+	if err := writeJSON(bw, t.Metadata); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(bw, ",\n\"traceEvents\":["); err != nil {
+		return err
+	}
+	for i, e := range t.TraceEvents {
+		sep := ",\n"
+		if i == 0 {
+			sep = "\n"
+		}
+		if _, err := io.WriteString(bw, sep); err != nil {
+			return err
+		}
+		if err := writeJSON(bw, e); err != nil {
+			return err
+		}
+	}
+	if _, err := io.WriteString(bw, "\n]}\n"); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v) // escapes <, > and & as \u003c, \u003e, \u0026
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// Words is the command's one line: what the trace shows and leaves out.
+func (s Summary) Words() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d collective slice(s) on %d rank track(s)", s.Slices, len(s.Ranks))
+	if len(s.Ranks) > 0 {
+		fmt.Fprintf(&b, " (ranks %s)", rankset.Short(rankset.Format(s.Ranks)))
+	}
+	if s.StillInside > 0 {
+		fmt.Fprintf(&b, ", %d still inside", s.StillInside)
+	}
+	if s.NeverEntered > 0 {
+		fmt.Fprintf(&b, ", %d never-entered mark(s)", s.NeverEntered)
+	}
+	if s.Slices > 0 {
+		fmt.Fprintf(&b, ", from %s to %s", time.UnixMicro(s.FromUS).UTC().Format("15:04:05.000"), time.UnixMicro(s.ToUS).UTC().Format("15:04:05.000 UTC"))
+	}
+	if len(s.NoCalls) > 0 {
+		fmt.Fprintf(&b, "; no call recorded for %s", rankWords(s.NoCalls))
+	}
+	return b.String()
+}
+
+func rankWords(rs []int) string {
+	if len(rs) == 1 {
+		return "rank " + strconv.Itoa(rs[0])
+	}
+	return "ranks " + rankset.Short(rankset.Format(rs))
+}
