@@ -320,27 +320,30 @@ func Build(calls []Call, opt Options) (*Trace, Summary) {
 			sum.NoCalls = append(sum.NoCalls, r)
 		}
 	}
-	// Metadata events: names and order of the processes and threads.
+	// Metadata events: names and order of the processes and threads, at
+	// the trace's start (a ts of 0 could stretch a viewer's timeline back
+	// to 1970).
 	meta := make([]Event, 0, 2*len(hosts)+2*len(ranks)+2)
+	ts0 := float64(sum.FromUS)
 	for _, h := range hosts {
 		name := "node " + clip(h)
 		if h == "" {
 			name = "node (host unknown)"
 		}
-		meta = append(meta, Event{Name: "process_name", Ph: "M", PID: pidOf[h], Args: map[string]any{"name": name}},
-			Event{Name: "process_sort_index", Ph: "M", PID: pidOf[h], Args: map[string]any{"sort_index": pidOf[h]}})
+		meta = append(meta, Event{Name: "process_name", Ph: "M", TS: ts0, PID: pidOf[h], Args: map[string]any{"name": name}},
+			Event{Name: "process_sort_index", Ph: "M", TS: ts0, PID: pidOf[h], Args: map[string]any{"sort_index": pidOf[h]}})
 	}
 	if len(sum.NoCalls) > 0 {
-		meta = append(meta, Event{Name: "process_name", Ph: "M", PID: noHostPID, Args: map[string]any{"name": "ranks without calls"}},
-			Event{Name: "process_sort_index", Ph: "M", PID: noHostPID, Args: map[string]any{"sort_index": noHostPID}})
+		meta = append(meta, Event{Name: "process_name", Ph: "M", TS: ts0, PID: noHostPID, Args: map[string]any{"name": "ranks without calls"}},
+			Event{Name: "process_sort_index", Ph: "M", TS: ts0, PID: noHostPID, Args: map[string]any{"sort_index": noHostPID}})
 	}
 	for _, r := range ranks {
 		pid, name := noHostPID, "rank "+strconv.Itoa(r)+" (no call recorded)"
 		if _, ok := byRank[r]; ok {
 			pid, name = pidOf[hostOf[r]], "rank "+strconv.Itoa(r)
 		}
-		meta = append(meta, Event{Name: "thread_name", Ph: "M", PID: pid, TID: r, Args: map[string]any{"name": name}},
-			Event{Name: "thread_sort_index", Ph: "M", PID: pid, TID: r, Args: map[string]any{"sort_index": r}})
+		meta = append(meta, Event{Name: "thread_name", Ph: "M", TS: ts0, PID: pid, TID: r, Args: map[string]any{"name": name}},
+			Event{Name: "thread_sort_index", Ph: "M", TS: ts0, PID: pid, TID: r, Args: map[string]any{"sort_index": r}})
 	}
 	// A rank without calls gets one instant, so its track shows and says
 	// why it is empty.
@@ -498,15 +501,11 @@ func maxOr(n int) int {
 // script tag stays text wherever the file is shown).
 func (t *Trace) Write(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
-	// One event a line: a person can grep the file, and a cut file
-	// shows where.
-	if _, err := io.WriteString(bw, "{\"displayTimeUnit\":\"ms\",\n\"metadata\":"); err != nil {
-		return err
-	}
-	if err := writeJSON(bw, t.Metadata); err != nil {
-		return err
-	}
-	if _, err := io.WriteString(bw, ",\n\"traceEvents\":["); err != nil {
+	// displayTimeUnit first (Perfetto reads it from the first chunk
+	// only), the events next, the metadata last: Perfetto's importer has
+	// stopped at a key it did not know, or after the metadata, in some
+	// versions. One event a line: a person can grep the file.
+	if _, err := io.WriteString(bw, "{\"displayTimeUnit\":\"ms\",\n\"traceEvents\":["); err != nil {
 		return err
 	}
 	for i, e := range t.TraceEvents {
@@ -521,7 +520,13 @@ func (t *Trace) Write(w io.Writer) error {
 			return err
 		}
 	}
-	if _, err := io.WriteString(bw, "\n]}\n"); err != nil {
+	if _, err := io.WriteString(bw, "\n],\n\"metadata\":"); err != nil {
+		return err
+	}
+	if err := writeJSON(bw, t.Metadata); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(bw, "}\n"); err != nil {
 		return err
 	}
 	return bw.Flush()

@@ -42,6 +42,13 @@ func write(t *testing.T, calls []Call, opt Options) (decoded, Summary, []byte) {
 	if err := json.Unmarshal(b.Bytes(), &d); err != nil {
 		t.Fatal(err)
 	}
+	// Every event within the trace's span: a metadata event at 0 would
+	// stretch a viewer's timeline back to 1970.
+	for _, e := range d.TraceEvents {
+		if e.TS < float64(sum.FromUS) || e.TS > float64(sum.ToUS) {
+			t.Fatalf("event at %v outside [%d, %d]: %+v", e.TS, sum.FromUS, sum.ToUS, e)
+		}
+	}
 	return d, sum, b.Bytes()
 }
 
@@ -279,6 +286,8 @@ func TestBuildLargeJob(t *testing.T) {
 func TestValidateRejects(t *testing.T) {
 	for _, c := range []struct{ name, json string }{
 		{"not an object", `[]`},
+		{"unknown key first", `{"producer":"x","traceEvents":[]}`},
+		{"metadata first", `{"metadata":{},"traceEvents":[]}`},
 		{"no events", `{}`},
 		{"bad unit", `{"traceEvents":[],"displayTimeUnit":"s"}`},
 		{"no name", `{"traceEvents":[{"ph":"X","ts":1,"dur":1,"pid":1,"tid":1}]}`},
@@ -299,7 +308,7 @@ func TestValidateRejects(t *testing.T) {
 		}
 	}
 	ok := `{"traceEvents":[{"name":"a","ph":"X","ts":1,"dur":10,"pid":1,"tid":1},{"name":"b","ph":"X","ts":2,"dur":3,"pid":1,"tid":1},` +
-		`{"name":"c","ph":"B","ts":1,"pid":1,"tid":2},{"name":"c","ph":"E","ts":2,"pid":1,"tid":2}],"displayTimeUnit":"ms"}`
+		`{"name":"c","ph":"B","ts":1,"pid":1,"tid":2},{"name":"c","ph":"E","ts":2,"pid":1,"tid":2}],"displayTimeUnit":"ms","metadata":{"a":1}}`
 	if err := Validate([]byte(ok)); err != nil {
 		t.Errorf("a valid trace refused: %v", err)
 	}

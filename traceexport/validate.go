@@ -17,6 +17,9 @@ import (
 // not draw slices that overlap). The tests hold every trace Build makes
 // to it.
 func Validate(data []byte) error {
+	if err := topKeys(data); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var top map[string]json.RawMessage
@@ -142,6 +145,41 @@ func Validate(data []byte) error {
 				return fmt.Errorf("pid %d tid %d: slice [%v, %v] overlaps [%v, %v] without nesting", tr.pid, tr.tid, s.a, s.b, stack[len(stack)-1].a, stack[len(stack)-1].b)
 			}
 			stack = append(stack, s)
+		}
+	}
+	return nil
+}
+
+// topKeys checks the object's keys in order: Perfetto's importer stops
+// reading at a key it does not know, and some of its versions after the
+// metadata, so only the format's keys are allowed, the events before the
+// metadata.
+func topKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return fmt.Errorf("not a JSON object")
+	}
+	seenEvents := false
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("not a JSON object: %w", err)
+		}
+		k, _ := t.(string)
+		switch k {
+		case "traceEvents":
+			seenEvents = true
+		case "metadata":
+			if !seenEvents {
+				return fmt.Errorf("metadata before traceEvents: some Perfetto versions read no event after it")
+			}
+		case "displayTimeUnit", "otherData", "systemTraceEvents":
+		default:
+			return fmt.Errorf("top-level key %q: Perfetto's importer stops reading at a key it does not know", k)
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return fmt.Errorf("%s: %w", k, err)
 		}
 	}
 	return nil
