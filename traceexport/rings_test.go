@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/probing-mcp/probing-mcp/diagnosis"
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
@@ -174,4 +175,65 @@ func ranksList(n int) string {
 		fmt.Fprint(&b, i)
 	}
 	return b.String()
+}
+
+// TestReadRings4096: a 4096-rank job's rings (a tenth of the ranks never
+// wrote one): the whole job selected is read within the cap, every rank
+// with a ring has its track, the others are named as without calls.
+func TestReadRings4096(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 4096 rings; skipped with -short")
+	}
+	base := t.TempDir()
+	var sel []int
+	empty := 0
+	for r := 0; r < 4096; r++ {
+		sel = append(sel, r)
+		if r%10 == 7 {
+			empty++
+			continue
+		}
+		smallRing(t, base, 900000+r, r, 6)
+	}
+	e := engine(t, base)
+	start := time.Now()
+	got, err := ReadRings(context.Background(), e, sel, 0, t0*2, DefaultMaxEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("read in %v", time.Since(start))
+	if want := (4096 - empty) * 6; len(got.Calls) != want || got.Dropped != 0 {
+		t.Fatalf("%d calls (want %d), %d dropped", len(got.Calls), want, got.Dropped)
+	}
+	_, sum, raw := write(t, got.Calls, Options{Ranks: sel, ReadUS: t0 + 1e6})
+	if len(sum.Ranks) != 4096-empty || len(sum.NoCalls) != empty || sum.StillInside != 4096-empty {
+		t.Errorf("%d ranks, %d without calls, %d still inside", len(sum.Ranks), len(sum.NoCalls), sum.StillInside)
+	}
+	t.Logf("%d bytes", len(raw))
+}
+
+// smallRing is ring with small chunks: thousands of them fit a test's
+// temporary directory.
+func smallRing(t *testing.T, base string, pid, r, rows int) {
+	t.Helper()
+	dir := filepath.Join(base, fmt.Sprint(pid))
+	cols := []memt.Column{{Name: "timestamp", Type: memt.I64}, {Name: "op", Type: memt.Str}, {Name: "participate_ranks", Type: memt.Str},
+		{Name: "duration_ms", Type: memt.F64}, {Name: "group_seq", Type: memt.I64}}
+	w, err := memt.Create(filepath.Join(dir, "python.comm_collective"), cols, memt.Options{ChunkSize: 4096, NumChunks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i := 1; i <= rows; i++ {
+		dur := 0.25
+		if i == rows {
+			dur = -1
+		}
+		if err := w.Row().I64(t0 + int64(i)*1000 + int64(r)).Str("all_reduce").Str("[0, 4095]").F64(dur).I64(int64(i)).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".identity.json"), []byte(fmt.Sprintf(`{"agent":"probing-mcp","pid":%d,"rank":%d,"world_size":4096}`, pid, r)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
