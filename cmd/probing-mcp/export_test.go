@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/cluster"
+	"github.com/probing-mcp/probing-mcp/cluster/node"
 	"github.com/probing-mcp/probing-mcp/internal/demojob"
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 	"github.com/probing-mcp/probing-mcp/traceexport"
 )
 
@@ -188,4 +195,93 @@ func TestExportLiveDemoJob(t *testing.T) {
 func ftoa(f float64) string {
 	b, _ := json.Marshal(f)
 	return string(b)
+}
+
+// TestExportWholeJob: the demo job split over two simulated nodes, each
+// with a real node daemon; `export --peers` reads both nodes' rings
+// through them: a process per node, the four ranks' tracks, the culprit
+// (rank 2, on the second node) and its group.
+func TestExportWholeJob(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3: the demo job needs it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	job, err := demojob.Start(ctx, demojob.Options{Torch: "no", Python: "python3", Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer job.Stop()
+	if err := job.WaitHung(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for i, nd := range job.NodeDirs {
+		e, err := sqlengine.New(sqlengine.Options{DataDir: nd.DataDir, Host: nd.Host})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A loopback address per node: --peers names a node by its
+		// address, and the trace draws a process per node.
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:0", i+2))
+		if err != nil {
+			t.Skip(err)
+		}
+		self := cluster.Node{Host: nd.Host, Addr: ln.Addr().String(), NodeRank: i, Kind: cluster.KindDaemon, Source: "peers"}
+		srv := &http.Server{Handler: node.Handler(node.Config{Source: &node.Local{Self: self,
+			Agents: agent.Options{DataDir: nd.DataDir, CtrlRoot: nd.CtrlRoot}, SQL: e, Version: "test"}})}
+		go srv.Serve(ln)
+		defer srv.Close()
+		addrs = append(addrs, self.Addr)
+	}
+	t.Setenv("PROBING_DATA_DIR", t.TempDir())
+	t.Setenv("PROBING_CTRL_ROOT", t.TempDir())
+	t.Setenv("PROBING_MCP_HISTORY", "off")
+	t.Setenv("PROBING_AUTH_TOKEN", "")
+	file := filepath.Join(t.TempDir(), "job.json")
+	var errOut string
+	for {
+		var code int
+		code, _, errOut = runCLI("export", "--trace", file, "--peers", strings.Join(addrs, ","), "--stall-seconds", "1")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		if strings.Contains(errOut, "culprit (cpu_stall: rank 2") || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if !strings.Contains(errOut, "on 4 rank track(s) (ranks 0-3), 3 still inside, 1 never-entered mark(s)") {
+		t.Fatalf("stderr:\n%s", errOut)
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := traceexport.Validate(raw); err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		TraceEvents []struct {
+			Name, Ph string
+			PID, TID int
+			Args     map[string]any
+		}
+	}
+	if err := json.Unmarshal(raw, &tr); err != nil {
+		t.Fatal(err)
+	}
+	procs := map[int]string{}
+	pidOf := map[int]int{}
+	for _, e := range tr.TraceEvents {
+		if e.Ph == "M" && e.Name == "process_name" {
+			procs[e.PID] = e.Args["name"].(string)
+		}
+		if e.Ph == "X" {
+			pidOf[e.TID] = e.PID
+		}
+	}
+	if len(procs) != 2 || procs[pidOf[0]] != "node 127.0.0.2" || procs[pidOf[3]] != "node 127.0.0.3" || pidOf[0] != pidOf[1] || pidOf[2] != pidOf[3] {
+		t.Errorf("processes %v, ranks' %v", procs, pidOf)
+	}
 }
