@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -83,6 +84,11 @@ func exportCmd(args []string, stdout, stderr io.Writer) int {
 			return fail(2, "--ranks names %d ranks; a trace holds at most %d tracks: narrow it", len(sel), traceexport.MaxRanks)
 		}
 	}
+	dest, err := openTrace(*out, stdout)
+	if err != nil {
+		return fail(1, "%v", err)
+	}
+	defer dest.discard()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
@@ -164,7 +170,7 @@ func exportCmd(args []string, stdout, stderr io.Writer) int {
 		opt.Notes = append(opt.Notes, read.Notes...)
 	}
 	trace, sum := traceexport.Build(calls, opt)
-	if err := writeTrace(*out, stdout, trace); err != nil {
+	if err := dest.commit(trace); err != nil {
 		return fail(1, "%v", err)
 	}
 	where := *out
@@ -184,26 +190,53 @@ func exportCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// writeTrace writes the trace to path through a file beside it, renamed
-// into place, so that a failed write leaves no half trace; "-" is stdout.
-func writeTrace(path string, stdout io.Writer, t *traceexport.Trace) error {
+// traceFile is where the trace goes: a file beside path, renamed into
+// place once written, so that a failed export leaves no half trace; "-"
+// is stdout. It is made before anything is read, so a path that cannot
+// be written is said at once.
+type traceFile struct {
+	path string
+	f    *os.File
+	w    io.Writer
+}
+
+func openTrace(path string, stdout io.Writer) (*traceFile, error) {
 	if path == "-" {
-		return t.Write(stdout)
+		return &traceFile{path: path, w: stdout}, nil
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
-		return fmt.Errorf("--trace %s: %w", path, err)
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("--trace %s: cannot write in %s: %v", path, filepath.Dir(path), err)
 	}
-	defer os.Remove(f.Name())
-	if err := t.Write(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
+	return &traceFile{path: path, f: f, w: f}, nil
+}
+
+// commit writes the trace and puts the file in place.
+func (t *traceFile) commit(tr *traceexport.Trace) error {
+	if err := tr.Write(t.w); err != nil {
+		return fmt.Errorf("writing %s: %w", t.path, err)
 	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
+	if t.f == nil {
+		return nil
 	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("--trace %s: %w", path, err)
+	if err := t.f.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", t.path, err)
 	}
+	if err := os.Rename(t.f.Name(), t.path); err != nil {
+		return fmt.Errorf("--trace %s: %w", t.path, err)
+	}
+	t.f = nil
 	return nil
+}
+
+// discard removes the file of a trace not committed.
+func (t *traceFile) discard() {
+	if t.f != nil {
+		t.f.Close()
+		os.Remove(t.f.Name())
+	}
 }

@@ -49,13 +49,18 @@ func TestExportUsage(t *testing.T) {
 	if _, err := os.Stat(out); err == nil {
 		t.Errorf("a refused export wrote %s", out)
 	}
-	// No job here: exit 1, saying so, and no file.
-	code, _, errOut := runCLI("export", "--trace", out)
+	// A place that cannot be written: said before anything is read.
+	code, _, errOut := runCLI("export", "--trace", filepath.Join(out, "sub", "t.json"))
+	if code != 1 || !strings.Contains(errOut, "cannot write in "+filepath.Join(out, "sub")+": no such file or directory") {
+		t.Errorf("unwritable: exit %d, %q", code, errOut)
+	}
+	// No job here: exit 1, saying so, and no file (nor its temporary).
+	code, _, errOut = runCLI("export", "--trace", out)
 	if code != 1 || !strings.Contains(errOut, "no training job found here") {
 		t.Errorf("no job: exit %d, %q", code, errOut)
 	}
-	if _, err := os.Stat(out); err == nil {
-		t.Errorf("a failed export wrote %s", out)
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(out), "*")); len(left) > 0 {
+		t.Errorf("a failed export left %v", left)
 	}
 }
 
