@@ -85,6 +85,10 @@ type Options struct {
 	ReadUS int64
 	// SinceUS, when set, is the start of the window asked for.
 	SinceUS int64
+	// Gone names the ranks whose process has ended, with when (µs; 0
+	// when no record says): their open call ends there, "ended inside",
+	// rather than at ReadUS.
+	Gone map[int]int64
 	// MaxEvents bounds the slices and instants (DefaultMaxEvents when 0).
 	MaxEvents int
 	// Dropped counts calls a reader left out already (its own cap), with
@@ -123,6 +127,7 @@ type Metadata struct {
 	Clock      string   `json:"clock"`
 	Slices     int      `json:"slices"`
 	StillIn    int      `json:"still_inside"`
+	EndedIn    int      `json:"ended_inside"`
 	Never      int      `json:"never_entered"`
 	Truncated  bool     `json:"truncated"`
 	LeftOut    string   `json:"left_out,omitempty"`
@@ -141,6 +146,8 @@ type Trace struct {
 // Summary is what Build put in the trace, for the command's one line.
 type Summary struct {
 	Slices, StillInside, NeverEntered int
+	// EndedInside: open calls of ranks whose process has ended.
+	EndedInside int
 	// Ranks have a track with calls; NoCalls are the selected ranks
 	// without any (not recorded, not reached, or outside the window).
 	Ranks   []int
@@ -250,10 +257,26 @@ func Build(calls []Call, opt Options) (*Trace, Summary) {
 			switch {
 			case c.Open() && last:
 				end = float64(max(opt.ReadUS, c.StartUS))
-				ev.Name += " (still inside)"
-				ev.Args["still_inside"] = true
-				ev.Args["drawn_until"] = "the read time: it had not returned when its " + sourceWords(c.Source) + " was read"
-				sum.StillInside++
+				gone, dead := opt.Gone[r]
+				switch {
+				case dead && gone > 0:
+					// A dead rank's call ends with its process, not now.
+					end = float64(max(gone, c.StartUS))
+					ev.Name += " (ended inside)"
+					ev.Args["ended_inside"] = true
+					ev.Args["drawn_until"] = "the rank's end: its process ended inside the call"
+					sum.EndedInside++
+				case dead:
+					ev.Name += " (ended inside)"
+					ev.Args["ended_inside"] = true
+					ev.Args["drawn_until"] = "the read time: its process is gone, its end not recorded"
+					sum.EndedInside++
+				default:
+					ev.Name += " (still inside)"
+					ev.Args["still_inside"] = true
+					ev.Args["drawn_until"] = "the read time: it had not returned when its " + sourceWords(c.Source) + " was read"
+					sum.StillInside++
+				}
 				if g := groupKey(c); g != "" && c.Seq > 0 && !c.P2P {
 					k := waitKey{g, c.Op, c.Seq}
 					if s, ok := waiting[k]; !ok || c.StartUS < s {
@@ -471,7 +494,7 @@ func metadata(opt Options, sum Summary) Metadata {
 	m := Metadata{Tool: "probing-mcp export --trace", Version: opt.Version, Source: sourceWords(opt.Source), Why: opt.Why,
 		ReadAt: time.UnixMicro(opt.ReadUS).UTC().Format(time.RFC3339Nano),
 		Clock:  "ts is µs since the Unix epoch, by each node's own clock (nodes' clocks may differ)",
-		Slices: sum.Slices, StillIn: sum.StillInside, Never: sum.NeverEntered,
+		Slices: sum.Slices, StillIn: sum.StillInside, EndedIn: sum.EndedInside, Never: sum.NeverEntered,
 		Truncated: sum.Truncated(), ShownRanks: len(sum.Ranks), Notes: opt.Notes}
 	m.Selection = "every rank with a call"
 	if len(opt.Ranks) > 0 {
@@ -550,6 +573,9 @@ func (s Summary) Words() string {
 	}
 	if s.StillInside > 0 {
 		fmt.Fprintf(&b, ", %d still inside", s.StillInside)
+	}
+	if s.EndedInside > 0 {
+		fmt.Fprintf(&b, ", %d ended inside (the rank's process is gone)", s.EndedInside)
 	}
 	if s.NeverEntered > 0 {
 		fmt.Fprintf(&b, ", %d never-entered mark(s)", s.NeverEntered)

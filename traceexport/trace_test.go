@@ -137,6 +137,33 @@ func TestBuildHung(t *testing.T) {
 	}
 }
 
+// TestBuildGone: a rank whose process ended inside its call has that
+// call end with it (at its recorded end, else at the read time, said),
+// named "ended inside"; it still counts as inside for the never-entered
+// mark.
+func TestBuildGone(t *testing.T) {
+	read := t0 + 60_000_000
+	d, sum, _ := write(t, hung(), Options{Ranks: []int{0, 1, 2, 3}, ReadUS: read, Gone: map[int]int64{0: t0 + 7000, 1: 0}})
+	if sum.StillInside != 1 || sum.EndedInside != 2 || sum.NeverEntered != 1 {
+		t.Fatalf("%+v", sum)
+	}
+	ends := map[int]float64{}
+	for _, e := range d.TraceEvents {
+		if e.Ph == "X" && e.Args["seq"] == 5.0 {
+			ends[e.TID] = e.TS + *e.Dur
+			if (e.TID == 3) != (e.Args["still_inside"] == true) || (e.TID != 3) != (e.Args["ended_inside"] == true) {
+				t.Errorf("%+v", e)
+			}
+		}
+	}
+	if ends[0] != float64(t0+7000) || ends[1] != float64(read) || ends[3] != float64(read) {
+		t.Errorf("ends %v", ends)
+	}
+	if !strings.Contains(sum.Words(), "1 still inside, 2 ended inside (the rank's process is gone)") {
+		t.Errorf("%s", sum.Words())
+	}
+}
+
 // TestBuildOverlapNests: a call that overlaps the next on its track (an
 // async launch, another thread) is cut at the next one, so the slices
 // nest as the viewers need; the cut is said.

@@ -160,6 +160,10 @@ func exportCmd(args []string, stdout, stderr io.Writer) int {
 				return fail(1, "no rank to show: %s (pass --ranks)", s.Why)
 			}
 			sel, opt.Ranks, opt.Why = s.Ranks, s.Ranks, s.Why
+			opt.Gone = goneOf(b)
+		} else if b, _, err := scope.Pulse(ctx); err == nil {
+			// Which ranks are gone, and when: liveness only, no rank asked.
+			opt.Gone = goneOf(b)
 		}
 		read, err := traceexport.ReadRings(ctx, scope, sel, opt.SinceUS, opt.ReadUS, *maxEv)
 		if err != nil {
@@ -188,6 +192,21 @@ func exportCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp export: open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing\n")
 	}
 	return 0
+}
+
+// goneOf is the bundle's ranks whose process has ended, with when (µs,
+// 0 unrecorded).
+func goneOf(b *evidence.Bundle) map[int]int64 {
+	gone := map[int]int64{}
+	if b == nil {
+		return gone
+	}
+	for r, e := range b.Ranks {
+		if e != nil && !e.Alive {
+			gone[r] = e.EndedNS / 1000
+		}
+	}
+	return gone
 }
 
 // traceFile is where the trace goes: a file beside path, renamed into

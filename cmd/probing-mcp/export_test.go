@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -194,6 +195,24 @@ func TestExportLiveDemoJob(t *testing.T) {
 	errOut, raw = export("--ranks", "0-3", "--max-events", "4")
 	if !strings.Contains(errOut, "4 collective slice(s)") || !strings.Contains(errOut, "truncated: ") || !strings.Contains(string(raw), `"truncated":true`) {
 		t.Errorf("--max-events 4: %s", errOut)
+	}
+	// Post mortem: the ranks killed (no record of their end), their rings
+	// left; the calls they were inside end with them, said. All are
+	// stopped first, so that none sees a peer die and leaves its call.
+	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
+		for _, pid := range job.PIDs() {
+			syscall.Kill(pid, sig)
+		}
+	}
+	for {
+		errOut, _ = export("--ranks", "0-3")
+		if !strings.Contains(errOut, "still inside") || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(errOut, "on 4 rank track(s) (ranks 0-3), 3 ended inside (the rank's process is gone), 1 never-entered mark(s)") {
+		t.Errorf("dead job: %s", errOut)
 	}
 }
 
