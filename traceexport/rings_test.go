@@ -1,6 +1,7 @@
 package traceexport
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -235,5 +236,35 @@ func smallRing(t *testing.T, base string, pid, r, rows int) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, ".identity.json"), []byte(fmt.Sprintf(`{"agent":"probing-mcp","pid":%d,"rank":%d,"world_size":4096}`, pid, r)), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReadRingsHostile: a job that names its collectives and groups with
+// HTML and 20 KB strings (record_collective takes any op name): read,
+// laid out, escaped and clipped.
+func TestReadRingsHostile(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "999921")
+	cols := []memt.Column{{Name: "timestamp", Type: memt.I64}, {Name: "op", Type: memt.Str}, {Name: "participate_ranks", Type: memt.Str},
+		{Name: "tensor_shape", Type: memt.Str}, {Name: "duration_ms", Type: memt.F64}, {Name: "group_seq", Type: memt.I64}}
+	w, err := memt.Create(filepath.Join(dir, "python.comm_collective"), cols, memt.Options{ChunkSize: 1 << 20, NumChunks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("<script>alert(1)</script>", 800)
+	if err := w.Row().I64(t0).Str(big).Str("[<b>0</b>, 1]").Str("\u202e(4,)" + big).F64(-1).I64(1).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if err := os.WriteFile(filepath.Join(dir, ".identity.json"), []byte(`{"agent":"probing-mcp","pid":999921,"rank":0,"world_size":2}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadRings(context.Background(), engine(t, base), []int{0}, 0, t0*2, 10)
+	if err != nil || len(got.Calls) != 1 {
+		t.Fatalf("%+v %v", got, err)
+	}
+	_, sum, raw := write(t, got.Calls, Options{Ranks: []int{0}, ReadUS: t0 + 10})
+	if sum.StillInside != 1 || bytes.ContainsAny(raw, "<>") || strings.Contains(string(raw), "\u202e") || len(raw) > 4<<10 {
+		t.Errorf("%d bytes, %+v:\n%s", len(raw), sum, raw)
 	}
 }

@@ -96,7 +96,7 @@ func exportCmd(args []string, stdout, stderr io.Writer) int {
 	readAt := time.Now()
 	opt := traceexport.Options{ReadUS: readAt.UnixMicro(), MaxEvents: *maxEv, Version: versionString(), Ranks: sel}
 	if *ranksFlag != "" {
-		opt.Why = "--ranks " + rankset.Format(sel)
+		opt.Why = "--ranks " + rankset.FormatMax(sel, rankset.MaxText)
 	}
 	if *since > 0 {
 		opt.SinceUS = readAt.Add(-*since).UnixMicro()
@@ -110,7 +110,11 @@ func exportCmd(args []string, stdout, stderr io.Writer) int {
 		if len(loaded.Dumps) == 0 {
 			return fail(1, "no Flight Recorder dump under %s (%d file(s) were not dumps)", *dumps, loaded.Ignored)
 		}
-		for _, p := range loaded.Problems {
+		for i, p := range loaded.Problems {
+			if i == maxNotes {
+				opt.Notes = append(opt.Notes, fmt.Sprintf("and %d more file(s) not used", len(loaded.Problems)-i))
+				break
+			}
 			opt.Notes = append(opt.Notes, "not used: "+p.Text())
 		}
 		var lastUS int64
@@ -193,6 +197,10 @@ func exportCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// maxNotes bounds the files named as not used (a directory of thousands
+// of other files).
+const maxNotes = 16
 
 // goneOf is the bundle's ranks whose process has ended, with when (µs,
 // 0 unrecorded).
