@@ -168,122 +168,148 @@ func (s Summary) Truncated() bool { return s.Dropped > 0 }
 // than a B without its E, which viewers draw differently or not at all).
 // The newest opt.MaxEvents calls are kept, the cut said.
 func Build(calls []Call, opt Options) (*Trace, Summary) {
-	maxEv := opt.MaxEvents
-	if maxEv <= 0 {
-		maxEv = DefaultMaxEvents
+	l := newLayout(calls, opt)
+	l.slices()
+	l.neverEntered()
+	sum := &l.sum
+	if sum.FromUS > sum.ToUS {
+		sum.FromUS, sum.ToUS = opt.ReadUS, opt.ReadUS
 	}
-	sel := map[int]bool{}
+	for _, r := range l.ranks {
+		if len(l.byRank[r]) == 0 {
+			sum.NoCalls = append(sum.NoCalls, r)
+		}
+	}
+	// A rank without calls gets one instant, so its track shows and says
+	// why it is empty (at most MaxRanks of them).
+	for _, r := range sum.NoCalls {
+		l.body = append(l.body, Event{Name: "no call recorded", Cat: "no_calls", Ph: "i", S: "t", TS: float64(sum.FromUS), PID: l.noHostPID, TID: r,
+			Args: map[string]any{"why": "no collective of this rank in the " + sourceWords(opt.Source) + " read (in the window asked, on the nodes that answered)"}})
+	}
+	t := &Trace{DisplayTimeUnit: "ms", TraceEvents: append(l.metaEvents(), l.body...)}
+	t.Metadata = metadata(opt, *sum)
+	return t, *sum
+}
+
+// layout is one trace being laid out.
+type layout struct {
+	opt    Options
+	maxEv  int
+	sel    map[int]bool
+	kept   []Call         // the calls shown, by rank and start
+	byRank map[int][]Call // kept, per rank
+	ranks  []int          // the tracks, sorted
+	hosts  []string       // the processes, sorted
+	hostOf map[int]string
+	pidOf  map[string]int
+	// noHostPID is the process of the ranks without calls.
+	noHostPID int
+	body      []Event
+	sum       Summary
+	// waiting[group, op, seq] is the earliest start among the ranks
+	// inside a call that had not returned, for the members that never
+	// entered it; waitOrder the keys as found.
+	waiting   map[waitKey]int64
+	waitOrder []waitKey
+}
+
+type waitKey struct {
+	group, op string
+	seq       int64
+}
+
+// newLayout keeps the selected ranks' newest calls within the cap and
+// places the ranks on their nodes.
+func newLayout(calls []Call, opt Options) *layout {
+	l := &layout{opt: opt, maxEv: opt.MaxEvents, sel: map[int]bool{}, byRank: map[int][]Call{}, hostOf: map[int]string{},
+		pidOf: map[string]int{}, waiting: map[waitKey]int64{}}
+	if l.maxEv <= 0 {
+		l.maxEv = DefaultMaxEvents
+	}
 	for _, r := range opt.Ranks {
-		sel[r] = true
+		l.sel[r] = true
 	}
-	var kept []Call
 	for _, c := range calls {
-		if len(sel) == 0 || sel[c.Rank] {
-			kept = append(kept, c)
+		if len(l.sel) == 0 || l.sel[c.Rank] {
+			l.kept = append(l.kept, c)
 		}
 	}
 	// Newest first to cut, then by rank and start to lay out.
-	sort.SliceStable(kept, func(i, j int) bool { return kept[i].StartUS > kept[j].StartUS })
-	sum := Summary{Dropped: opt.Dropped, DroppedBeforeUS: opt.DroppedBeforeUS}
-	if len(kept) > maxEv {
-		sum.Dropped += len(kept) - maxEv
-		sum.DroppedBeforeUS = max(sum.DroppedBeforeUS, kept[maxEv].StartUS)
-		kept = kept[:maxEv]
+	sort.SliceStable(l.kept, func(i, j int) bool { return l.kept[i].StartUS > l.kept[j].StartUS })
+	l.sum = Summary{Dropped: opt.Dropped, DroppedBeforeUS: opt.DroppedBeforeUS, FromUS: math.MaxInt64, ToUS: math.MinInt64}
+	if len(l.kept) > l.maxEv {
+		l.sum.Dropped += len(l.kept) - l.maxEv
+		l.sum.DroppedBeforeUS = max(l.sum.DroppedBeforeUS, l.kept[l.maxEv].StartUS)
+		l.kept = l.kept[:l.maxEv]
 	}
-	sort.SliceStable(kept, func(i, j int) bool {
-		if kept[i].Rank != kept[j].Rank {
-			return kept[i].Rank < kept[j].Rank
+	sort.SliceStable(l.kept, func(i, j int) bool {
+		if l.kept[i].Rank != l.kept[j].Rank {
+			return l.kept[i].Rank < l.kept[j].Rank
 		}
-		return kept[i].StartUS < kept[j].StartUS
+		return l.kept[i].StartUS < l.kept[j].StartUS
 	})
-	byRank := map[int][]Call{}
-	for _, c := range kept {
-		byRank[c.Rank] = append(byRank[c.Rank], c)
+	for _, c := range l.kept {
+		l.byRank[c.Rank] = append(l.byRank[c.Rank], c)
 	}
-	ranks := slices.Clone(opt.Ranks)
-	if len(ranks) == 0 {
-		for r := range byRank {
-			ranks = append(ranks, r)
+	l.ranks = slices.Clone(opt.Ranks)
+	if len(l.ranks) == 0 {
+		for r := range l.byRank {
+			l.ranks = append(l.ranks, r)
 		}
-		slices.Sort(ranks)
+		slices.Sort(l.ranks)
 	}
 	// One process per node: a rank's node is its newest call's.
-	hostOf := map[int]string{}
 	hostSet := map[string]bool{}
-	for r, cs := range byRank {
+	for r, cs := range l.byRank {
 		h := cs[len(cs)-1].Host
-		hostOf[r] = h
+		l.hostOf[r] = h
 		hostSet[h] = true
 	}
-	hosts := make([]string, 0, len(hostSet))
 	for h := range hostSet {
-		hosts = append(hosts, h)
+		l.hosts = append(l.hosts, h)
 	}
-	slices.Sort(hosts)
-	pidOf := map[string]int{}
-	for i, h := range hosts {
-		pidOf[h] = i + 1
+	slices.Sort(l.hosts)
+	for i, h := range l.hosts {
+		l.pidOf[h] = i + 1
 	}
-	noHostPID := len(hosts) + 1 // the ranks without calls
-	if len(hosts) == 0 {
-		noHostPID = 1
-	}
+	l.noHostPID = len(l.hosts) + 1
+	return l
+}
 
-	t := &Trace{DisplayTimeUnit: "ms", TraceEvents: []Event{}}
-	var body []Event
-	sum.FromUS, sum.ToUS = math.MaxInt64, math.MinInt64
-	span := func(a, b int64) {
-		sum.FromUS, sum.ToUS = min(sum.FromUS, a), max(sum.ToUS, b)
+// pid is a rank's process: its node's, or the one of the ranks without
+// calls.
+func (l *layout) pid(r int) int {
+	if h, ok := l.hostOf[r]; ok {
+		return l.pidOf[h]
 	}
-	// waiting[group, op, seq] is the earliest start among the ranks
-	// inside a call still running, for the members that never entered it.
-	type waitKey struct {
-		group, op string
-		seq       int64
-	}
-	waiting := map[waitKey]int64{}
-	var waitOrder []waitKey
-	for _, r := range ranks {
-		cs := byRank[r]
+	return l.noHostPID
+}
+
+// slices lays out each rank's calls, an open last call drawn to the read
+// time (or to its rank's end), an earlier open one to the next call.
+func (l *layout) slices() {
+	sum := &l.sum
+	for _, r := range l.ranks {
+		cs := l.byRank[r]
 		if len(cs) == 0 {
 			continue
 		}
 		sum.Ranks = append(sum.Ranks, r)
-		pid := pidOf[hostOf[r]]
+		pid := l.pid(r)
 		for i, c := range cs {
 			ev := sliceEvent(c, pid)
 			end := float64(c.StartUS) + c.DurUS
 			last := i == len(cs)-1
 			switch {
 			case c.Open() && last:
-				end = float64(max(opt.ReadUS, c.StartUS))
-				gone, dead := opt.Gone[r]
-				switch {
-				case dead && gone > 0:
-					// A dead rank's call ends with its process, not now.
-					end = float64(max(gone, c.StartUS))
-					ev.Name += " (ended inside)"
-					ev.Args["ended_inside"] = true
-					ev.Args["drawn_until"] = "the rank's end: its process ended inside the call"
-					sum.EndedInside++
-				case dead:
-					ev.Name += " (ended inside)"
-					ev.Args["ended_inside"] = true
-					ev.Args["drawn_until"] = "the read time: its process is gone, its end not recorded"
-					sum.EndedInside++
-				default:
-					ev.Name += " (still inside)"
-					ev.Args["still_inside"] = true
-					ev.Args["drawn_until"] = "the read time: it had not returned when its " + sourceWords(c.Source) + " was read"
-					sum.StillInside++
-				}
+				end = l.openEnd(c, &ev)
 				if g := groupKey(c); g != "" && c.Seq > 0 && !c.P2P {
 					k := waitKey{g, c.Op, c.Seq}
-					if s, ok := waiting[k]; !ok || c.StartUS < s {
+					if s, ok := l.waiting[k]; !ok || c.StartUS < s {
 						if !ok {
-							waitOrder = append(waitOrder, k)
+							l.waitOrder = append(l.waitOrder, k)
 						}
-						waiting[k] = c.StartUS
+						l.waiting[k] = c.StartUS
 					}
 				}
 			case c.Open():
@@ -298,30 +324,54 @@ func Build(calls []Call, opt Options) (*Trace, Summary) {
 			}
 			d := math.Round((end-float64(c.StartUS))*1000) / 1000
 			ev.Dur = &d
-			body = append(body, ev)
+			l.body = append(l.body, ev)
 			sum.Slices++
-			span(c.StartUS, int64(math.Ceil(end)))
+			sum.FromUS, sum.ToUS = min(sum.FromUS, c.StartUS), max(sum.ToUS, int64(math.Ceil(end)))
 		}
 	}
-	// A rank of a group others are stuck in that has no call with that
-	// number on that group never entered it (by its record).
-	groupMembers := map[string][]int{}
-	for _, k := range waitOrder {
-		ms, ok := groupMembers[k.group]
+}
+
+// openEnd is where a rank's last call, not returned, is drawn to: the
+// read time while its process lives, its end once it is gone.
+func (l *layout) openEnd(c Call, ev *Event) float64 {
+	end := float64(max(l.opt.ReadUS, c.StartUS))
+	gone, dead := l.opt.Gone[c.Rank]
+	switch {
+	case dead && gone > 0:
+		end = float64(max(gone, c.StartUS))
+		ev.Args["drawn_until"] = "the rank's end: its process ended inside the call"
+	case dead:
+		ev.Args["drawn_until"] = "the read time: its process is gone, its end not recorded"
+	default:
+		ev.Name += " (still inside)"
+		ev.Args["still_inside"] = true
+		ev.Args["drawn_until"] = "the read time: it had not returned when its " + sourceWords(c.Source) + " was read"
+		l.sum.StillInside++
+		return end
+	}
+	ev.Name += " (ended inside)"
+	ev.Args["ended_inside"] = true
+	l.sum.EndedInside++
+	return end
+}
+
+// neverEntered marks each rank of a group others are inside a call of
+// that has no call with that number on that group (by its record), at
+// the first member's entry.
+func (l *layout) neverEntered() {
+	members := map[string][]int{}
+	for _, k := range l.waitOrder {
+		ms, ok := members[k.group]
 		if !ok {
-			ms = membersOfKey(k.group, kept)
-			groupMembers[k.group] = ms
+			ms = membersOfKey(k.group, l.kept)
+			members[k.group] = ms
 		}
 		for _, m := range ms {
-			if !inSel(sel, byRank, m) || entered(byRank[m], k.group, k.seq) {
+			if !inSel(l.sel, l.byRank, m) || entered(l.byRank[m], k.group, k.seq) {
 				continue
 			}
-			if sum.Slices+sum.NeverEntered >= maxEv {
-				break
-			}
-			pid := pidOf[hostOf[m]]
-			if _, ok := hostOf[m]; !ok {
-				pid = noHostPID
+			if l.sum.Slices+l.sum.NeverEntered >= l.maxEv {
+				return
 			}
 			args := map[string]any{"seq": k.seq, "op": clip(k.op),
 				"why": "others of its group are inside this call and this rank recorded no call with this number on the group"}
@@ -330,56 +380,41 @@ func Build(calls []Call, opt Options) (*Trace, Summary) {
 			} else {
 				args["group_ranks"] = rankset.ShortTo(k.group, textBytes)
 			}
-			body = append(body, Event{Name: "never entered " + clip(k.op) + " #" + strconv.FormatInt(k.seq, 10), Cat: "never_entered",
-				Ph: "i", S: "t", TS: float64(waiting[k]), PID: pid, TID: m, Args: args})
-			sum.NeverEntered++
+			l.body = append(l.body, Event{Name: "never entered " + clip(k.op) + " #" + strconv.FormatInt(k.seq, 10), Cat: "never_entered",
+				Ph: "i", S: "t", TS: float64(l.waiting[k]), PID: l.pid(m), TID: m, Args: args})
+			l.sum.NeverEntered++
 		}
 	}
-	if sum.FromUS > sum.ToUS {
-		sum.FromUS, sum.ToUS = opt.ReadUS, opt.ReadUS
+}
+
+// metaEvents name and order the processes and threads, at the trace's
+// start (a ts of 0 could stretch a viewer's timeline back to 1970).
+func (l *layout) metaEvents() []Event {
+	meta := make([]Event, 0, 2*len(l.hosts)+2*len(l.ranks)+2)
+	ts0 := float64(l.sum.FromUS)
+	proc := func(pid int, name string) {
+		meta = append(meta, Event{Name: "process_name", Ph: "M", TS: ts0, PID: pid, Args: map[string]any{"name": name}},
+			Event{Name: "process_sort_index", Ph: "M", TS: ts0, PID: pid, Args: map[string]any{"sort_index": pid}})
 	}
-	for _, r := range ranks {
-		if len(byRank[r]) == 0 {
-			sum.NoCalls = append(sum.NoCalls, r)
-		}
-	}
-	// Metadata events: names and order of the processes and threads, at
-	// the trace's start (a ts of 0 could stretch a viewer's timeline back
-	// to 1970).
-	meta := make([]Event, 0, 2*len(hosts)+2*len(ranks)+2)
-	ts0 := float64(sum.FromUS)
-	for _, h := range hosts {
+	for _, h := range l.hosts {
 		name := "node " + clip(h)
 		if h == "" {
 			name = "node (host unknown)"
 		}
-		meta = append(meta, Event{Name: "process_name", Ph: "M", TS: ts0, PID: pidOf[h], Args: map[string]any{"name": name}},
-			Event{Name: "process_sort_index", Ph: "M", TS: ts0, PID: pidOf[h], Args: map[string]any{"sort_index": pidOf[h]}})
+		proc(l.pidOf[h], name)
 	}
-	if len(sum.NoCalls) > 0 {
-		meta = append(meta, Event{Name: "process_name", Ph: "M", TS: ts0, PID: noHostPID, Args: map[string]any{"name": "ranks without calls"}},
-			Event{Name: "process_sort_index", Ph: "M", TS: ts0, PID: noHostPID, Args: map[string]any{"sort_index": noHostPID}})
+	if len(l.sum.NoCalls) > 0 {
+		proc(l.noHostPID, "ranks without calls")
 	}
-	for _, r := range ranks {
-		pid, name := noHostPID, "rank "+strconv.Itoa(r)+" (no call recorded)"
-		if _, ok := byRank[r]; ok {
-			pid, name = pidOf[hostOf[r]], "rank "+strconv.Itoa(r)
+	for _, r := range l.ranks {
+		name := "rank " + strconv.Itoa(r)
+		if _, ok := l.byRank[r]; !ok {
+			name += " (no call recorded)"
 		}
-		meta = append(meta, Event{Name: "thread_name", Ph: "M", TS: ts0, PID: pid, TID: r, Args: map[string]any{"name": name}},
-			Event{Name: "thread_sort_index", Ph: "M", TS: ts0, PID: pid, TID: r, Args: map[string]any{"sort_index": r}})
+		meta = append(meta, Event{Name: "thread_name", Ph: "M", TS: ts0, PID: l.pid(r), TID: r, Args: map[string]any{"name": name}},
+			Event{Name: "thread_sort_index", Ph: "M", TS: ts0, PID: l.pid(r), TID: r, Args: map[string]any{"sort_index": r}})
 	}
-	// A rank without calls gets one instant, so its track shows and says
-	// why it is empty.
-	for _, r := range sum.NoCalls {
-		if sum.Slices+sum.NeverEntered >= maxEv {
-			break
-		}
-		body = append(body, Event{Name: "no call recorded", Cat: "no_calls", Ph: "i", S: "t", TS: float64(sum.FromUS), PID: noHostPID, TID: r,
-			Args: map[string]any{"why": "no collective of this rank in the " + sourceWords(opt.Source) + " read (in the window asked, on the nodes that answered)"}})
-	}
-	t.TraceEvents = append(meta, body...)
-	t.Metadata = metadata(opt, sum)
-	return t, sum
+	return meta
 }
 
 func inSel(sel map[int]bool, byRank map[int][]Call, r int) bool {
