@@ -25,6 +25,9 @@ type RingRead struct {
 	// all entered at or before DroppedBeforeUS.
 	Dropped         int
 	DroppedBeforeUS int64
+	// DroppedAtLeast: Dropped counts only those seen (the count of the
+	// rest was refused).
+	DroppedAtLeast bool
 	// Notes say what the read could not do (a page of one timestamp,
 	// partial data the engine reported).
 	Notes []string
@@ -97,16 +100,26 @@ func (c ringCols) older() (ringCols, bool) {
 	return c, false
 }
 
-// readRange pages one range of ranks, newest first: each page asks for
-// the rows at or before the oldest one seen, and skips those it had (a
-// page boundary may split the calls of one microsecond).
+// firstWindow is the span the first page of a range asks for; later
+// windows follow the rate the pages found.
+const firstWindow = 10 * 1000 * 1000 // µs
+
+// readRange pages one range of ranks, newest first, each page a window
+// of time: over the whole job every statement copies the rows its filter
+// selects from every node, so a page never asks for the whole past. A
+// full page moves the window's top to its oldest row (those of that
+// microsecond already read are skipped: a page boundary may split them)
+// and sizes the next window by the span the page covered; a window not
+// full was read whole, and the next one, below it, is four times wider,
+// until the start of the window asked for (or of time).
 func readRange(ctx context.Context, q Querier, rg [2]int, sinceUS, untilUS int64, budget int, cols ringCols, want map[int]bool, out *RingRead) (ringCols, error) {
-	upper := untilUS
+	upper, width := untilUS, int64(firstWindow)
 	seen := map[string]bool{} // the rows of the boundary microsecond
 	got, dropped := 0, 0
 	for {
+		lower := max(sinceUS, upper-width)
 		sql := fmt.Sprintf("SELECT %s FROM python.comm_collective WHERE _rank >= %d AND _rank <= %d AND timestamp >= %d AND timestamp <= %d ORDER BY timestamp DESC LIMIT %d",
-			cols.list(), rg[0], rg[1], sinceUS, upper, sqlengine.MaxLimit)
+			cols.list(), rg[0], rg[1], lower, upper, sqlengine.MaxLimit)
 		res, err := q.Query(ctx, sql, sqlengine.MaxLimit)
 		var se *sqlengine.Error
 		if err != nil && errors.As(err, &se) && strings.Contains(se.Msg, "no such column") {
@@ -158,14 +171,26 @@ func readRange(ctx context.Context, q Querier, rg [2]int, sinceUS, untilUS int64
 		}
 		if got == budget && dropped > 0 {
 			// The cap is reached and older calls exist: say how many more
-			// there are without reading them all.
-			if rest, err := countOlder(ctx, q, rg, sinceUS, oldest); err == nil && rest > 0 {
+			// there are without reading them all (at least those seen,
+			// when the count is refused: a whole job's count copies them).
+			if rest, err := countOlder(ctx, q, rg, sinceUS, oldest); err == nil {
 				out.Dropped += rest
+			} else {
+				out.DroppedAtLeast = true
 			}
 			return cols, nil
 		}
+		if err := ctx.Err(); err != nil {
+			return cols, err
+		}
 		if len(res.Rows) < sqlengine.MaxLimit {
-			return cols, nil
+			// The window was read whole: the next one lies below it.
+			if lower <= sinceUS || lower <= 0 {
+				return cols, nil
+			}
+			upper, width = lower-1, width*4
+			clear(seen)
+			continue
 		}
 		if fresh == 0 {
 			out.Notes = append(out.Notes, fmt.Sprintf("ranks %d-%d: more than %d calls entered in one microsecond (%d µs); the older ones are left out", rg[0], rg[1], sqlengine.MaxLimit, upper))
@@ -178,14 +203,14 @@ func readRange(ctx context.Context, q Querier, rg [2]int, sinceUS, untilUS int64
 		} else {
 			seen = nextSeen
 		}
+		// The next page is expected within the span this one covered.
+		width = max(upper-oldest+(upper-oldest)/4, 1000)
 		upper = oldest
-		if err := ctx.Err(); err != nil {
-			return cols, err
-		}
 	}
 }
 
-// countOlder counts the calls of a range entered before us.
+// countOlder counts the calls of a range entered before us (the rings
+// without a row there count 0).
 func countOlder(ctx context.Context, q Querier, rg [2]int, sinceUS, us int64) (int, error) {
 	res, err := q.Query(ctx, fmt.Sprintf("SELECT count(*) AS n FROM python.comm_collective WHERE _rank >= %d AND _rank <= %d AND timestamp >= %d AND timestamp < %d", rg[0], rg[1], sinceUS, us), 1)
 	if err != nil || len(res.Rows) == 0 {

@@ -95,6 +95,8 @@ type Options struct {
 	// DroppedBeforeUS the newest start among them.
 	Dropped         int
 	DroppedBeforeUS int64
+	// DroppedAtLeast: the reader counted only some of those it left out.
+	DroppedAtLeast bool
 	// Source names where the calls came from, Version the binary.
 	Source, Version string
 	// Notes are added to the metadata as they are (the caller's words).
@@ -156,7 +158,9 @@ type Summary struct {
 	// or before DroppedBeforeUS.
 	Dropped         int
 	DroppedBeforeUS int64
-	FromUS, ToUS    int64
+	// DroppedAtLeast: Dropped is a lower bound.
+	DroppedAtLeast bool
+	FromUS, ToUS   int64
 }
 
 // Truncated is whether the cap left calls out.
@@ -236,7 +240,8 @@ func newLayout(calls []Call, opt Options) *layout {
 	}
 	// Newest first to cut, then by rank and start to lay out.
 	sort.SliceStable(l.kept, func(i, j int) bool { return l.kept[i].StartUS > l.kept[j].StartUS })
-	l.sum = Summary{Dropped: opt.Dropped, DroppedBeforeUS: opt.DroppedBeforeUS, FromUS: math.MaxInt64, ToUS: math.MinInt64}
+	l.sum = Summary{Dropped: opt.Dropped, DroppedBeforeUS: opt.DroppedBeforeUS, DroppedAtLeast: opt.DroppedAtLeast,
+		FromUS: math.MaxInt64, ToUS: math.MinInt64}
 	if len(l.kept) > l.maxEv {
 		l.sum.Dropped += len(l.kept) - l.maxEv
 		l.sum.DroppedBeforeUS = max(l.sum.DroppedBeforeUS, l.kept[l.maxEv].StartUS)
@@ -539,8 +544,12 @@ func metadata(opt Options, sum Summary) Metadata {
 		m.Since = time.UnixMicro(opt.SinceUS).UTC().Format(time.RFC3339Nano)
 	}
 	if sum.Truncated() {
-		m.LeftOut = fmt.Sprintf("%d older call(s), all entered at or before %s: the trace keeps the newest %d events (raise --max-events or narrow --ranks/--since)",
-			sum.Dropped, time.UnixMicro(sum.DroppedBeforeUS).UTC().Format(time.RFC3339Nano), maxOr(opt.MaxEvents))
+		n := strconv.Itoa(sum.Dropped)
+		if sum.DroppedAtLeast {
+			n = "at least " + n
+		}
+		m.LeftOut = fmt.Sprintf("%s older call(s), all entered at or before %s: the trace keeps the newest %d events (raise --max-events or narrow --ranks/--since)",
+			n, time.UnixMicro(sum.DroppedBeforeUS).UTC().Format(time.RFC3339Nano), maxOr(opt.MaxEvents))
 	}
 	if len(sum.NoCalls) > 0 {
 		m.NoCalls = rankset.FormatMax(sum.NoCalls, 4096)

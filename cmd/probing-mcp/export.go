@@ -174,7 +174,7 @@ func exportCmd(args []string, stdout, stderr io.Writer) int {
 			return fail(1, "%v", err)
 		}
 		calls, opt.Source = read.Calls, "comm_rings"
-		opt.Dropped, opt.DroppedBeforeUS = read.Dropped, read.DroppedBeforeUS
+		opt.Dropped, opt.DroppedBeforeUS, opt.DroppedAtLeast = read.Dropped, read.DroppedBeforeUS, read.DroppedAtLeast
 		opt.Notes = append(opt.Notes, read.Notes...)
 	}
 	trace, sum := traceexport.Build(calls, opt)
