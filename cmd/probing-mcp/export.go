@@ -103,79 +103,16 @@ func exportCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	var calls []traceexport.Call
 	if *dumps != "" {
-		loaded, err := fr.LoadContext(ctx, []string{*dumps}, fr.LoadOptions{})
-		if err != nil {
-			return fail(1, "%v", err)
-		}
-		if len(loaded.Dumps) == 0 {
-			return fail(1, "no Flight Recorder dump under %s (%d file(s) were not dumps)", *dumps, loaded.Ignored)
-		}
-		for i, p := range loaded.Problems {
-			if i == maxNotes {
-				opt.Notes = append(opt.Notes, fmt.Sprintf("and %d more file(s) not used", len(loaded.Problems)-i))
-				break
-			}
-			opt.Notes = append(opt.Notes, "not used: "+p.Text())
-		}
-		var lastUS int64
-		calls, lastUS = traceexport.FromFlightRecorder(loaded)
-		opt.Source, opt.ReadUS = "flight_recorder", lastUS
-		if opt.SinceUS > 0 {
-			// --since counts back from the dumps' newest time, not now.
-			opt.SinceUS = lastUS - since.Microseconds()
-			calls = slices.DeleteFunc(calls, func(c traceexport.Call) bool { return c.StartUS < opt.SinceUS })
-		}
-		if len(sel) == 0 {
-			rep, err := fr.AnalyzeLoadedContext(ctx, loaded, fr.Options{})
-			if err != nil {
-				return fail(1, "the analysis that picks the ranks failed: %v (pass --ranks to choose them)", err)
-			}
-			s := traceexport.DumpSelection(rep, loaded)
-			opt.Ranks, opt.Why = s.Ranks, s.Why
-		}
+		calls, err = dumpCalls(ctx, *dumps, *since, &opt)
 	} else {
-		level := new(slog.LevelVar)
-		level.Set(slog.LevelWarn)
-		logger, err := leveledLogger(stderr, level)
-		if err != nil {
-			return fail(2, "%v", err)
+		calls, err = ringCalls(ctx, stderr, ringSource{job: *job, peers: *peers, slurmPort: *slurmPort, stall: *stall}, &opt)
+	}
+	if err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return fail(ee.code, "%s", ee.msg)
 		}
-		cfg, err := mcp.ConfigFromEnv(os.Getenv, versionString(), level, logger)
-		if err != nil {
-			return fail(2, "%v", err)
-		}
-		cfg.Env.Logger = logger
-		if cfg.Env.Cluster, _, err = clusterJob(*job, *peers, *slurmPort, cfg.DataDir, logger); err != nil {
-			return fail(2, "%v", err)
-		}
-		scope := cfg.Env.Scope()
-		if len(sel) == 0 {
-			var b *evidence.Bundle
-			rep, err := diagnosis.Run(ctx, diagnosis.RunOptions{Scope: scope, State: diagnosis.StallOptions(*stall),
-				Gathered: func(g *evidence.Bundle) { b = g }})
-			if err != nil {
-				return fail(1, "the diagnosis that picks the ranks failed: %v (pass --ranks to choose them)", err)
-			}
-			if b == nil || (len(b.Ranks) == 0 && len(b.Comm) == 0) {
-				return fail(1, "no training job found here: nothing to export (is PROBING_DATA_DIR the job's, or pass --job/--peers for the whole job)")
-			}
-			s := traceexport.DefaultSelection(rep, b.Comm, b.World)
-			if len(s.Ranks) == 0 {
-				return fail(1, "no rank to show: %s (pass --ranks)", s.Why)
-			}
-			sel, opt.Ranks, opt.Why = s.Ranks, s.Ranks, s.Why
-			opt.Gone = goneOf(b)
-		} else if b, _, err := scope.Pulse(ctx); err == nil {
-			// Which ranks are gone, and when: liveness only, no rank asked.
-			opt.Gone = goneOf(b)
-		}
-		read, err := traceexport.ReadRings(ctx, scope, sel, opt.SinceUS, opt.ReadUS, *maxEv)
-		if err != nil {
-			return fail(1, "%v", err)
-		}
-		calls, opt.Source = read.Calls, "comm_rings"
-		opt.Dropped, opt.DroppedBeforeUS, opt.DroppedAtLeast = read.Dropped, read.DroppedBeforeUS, read.DroppedAtLeast
-		opt.Notes = append(opt.Notes, read.Notes...)
+		return fail(1, "%v", err)
 	}
 	trace, sum := traceexport.Build(calls, opt)
 	if err := dest.commit(trace); err != nil {
@@ -196,6 +133,105 @@ func exportCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probing-mcp export: open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing\n")
 	}
 	return 0
+}
+
+// exitError is a failure with its own exit status (2: bad setup).
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// dumpCalls reads the calls from Flight Recorder dumps; without --ranks
+// the analysis' culprit and its group are selected. --since counts back
+// from the dumps' newest time, which is also the end drawn for the calls
+// not completed.
+func dumpCalls(ctx context.Context, path string, since time.Duration, opt *traceexport.Options) ([]traceexport.Call, error) {
+	loaded, err := fr.LoadContext(ctx, []string{path}, fr.LoadOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if len(loaded.Dumps) == 0 {
+		return nil, fmt.Errorf("no Flight Recorder dump under %s (%d file(s) were not dumps)", path, loaded.Ignored)
+	}
+	for i, p := range loaded.Problems {
+		if i == maxNotes {
+			opt.Notes = append(opt.Notes, fmt.Sprintf("and %d more file(s) not used", len(loaded.Problems)-i))
+			break
+		}
+		opt.Notes = append(opt.Notes, "not used: "+p.Text())
+	}
+	calls, lastUS := traceexport.FromFlightRecorder(loaded)
+	opt.Source, opt.ReadUS = "flight_recorder", lastUS
+	if since > 0 {
+		opt.SinceUS = lastUS - since.Microseconds()
+		calls = slices.DeleteFunc(calls, func(c traceexport.Call) bool { return c.StartUS < opt.SinceUS })
+	}
+	if len(opt.Ranks) == 0 {
+		rep, err := fr.AnalyzeLoadedContext(ctx, loaded, fr.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("the analysis that picks the ranks failed: %v (pass --ranks to choose them)", err)
+		}
+		s := traceexport.DumpSelection(rep, loaded)
+		opt.Ranks, opt.Why = s.Ranks, s.Why
+	}
+	return calls, nil
+}
+
+// ringSource is where the rings are: this node, or the whole job.
+type ringSource struct {
+	job, peers       string
+	slurmPort, stall int
+}
+
+// ringCalls reads the calls from the rings of the scope (this node, or
+// the whole job through its node daemons); without --ranks the
+// diagnosis' culprit and its group are selected. The ranks whose process
+// is gone are found too (the verdict's bundle, else a pulse: liveness
+// only, no rank asked).
+func ringCalls(ctx context.Context, stderr io.Writer, src ringSource, opt *traceexport.Options) ([]traceexport.Call, error) {
+	level := new(slog.LevelVar)
+	level.Set(slog.LevelWarn)
+	logger, err := leveledLogger(stderr, level)
+	if err != nil {
+		return nil, &exitError{2, err.Error()}
+	}
+	cfg, err := mcp.ConfigFromEnv(os.Getenv, versionString(), level, logger)
+	if err != nil {
+		return nil, &exitError{2, err.Error()}
+	}
+	cfg.Env.Logger = logger
+	if cfg.Env.Cluster, _, err = clusterJob(src.job, src.peers, src.slurmPort, cfg.DataDir, logger); err != nil {
+		return nil, &exitError{2, err.Error()}
+	}
+	scope := cfg.Env.Scope()
+	if len(opt.Ranks) == 0 {
+		var b *evidence.Bundle
+		rep, err := diagnosis.Run(ctx, diagnosis.RunOptions{Scope: scope, State: diagnosis.StallOptions(src.stall),
+			Gathered: func(g *evidence.Bundle) { b = g }})
+		if err != nil {
+			return nil, fmt.Errorf("the diagnosis that picks the ranks failed: %v (pass --ranks to choose them)", err)
+		}
+		if b == nil || (len(b.Ranks) == 0 && len(b.Comm) == 0) {
+			return nil, fmt.Errorf("no training job found here: nothing to export (is PROBING_DATA_DIR the job's, or pass --job/--peers for the whole job)")
+		}
+		s := traceexport.DefaultSelection(rep, b.Comm, b.World)
+		if len(s.Ranks) == 0 {
+			return nil, fmt.Errorf("no rank to show: %s (pass --ranks)", s.Why)
+		}
+		opt.Ranks, opt.Why, opt.Gone = s.Ranks, s.Why, goneOf(b)
+	} else if b, _, err := scope.Pulse(ctx); err == nil {
+		opt.Gone = goneOf(b)
+	}
+	read, err := traceexport.ReadRings(ctx, scope, opt.Ranks, opt.SinceUS, opt.ReadUS, opt.MaxEvents)
+	if err != nil {
+		return nil, err
+	}
+	opt.Source = "comm_rings"
+	opt.Dropped, opt.DroppedBeforeUS, opt.DroppedAtLeast = read.Dropped, read.DroppedBeforeUS, read.DroppedAtLeast
+	opt.Notes = append(opt.Notes, read.Notes...)
+	return read.Calls, nil
 }
 
 // maxNotes bounds the files named as not used (a directory of thousands
