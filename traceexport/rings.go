@@ -229,10 +229,9 @@ func ringCall(v []any, cols ringCols) (Call, string) {
 	c := Call{Rank: int(asInt(v[0])), Host: asString(v[1]), StartUS: asInt(v[2]), Op: asString(v[3]),
 		Seq: asInt(v[5]), Peer: -1, Source: "comm_rings"}
 	raw := asString(v[4])
-	c.Members = membersOf(raw)
-	if c.Members != "" {
-		c.Group = "ranks " + rankset.ShortTo(c.Members, textBytes)
-	} else if raw != "" {
+	// A group is named by its members (group_ranks); a member list that
+	// does not read as ranks is shown as written.
+	if c.Members = membersOf(raw); c.Members == "" {
 		c.Group = raw
 	}
 	dur := asFloat(v[6])

@@ -89,7 +89,7 @@ func TestReadRings(t *testing.T) {
 		if c.Rank == 3 {
 			t.Fatalf("an unselected rank: %+v", c)
 		}
-		if c.Members != "0-3" || c.Group != "ranks 0-3" || c.Shape != "(4, 3)" || c.Bytes != 48 || c.Source != "comm_rings" || c.Peer != -1 {
+		if c.Members != "0-3" || c.Group != "" || c.Shape != "(4, 3)" || c.Bytes != 48 || c.Source != "comm_rings" || c.Peer != -1 {
 			t.Fatalf("call %+v", c)
 		}
 		if (c.Seq == 2500 || c.Rank == 1 && c.Seq == 30) != c.Open() {
