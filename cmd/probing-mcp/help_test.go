@@ -9,7 +9,7 @@ import (
 
 // helpCommands are every command and subcommand, as typed.
 var helpCommands = [][]string{
-	{"serve"}, {"node"}, {"diagnose"}, {"watch"}, {"analyze"}, {"query"}, {"gpu"},
+	{"serve"}, {"node"}, {"diagnose"}, {"watch"}, {"analyze"}, {"query"}, {"export"}, {"gpu"},
 	{"agent", "install"}, {"agent", "uninstall"}, {"demo"},
 	{"skill", "list"}, {"skill", "plan"}, {"skill", "run"}, {"skill", "validate"}, {"skill", "install"},
 	{"version"},

@@ -66,6 +66,9 @@ Usage:
   probing-mcp query SQL [--data-dir DIR] [--json] [--limit N]
       Read-only SQL over the ring tables the training processes recorded
       (live or left behind by a dead job), as the MCP query tool runs it.
+  probing-mcp export --trace FILE [--ranks 0-3] [--since 10m] [--dumps PATH] [--job HOST:PORT | --peers ADDR,...]
+      The collectives the ranks recorded as a Chrome/Perfetto trace (ui.perfetto.dev):
+      a track per rank, the stuck calls open-ended; default: the culprit and its group.
   probing-mcp gpu [--devices] [--json] [--rings] [--require]
       What this node's GPUs are doing (NVML now, or the gpu.* rings a sampler
       left), each GPU's signature (spinning, idle, busy, lost, error) and Xids.
@@ -106,6 +109,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return analyze(args[1:], stdout, stderr)
 	case "query":
 		return query(args[1:], stdout, stderr)
+	case "export":
+		return exportCmd(args[1:], stdout, stderr)
 	case "gpu", "gpus":
 		return gpuCmd(args[1:], stdout, stderr)
 	case "agent":
