@@ -8,9 +8,12 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -23,14 +26,29 @@ import (
 // or its segments (gzipped ones must decompress whole), oldest first.
 func readRecordFiles(t *testing.T, prefix string) []calltrace.Record {
 	t.Helper()
-	files, _ := filepath.Glob(prefix + ".*.jsonl*")
-	if b, err := os.ReadFile(prefix); err == nil || len(files) == 0 {
+	plain, _ := filepath.Glob(prefix + ".*.jsonl")
+	gzipped, _ := filepath.Glob(prefix + ".*.jsonl.gz")
+	if b, err := os.ReadFile(prefix); err == nil || len(plain)+len(gzipped) == 0 {
 		return parseRecords(t, prefix, b)
+	}
+	// The writer rolls while this reads: a segment is compressed into
+	// .gz.tmp (never read here), renamed to .gz, then its .jsonl removed.
+	// A segment seen both ways is read from its .gz, which is whole; a
+	// file gone between the listing and the read means a roll happened:
+	// nil, and the caller reads again.
+	files := gzipped
+	for _, f := range plain {
+		if !slices.Contains(gzipped, f+".gz") {
+			files = append(files, f)
+		}
 	}
 	sort.Strings(files) // zero-padded numbers
 	var out []calltrace.Record
 	for _, f := range files {
 		b, err := os.ReadFile(f)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
