@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -183,6 +184,9 @@ func TestGPULockOfAnotherUser(t *testing.T) {
 	holdFlock(t, lock)
 	p := start(t, env(t, data, "PROBING_GPU=1"), nil, "node", "--http", "127.0.0.1:0", "--no-register", "--idle-exit", "0")
 	addr := p.logLine(serving, startTime)[1]
+	// The sampler starts beside the server: its refusal may be logged
+	// after the serving line.
+	p.logLine(regexp.MustCompile(`no GPU sampling`), startTime)
 	errOut := p.stderr.String()
 	mustContain(t, "the daemon's log", errOut, "no GPU sampling", lock, "uid 65534", "another user")
 	said(t, errOut, "no GPU sampling")
