@@ -110,6 +110,41 @@ func analyzed(t testing.TB, dir string) Page {
 
 func realFR(name string) string { return filepath.Join("..", "testdata", "fr", "real", name) }
 
+// hostileFR is the real missing_rank dump set (JSON) with the group's
+// name and description, the op and every frame made hostile: markup and
+// 20 KB strings.
+func hostileFR(t testing.TB) string {
+	src := realFR("missing_rank_json")
+	dir := t.(interface{ TempDir() string }).TempDir()
+	names, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		b, err := os.ReadFile(filepath.Join(src, n.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d map[string]any
+		if err := json.Unmarshal(b, &d); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range d["entries"].([]any) {
+			e := e.(map[string]any)
+			e["process_group"] = []any{hostile, hostile}
+			e["frames"] = []any{map[string]any{"name": hostile, "filename": "/job/" + hostile + ".py", "line": 7}}
+		}
+		out, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, n.Name()), out, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
 // synthFR writes a synthetic job's dumps (frsynth) once per test binary.
 func synthFR(t testing.TB, spec frsynth.Spec) string {
 	dir := filepath.Join(os.TempDir(), fmt.Sprintf("picture-frsynth-%d-%d-%s-%d-%d", os.Getpid(), spec.Ranks, spec.Fault.Kind, spec.Fault.Rank, spec.TP))
@@ -123,6 +158,19 @@ func synthFR(t testing.TB, spec frsynth.Spec) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// recorded is the page of v as the history keeps it: its JSON.
+func recorded(t testing.TB, kind string, v any) Page {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := FromRecorded(kind, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func cases() []pageCase {
@@ -152,7 +200,20 @@ func cases() []pageCase {
 		{name: "fr_subgroup_missing", culprit: true, page: func(t testing.TB) Page { return analyzed(t, realFR("subgroup_missing")) }},
 		{name: "fr_missing_dumps", culprit: true, page: func(t testing.TB) Page { return analyzed(t, realFR("missing_rank_nodump_pgfix")) },
 			says: []string{"No dump from ranks 2", "left no dump"}},
+		{name: "fr_hostile_names", culprit: true, page: func(t testing.TB) Page { return analyzed(t, hostileFR(t)) },
+			says: []string{"&lt;script&gt;"}},
 		{name: "fr_healthy", page: func(t testing.TB) Page { return analyzed(t, realFR("healthy")) }, says: []string{"No rank waits for another"}},
+		{name: "recorded_watch", culprit: true, page: func(t testing.TB) Page {
+			rep := diagnosis.Diagnose(stalledJob(8, 3, "all_reduce", "load_batch"))
+			return recorded(t, "watch", rep)
+		}, says: []string{"a recorded verdict", ">rank 3<", "no lanes"}},
+		{name: "recorded_flight_recorder", culprit: true, page: func(t testing.TB) Page {
+			l, err := fr.Load([]string{realFR("missing_rank")}, fr.LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return recorded(t, "flight_recorder", fr.AnalyzeLoaded(l, fr.Options{}).View(fr.ViewOptions{}))
+		}, says: []string{"a recorded Flight Recorder answer"}},
 		{name: "fr_synth_4096", culprit: true, page: func(t testing.TB) Page {
 			return analyzed(t, synthFR(t, frsynth.Spec{Ranks: 4096, Entries: 16, Frames: true, TP: 8, Fault: frsynth.Fault{Kind: "missing", Rank: 1234, Seq: 10}}))
 		}, says: []string{"1234"}},

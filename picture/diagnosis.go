@@ -238,7 +238,7 @@ func diagnosisFlames(nodes []Node, pic *diagnosis.WaitPicture) []Flame {
 	largest := -1
 	for i, n := range nodes {
 		if n.Role == RoleCulprit && len(out) == 0 {
-			if f, ok := flameOf("Culprit: ranks "+n.Ranks, n.ranks, stackOf); ok {
+			if f, ok := flameOf("Culprit: "+rankset.Words(n.Ranks), n.ranks, stackOf); ok {
 				out = append(out, f)
 			}
 			continue
@@ -249,7 +249,7 @@ func diagnosisFlames(nodes []Node, pic *diagnosis.WaitPicture) []Flame {
 	}
 	if largest >= 0 {
 		n := nodes[largest]
-		if f, ok := flameOf("Largest group: ranks "+n.Ranks, n.ranks, stackOf); ok {
+		if f, ok := flameOf("Largest group: "+rankset.Words(n.Ranks), n.ranks, stackOf); ok {
 			out = append(out, f)
 		}
 	}

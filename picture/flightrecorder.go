@@ -142,35 +142,7 @@ func FromFlightRecorder(rep *fr.Report) Page {
 	if len(p.Flames) == 0 {
 		p.Shows = append(p.Shows, "The dumps recorded no stack for the verdict's collective: no merged stacks.")
 	}
-	if v.Across != nil {
-		p.Evidence = append(p.Evidence, Line{Source: "across groups", Text: clipLine(v.Across.Line), Head: true})
-	}
-	for _, g := range v.ProcessGroups {
-		if len(p.Evidence) >= MaxLines {
-			break
-		}
-		head := "pg " + g.PGName + " (ranks " + g.Ranks + "): " + g.Verdict
-		if g.Kind != "" {
-			head += " (" + g.Kind + ", " + g.Confidence + " confidence)"
-		}
-		if g.CulpritRanks != "" {
-			head += "; culprits " + g.CulpritRanks
-		}
-		p.Evidence = append(p.Evidence, Line{Source: "flight_recorder", Text: clipLine(head), Head: true})
-		for _, l := range append(append([]string{g.Finding}, g.Lagging...), g.Evidence...) {
-			if l != "" {
-				p.Evidence = append(p.Evidence, Line{Source: "flight_recorder", Text: clipLine(l)})
-			}
-		}
-	}
-	if len(p.Evidence) > MaxLines {
-		p.Evidence = p.Evidence[:MaxLines]
-	}
-	dq := append(append([]string(nil), v.DataQuality.FileProblems...), v.DataQuality.Warnings...)
-	if v.FRTrace.Aborted != "" {
-		dq = append(dq, "fr_trace (torch's analyzer) would stop on these dumps: "+v.FRTrace.Aborted)
-	}
-	p.DataQuality = lines(dq)
+	viewLines(&p, v)
 	return p
 }
 
@@ -281,4 +253,38 @@ func framesFlame(title string, frames []fr.Frame, ranks []int) (Flame, bool) {
 		fl.Ranks = rankset.Short(rankset.Format(ranks))
 	}
 	return fl, ok
+}
+
+// viewLines adds the evidence and data-quality lines of the analysis as
+// its text answer (fr.View) has them.
+func viewLines(p *Page, v fr.View) {
+	if v.Across != nil {
+		p.Evidence = append(p.Evidence, Line{Source: "across groups", Text: clipLine(v.Across.Line), Head: true})
+	}
+	for _, g := range v.ProcessGroups {
+		if len(p.Evidence) >= MaxLines {
+			break
+		}
+		head := "pg " + clip(g.PGName, 40) + " (ranks " + g.Ranks + "): " + g.Verdict
+		if g.Kind != "" {
+			head += " (" + g.Kind + ", " + g.Confidence + " confidence)"
+		}
+		if g.CulpritRanks != "" {
+			head += "; culprits " + g.CulpritRanks
+		}
+		p.Evidence = append(p.Evidence, Line{Source: "flight_recorder", Text: clipLine(head), Head: true})
+		for _, l := range append(append([]string{g.Finding}, g.Lagging...), g.Evidence...) {
+			if l != "" {
+				p.Evidence = append(p.Evidence, Line{Source: "flight_recorder", Text: clipLine(l)})
+			}
+		}
+	}
+	if len(p.Evidence) > MaxLines {
+		p.Evidence = p.Evidence[:MaxLines]
+	}
+	dq := append(append([]string(nil), v.DataQuality.FileProblems...), v.DataQuality.Warnings...)
+	if v.FRTrace.Aborted != "" {
+		dq = append(dq, "fr_trace (torch's analyzer) would stop on these dumps: "+v.FRTrace.Aborted)
+	}
+	p.DataQuality = lines(dq)
 }

@@ -9,7 +9,7 @@ import (
 
 // Geometry of the drawing, in SVG pixels.
 const (
-	nodeW, nodeH = 300, 78
+	nodeW, nodeH = 300, 96
 	colGap       = 150
 	rowGap       = 34
 	margin       = 20
@@ -143,12 +143,12 @@ func layoutGraph(g Graph) svgGraph {
 		y := margin + rows[layer[v]]*(nodeH+rowGap)
 		rows[layer[v]]++
 		pos[v] = [2]int{x, y}
-		sg.W, sg.H = max(sg.W, x+nodeW+margin), max(sg.H, y+nodeH+margin+40)
-		count := strconv.Itoa(nd.Count) + " rank"
+		sg.W, sg.H = max(sg.W, x+nodeW+margin), max(sg.H, y+nodeH+margin)
+		head := "rank " + nd.Ranks
 		if nd.Count != 1 {
-			count += "s"
+			head = "ranks " + nd.Ranks + " (" + strconv.Itoa(nd.Count) + " ranks)"
 		}
-		lines := []svgText{{X: x + 10, Y: y + 18, Text: fit("ranks "+nd.Ranks+" ("+count+")", nodeW-20), Class: "nr"}}
+		lines := []svgText{{X: x + 10, Y: y + 18, Text: fit(head, nodeW-20), Class: "nr"}}
 		doing := []rune(nd.Doing)
 		per := (nodeW - 20) / charW
 		for i := 0; i < 2 && len(doing) > 0; i++ {
@@ -173,11 +173,10 @@ func layoutGraph(g Graph) svgGraph {
 			lines = append(lines, svgText{X: x + 10, Y: y + 36 + 15*i, Text: t, Class: "nd"})
 		}
 		if nd.Where != "" {
-			w := "▶ " + nd.Where
+			lines = append(lines, svgText{X: x + 10, Y: y + nodeH - 26, Text: fit("▶ "+nd.Where, nodeW-20), Class: "nw"})
 			if nd.Source != "" {
-				w += ": " + nd.Source
+				lines = append(lines, svgText{X: x + 10, Y: y + nodeH - 10, Text: fit("  "+nd.Source, nodeW-20), Class: "nw"})
 			}
-			lines = append(lines, svgText{X: x + 10, Y: y + nodeH - 8, Text: fit(w, nodeW-20), Class: "nw"})
 		}
 		title := nd.Doing
 		if nd.Where != "" {
@@ -270,7 +269,7 @@ func layoutLanes(ls []Lane, axis string) svgLanes {
 	for i, l := range ls {
 		y := 30 + i*laneH
 		lane := svgLane{Y: y, Role: l.Role, Node: l.Node,
-			Label: svgText{X: 8, Y: y + 19, Text: fit("ranks "+l.Ranks+" (rank "+strconv.Itoa(l.Rank)+")", laneLabelW-16), Class: "ll"},
+			Label: svgText{X: 8, Y: y + 19, Text: fit(laneName(l), laneLabelW-16), Class: "ll"},
 			Title: clip("ranks "+l.Ranks+": the collectives of rank "+strconv.Itoa(l.Rank), MaxTitle)}
 		k := 0
 		for _, o := range l.Ops {
@@ -368,4 +367,12 @@ func layoutFlame(f Flame) svgFlame {
 		}
 	}
 	return sf
+}
+
+// laneName names a lane's ranks and the one drawn.
+func laneName(l Lane) string {
+	if l.Ranks == strconv.Itoa(l.Rank) {
+		return "rank " + l.Ranks
+	}
+	return "ranks " + l.Ranks + " (rank " + strconv.Itoa(l.Rank) + " shown)"
 }

@@ -159,3 +159,19 @@ func TestGrouped4096(t *testing.T) {
 		t.Logf("flames: %+v", p.Flames)
 	}
 }
+
+// TestRecordedRefusals: what the history holds that is no verdict gets
+// an error naming it, never a page that pretends.
+func TestRecordedRefusals(t *testing.T) {
+	for _, c := range []struct{ kind, body, want string }{
+		{"watch", "", "kept no report"},
+		{"watch", "[1,2]", "not a verdict"},
+		{"flight_recorder", "{", "not an analysis"},
+		{"<b>other</b>", "{}", "has no picture"},
+		{"watch", "\"" + strings.Repeat("x", maxRecordedBytes) + "\"", "over the"},
+	} {
+		if _, err := FromRecorded(c.kind, []byte(c.body)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %.20q: %v, want %q", c.kind, c.body, err, c.want)
+		}
+	}
+}

@@ -50,7 +50,7 @@ svg text{font:12px system-ui,sans-serif;fill:#1d2330}
 .op.never rect{fill:#fff;stroke:#c0392b;stroke-dasharray:4 3}.lo{font-size:11px}.ll{font-weight:600}.lane.victim .ll{fill:#667}
 .lane.culprit .ll{fill:#9b1c12}.tk{font-size:11px;fill:#666}.tk.end{text-anchor:end}.nv{stroke:#ccc;stroke-dasharray:2 3}
 .bar rect{fill:#f3c98b;stroke:#fff}.bar.odd rect{fill:#ef8a5a}.ft{font-size:11px}
-.ev,.dq{padding-left:18px}.ev li.head{font-weight:600;margin-top:6px;list-style:square}
+.ev,.dq{padding-left:18px}.ev li,.dq li,.shows li,.summary,.why{overflow-wrap:anywhere}.ev li.head{font-weight:600;margin-top:6px;list-style:square}
 .src{display:inline-block;min-width:88px;color:#666;font-size:11px;font-family:ui-monospace,monospace}
 footer{margin-top:24px;color:#888;font-size:11px}
 `
