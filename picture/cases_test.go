@@ -1,6 +1,7 @@
 package picture
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/flightrecorder/frsynth"
 	"github.com/probing-mcp/probing-mcp/stacks"
+	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
 // pageCase is one page the tests draw: what it must show.
@@ -173,6 +175,35 @@ func recorded(t testing.TB, kind string, v any) Page {
 	return p
 }
 
+// realRings is the verdict on the rings a real 8-rank torch gloo job left
+// (testdata/jobs/real), read as if live two minutes after its last row,
+// as diagnosis' TestRealGlooJobs reads them.
+func realRings(t testing.TB, name string) Page {
+	dir := filepath.Join("..", "testdata", "jobs", "real", name)
+	e, err := sqlengine.New(sqlengine.Options{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rows, err := evidence.ReadComm(ctx, e, 64)
+	if err != nil || len(rows) == 0 {
+		t.Fatalf("comm rows: %d, %v", len(rows), err)
+	}
+	acts, err := evidence.ReadActivity(ctx, e, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for _, a := range acts {
+		last = max(last, a.LastComm, a.LastCommDone)
+	}
+	in := diagnosis.Input{World: 8, Ranks: map[int]*diagnosis.RankFacts{}, Comm: rows}
+	for r := 0; r < 8; r++ {
+		in.Ranks[r] = &diagnosis.RankFacts{Rank: r, Alive: true, Activity: acts[r], NowNS: last*1000 + int64(2*time.Minute)}
+	}
+	return diagnosed(in)
+}
+
 func cases() []pageCase {
 	return []pageCase{
 		{name: "cpu_stall_8", culprit: true, page: func(t testing.TB) Page { return diagnosed(stalledJob(8, 3, "all_reduce", "load_batch")) },
@@ -181,6 +212,10 @@ func cases() []pageCase {
 			says: []string{"&lt;script&gt;"}},
 		{name: "ranks_4096", culprit: true, page: func(t testing.TB) Page { return diagnosed(stalledJob(4096, 1234, "all_reduce", "load_batch")) },
 			says: []string{"1234", "4095 ranks"}},
+		{name: "real_gloo_skip_tp", culprit: true, page: func(t testing.TB) Page { return realRings(t, "skip_tp") },
+			says: []string{`class="edge cycle"`, ">rank 3<"}},
+		{name: "real_gloo_cpu_stall_tp", culprit: true, page: func(t testing.TB) Page { return realRings(t, "cpu_stall_tp") },
+			says: []string{">rank 3<"}},
 		{name: "capture_deadlock", culprit: true, page: func(t testing.TB) Page { return capture(t, "deadlock") }, says: []string{"update_stats"}},
 		{name: "capture_dead_rank", culprit: true, page: func(t testing.TB) Page { return capture(t, "dead_rank") }, says: []string{"dead_rank"}},
 		{name: "capture_mismatch", culprit: true, page: func(t testing.TB) Page { return capture(t, "mismatch") }, says: []string{"broadcast_params"}},
