@@ -208,7 +208,6 @@ func (ps *pictureStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name := r.URL.Path[strings.LastIndex(r.URL.Path, "/diagnoses/")+len("/diagnoses/"):]
 	var body bytes.Buffer
 	var err error
-	status := http.StatusOK
 	switch {
 	case name == "":
 		err = picture.RenderIndex(&body, ps.index())
@@ -240,7 +239,7 @@ func (ps *pictureStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
 	h.Set("Referrer-Policy", "no-referrer")
-	w.WriteHeader(status)
+	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodGet {
 		_, _ = w.Write(body.Bytes())
 	}

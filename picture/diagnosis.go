@@ -78,10 +78,10 @@ func FromDiagnosis(rep *diagnosis.Report) Page {
 			}
 		}
 	case top != nil:
-		for _, r := range rankSet(top.Collateral) {
-			for _, c := range rankSet(top.Culprits)[:min(1, len(rankSet(top.Culprits)))] {
+		if cs := rankSet(top.Culprits); len(cs) > 0 {
+			for _, r := range rankSet(top.Collateral) {
 				if f, ok := of[r]; ok {
-					es.add(f, of[c], "waits for (from the verdict)")
+					es.add(f, of[cs[0]], "waits for (from the verdict)")
 				}
 			}
 		}

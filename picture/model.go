@@ -184,18 +184,20 @@ func groupNodes(doing map[int]string, role func(int) string) ([]Node, map[int]in
 	merged := 0
 	rest := map[string][]int{}
 	for i, k := range keys {
-		// Culprits are never merged away; the others past the bound are.
-		if i >= MaxNodes-3 && k.role != RoleCulprit {
+		// Past the bound the smallest groups of each role are merged, one
+		// node a role (culprits come first, so they keep the most nodes).
+		if i >= MaxNodes-3 {
 			rest[k.role] = append(rest[k.role], by[k]...)
 			merged++
 			continue
 		}
 		nodes = append(nodes, Node{Role: k.role, Doing: k.doing, ranks: by[k]})
 	}
-	for _, role := range []string{RoleVictim, RoleOther} {
+	for _, role := range []string{RoleCulprit, RoleVictim, RoleOther} {
 		if rs := rest[role]; len(rs) > 0 {
 			sort.Ints(rs)
-			nodes = append(nodes, Node{Role: role, Doing: "other ranks, doing various things (listed by probing-mcp diagnose --ranks)", ranks: rs})
+			what := map[string]string{RoleCulprit: "other culprits", RoleVictim: "other waiting ranks", RoleOther: "other ranks"}[role]
+			nodes = append(nodes, Node{Role: role, Doing: what + ", doing various things (the per-rank listing of the text answer has each)", ranks: rs})
 		}
 	}
 	of := map[int]int{}

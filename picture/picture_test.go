@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -155,8 +156,25 @@ func TestGrouped4096(t *testing.T) {
 	if !stuck || !never {
 		t.Fatalf("lanes mark stuck %v, never entered %v: %+v", stuck, never, p.Lanes)
 	}
-	if len(p.Flames) != 2 || !p.Flames[1].Rows[2][0].Odd == (len(p.Flames[1].Rows[2]) > 1) {
-		t.Logf("flames: %+v", p.Flames)
+	if len(p.Flames) != 2 || p.Flames[0].Count != 1 || p.Flames[1].Count != 4095 {
+		t.Fatalf("flames: %+v", p.Flames)
+	}
+	if last := p.Flames[0].Rows[len(p.Flames[0].Rows)-1]; len(last) != 1 || !strings.HasPrefix(last[0].Text, "load_batch") {
+		t.Errorf("the culprit's innermost frame: %+v", last)
+	}
+}
+
+// TestOddOnesOutFirst: under a frame, the callee fewer ranks share is
+// drawn first and marked.
+func TestOddOnesOutFirst(t *testing.T) {
+	stack := map[int][]string{0: {"main", "step", "all_reduce"}, 1: {"main", "step", "all_reduce"}, 2: {"main", "step", "load"}}
+	f, ok := flameOf("t", []int{0, 1, 2}, func(r int) []string { return stack[r] })
+	if !ok || len(f.Rows) != 3 {
+		t.Fatalf("%+v", f)
+	}
+	row := f.Rows[2]
+	if len(row) != 2 || row[0].Text != "load" || !row[0].Odd || row[1].Odd || row[1].X <= row[0].X || row[0].Count != 1 || row[1].Count != 2 {
+		t.Errorf("innermost row %+v, want load (odd, first) then all_reduce", row)
 	}
 }
 
@@ -173,5 +191,29 @@ func TestRecordedRefusals(t *testing.T) {
 		if _, err := FromRecorded(c.kind, []byte(c.body)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %.20q: %v, want %q", c.kind, c.body, err, c.want)
 		}
+	}
+}
+
+// TestNodesBounded: however many distinct things 4096 ranks do, culprits
+// included, the graph has at most MaxNodes nodes and every rank is in one.
+func TestNodesBounded(t *testing.T) {
+	doing := map[int]string{}
+	for r := 0; r < 4096; r++ {
+		doing[r] = "waits in group " + strconv.Itoa(r)
+	}
+	nodes, of, merged := groupNodes(doing, func(r int) string {
+		switch r % 3 {
+		case 0:
+			return RoleCulprit
+		case 1:
+			return RoleVictim
+		}
+		return RoleOther
+	})
+	if len(nodes) > MaxNodes || len(of) != 4096 || merged == 0 {
+		t.Fatalf("%d nodes, %d ranks placed, %d merged", len(nodes), len(of), merged)
+	}
+	if nodes[0].Role != RoleCulprit {
+		t.Errorf("first node %+v, want a culprit", nodes[0])
 	}
 }
