@@ -25,20 +25,27 @@ func resourceURI(c e2eCall) string {
 // analyze_flight_recorder answer links its page in the result's _meta
 // (its text and structured content carry no trace of it), and the page
 // reads back as an MCP App resource (text/html;profile=mcp-app) with the
-// culprit node highlighted; latest is the newest; an unknown page is an
-// error that says which are kept.
+// culprit node highlighted; diagnose_hang's answer (no job here) links
+// its own, the newest (latest); an unknown page is an error that says
+// which are kept.
 func TestE2EStdioPictureApp(t *testing.T) {
 	t.Parallel()
 	h := e2eSetup(t)
 	env := h.serverEnv(t, "PROBING_ALLOWED_FILE_DIRS="+h.fr(""))
 	args := slices.Concat(
 		e2eArgs("analyze_flight_recorder", map[string]any{"paths": []string{h.fr("missing_rank")}}),
+		e2eArgs("diagnose_hang", map[string]any{}),
 		[]string{"--read", mcp.PictureURI + "1", "--read", mcp.PictureURI + "latest", "--read", mcp.PictureURI + "999", "--read", mcp.PictureURI + "abc"},
 	)
 	out := h.stdio(t, env, "stdio-list", args...)
 	out.mustOK(t)
-	if len(out.Calls) != 1 || out.Calls[0].IsError {
+	if len(out.Calls) != 2 || out.Calls[0].IsError || out.Calls[1].IsError {
 		t.Fatalf("calls: %+v", out.Calls)
+	}
+	// diagnose_hang with no job here: its page says there is nothing to
+	// draw, and is the newest.
+	if got := resourceURI(out.Calls[1]); got != mcp.PictureURI+"2" {
+		t.Errorf("diagnose_hang's _meta %v, want ui.resourceUri %s2", out.Calls[1].Meta, mcp.PictureURI)
 	}
 	c := out.Calls[0]
 	if got := resourceURI(c); got != mcp.PictureURI+"1" {
@@ -57,14 +64,14 @@ func TestE2EStdioPictureApp(t *testing.T) {
 	if len(out.Reads) != 4 {
 		t.Fatalf("%d reads", len(out.Reads))
 	}
-	for _, r := range out.Reads[:2] {
+	for i, want := range []string{`class="node culprit"`, "No rank was found"} {
+		r := out.Reads[i]
 		if r.Error != nil || len(r.Contents) != 1 {
 			t.Fatalf("read %s: %+v", r.URI, r)
 		}
 		p := r.Contents[0]
-		if p.MIMEType != "text/html;profile=mcp-app" || !strings.HasPrefix(p.Text, "<!DOCTYPE html>") ||
-			!strings.Contains(p.Text, `class="node culprit"`) || !strings.Contains(p.Text, "Flight Recorder analysis") {
-			t.Errorf("read %s: %s, %.200s", r.URI, p.MIMEType, p.Text)
+		if p.MIMEType != "text/html;profile=mcp-app" || !strings.HasPrefix(p.Text, "<!DOCTYPE html>") || !strings.Contains(p.Text, want) {
+			t.Errorf("read %s: %s, want %q in %.200s", r.URI, p.MIMEType, want, p.Text)
 		}
 	}
 	if e := out.Reads[2].Error; e == nil || !strings.Contains(e.Message, "is not kept") {
