@@ -232,6 +232,7 @@ func cases() []pageCase {
 			return diagnosed(in)
 		}, says: []string{"No rank waits for another"}},
 		{name: "fr_missing_rank", culprit: true, page: func(t testing.TB) Page { return analyzed(t, realFR("missing_rank")) }},
+		{name: "fr_op_mismatch", culprit: true, page: func(t testing.TB) Page { return analyzed(t, realFR("op_mismatch")) }},
 		{name: "fr_subgroup_missing", culprit: true, page: func(t testing.TB) Page { return analyzed(t, realFR("subgroup_missing")) }},
 		{name: "fr_missing_dumps", culprit: true, page: func(t testing.TB) Page { return analyzed(t, realFR("missing_rank_nodump_pgfix")) },
 			says: []string{"No dump from ranks 2", "left no dump"}},

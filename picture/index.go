@@ -23,7 +23,7 @@ var indexTmpl = template.Must(template.New("index").Parse(`<!DOCTYPE html>
 <body><header><h1>Diagnoses</h1><p class="from">Read only: this server's newest answers, then the history's newest diagnoses. Each page is self-contained.</p></header>
 {{- range .Sections}}
 <section><h2>{{.Title}}</h2>
-{{- if .Entries}}<ul class="ev">{{range .Entries}}<li><a href="{{.Href}}">{{.Made}}</a> <span class="src">{{.Kind}}</span> <span class="state st-{{.State}}">{{.State}}</span> {{.Summary}}</li>{{end}}</ul>
+{{- if .Entries}}<ul class="ev">{{range .Entries}}<li><a href="{{.Href}}">{{.Made}}</a> <span class="src">{{.Kind}}</span> {{if .State}}<span class="state sev-{{.Sev}}">{{.State}}</span>{{end}} {{.Summary}}</li>{{end}}</ul>
 {{- else}}<p class="none">{{.Empty}}</p>{{end}}
 </section>
 {{- end}}
@@ -39,7 +39,7 @@ type Section struct {
 // RenderIndex writes a page listing diagnoses' pages, newest first: job
 // text (the summaries) clipped and escaped like the pages'.
 func RenderIndex(w io.Writer, sections []Section) error {
-	type row struct{ Href, Kind, Made, State, Summary string }
+	type row struct{ Href, Kind, Made, State, Sev, Summary string }
 	type sec struct {
 		Title, Empty string
 		Entries      []row
@@ -53,7 +53,7 @@ func RenderIndex(w io.Writer, sections []Section) error {
 		out := sec{Title: s.Title, Empty: s.Empty}
 		for _, e := range s.Entries {
 			out.Entries = append(out.Entries, row{Href: e.Href, Kind: clip(e.Kind, 40), Made: e.Made.UTC().Format("2006-01-02 15:04:05 UTC"),
-				State: clip(e.State, 40), Summary: clip(e.Summary, 2*MaxText)})
+				State: clip(e.State, 40), Sev: severity(e.State), Summary: clip(e.Summary, 2*MaxText)})
 		}
 		data.Sections = append(data.Sections, out)
 	}

@@ -217,3 +217,25 @@ func TestNodesBounded(t *testing.T) {
 		t.Errorf("first node %+v, want a culprit", nodes[0])
 	}
 }
+
+// TestIndex: the index lists its entries, escapes and clips their text
+// and says when a section is empty.
+func TestIndex(t *testing.T) {
+	var b bytes.Buffer
+	err := RenderIndex(&b, []Section{
+		{Title: "mine", Entries: []Entry{{Href: "call-1.html", Kind: "diagnose_hang", State: "stalled", Summary: hostile}}},
+		{Title: "history", Empty: "nothing kept"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := b.String()
+	for _, want := range []string{`href="call-1.html"`, "sev-bad", "&lt;script&gt;", "nothing kept", `default-src &#39;none&#39;`} {
+		if !strings.Contains(s, want) {
+			t.Errorf("index lacks %q", want)
+		}
+	}
+	if strings.Contains(s, "<script") || strings.Contains(s, strings.Repeat("A", 2*MaxText+1)) {
+		t.Error("the index holds a script or an unclipped summary")
+	}
+}

@@ -30,8 +30,7 @@ body{font:13px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 24px 
 header{border-bottom:1px solid #dde;padding:8px 0 6px}
 h1{font-size:20px;margin:10px 0 4px}h2{font-size:15px;margin:18px 0 4px}h3{font-size:13px;margin:10px 0 2px}
 .state{font-size:12px;padding:2px 8px;border-radius:10px;background:#e8eaf0;vertical-align:middle}
-.st-stalled,.st-dead,.st-MISSING_RANKS,.st-UNDECIDED{background:#fde2e1;color:#9b1c12}
-.st-healthy,.st-OK{background:#e2f5e6;color:#1b6b32}.st-slow,.st-paused{background:#fff2d6;color:#7a5200}
+.sev-bad{background:#fde2e1;color:#9b1c12}.sev-ok{background:#e2f5e6;color:#1b6b32}.sev-warn{background:#fff2d6;color:#7a5200}
 .summary{font-size:14px;margin:4px 0}.why,.from{color:#555;margin:2px 0}
 .shows{margin:6px 0;padding-left:18px;color:#4a4a7a}.none{color:#777;font-style:italic}
 .legend{color:#555;margin:2px 0 6px}.k{display:inline-block;padding:0 6px;border-radius:4px;border:1px solid #bbb;margin-right:4px}
@@ -77,6 +76,20 @@ document.body.appendChild(m);
 window.addEventListener('load',function(){m.setAttribute('data-load-ms',String(Math.round(performance.now())));});
 })();`
 
+// severity colours a state: a hang or a Flight Recorder problem is bad,
+// a job that moves ok, the rest (slow, paused, unknown) a warning.
+func severity(state string) string {
+	switch state {
+	case "":
+		return ""
+	case "healthy", "OK":
+		return "ok"
+	case "slow", "paused", "progressing", "unknown":
+		return "warn"
+	}
+	return "bad"
+}
+
 // csp forbids every load: only the page's own style and script run.
 var csp = "default-src 'none'; img-src data:; style-src '" + hash(style) + "'; script-src '" + hash(script) + "'; base-uri 'none'; form-action 'none'"
 
@@ -99,10 +112,11 @@ func Render(w io.Writer, p Page, o Options) error {
 		Style  template.CSS
 		Script template.JS
 		Made   string
+		Sev    string
 		Graph  *svgGraph
 		Lanes  svgLanes
 		Flames []svgFlame
-	}{Page: p, CSP: csp, Style: template.CSS(style), Script: template.JS(script)}
+	}{Page: p, CSP: csp, Style: template.CSS(style), Script: template.JS(script), Sev: severity(p.State)}
 	if !o.Made.IsZero() {
 		data.Made = o.Made.UTC().Format("2006-01-02 15:04:05 UTC")
 	}
