@@ -123,3 +123,56 @@ func TestInBrowser(t *testing.T) {
 		})
 	}
 }
+
+// hostPage plays an MCP Apps host: it frames the page sandboxed as hosts
+// do and answers its ui/initialize, recording what the page said.
+const hostPage = `<!DOCTYPE html><html><body><div id="host"></div>
+<script>
+window.addEventListener('message',function(ev){var d=ev.data,log=document.getElementById('host');
+if(d.method==='ui/initialize'){log.setAttribute('data-init',d.params.protocolVersion);ev.source.postMessage({jsonrpc:'2.0',id:d.id,result:{protocolVersion:d.params.protocolVersion,hostInfo:{name:'test',version:'0'},hostCapabilities:{},hostContext:{}}},'*');}
+if(d.method==='ui/notifications/initialized'){log.setAttribute('data-initialized','1');}
+if(d.method==='ui/notifications/size-changed'){log.setAttribute('data-height',String(d.params.height));}
+});
+</script>
+<iframe sandbox="allow-scripts" src="page.html" width="1200" height="600"></iframe>
+</body></html>`
+
+// TestMCPAppHandshake: framed by a host, the page says hello as an MCP
+// App (ui/initialize with the extension's version, then initialized and
+// its height once answered), under its own policy.
+func TestMCPAppHandshake(t *testing.T) {
+	bin := chromium(t)
+	dir := t.TempDir()
+	page, err := HTML(diagnosed(stalledJob(8, 3, "all_reduce", "load_batch")), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string][]byte{"page.html": page, "host.html": []byte(hostPage)} {
+		if err := os.WriteFile(filepath.Join(dir, name), body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
+		"--user-data-dir="+t.TempDir(), "--enable-logging=stderr", "--v=0", "--allow-file-access-from-files",
+		"--virtual-time-budget=5000", "--dump-dom", "file://"+filepath.Join(dir, "host.html"))
+	cmd.Dir = t.TempDir()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium: %v\n%s", err, stderr.String())
+	}
+	host := regexp.MustCompile(`<div id="host"[^>]*>`).FindString(string(out))
+	for _, want := range []string{`data-init="2026-01-26"`, `data-initialized="1"`, `data-height="`} {
+		if !strings.Contains(host, want) {
+			t.Errorf("the host saw %q, want %s", host, want)
+		}
+	}
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		if strings.Contains(l, ":CONSOLE") {
+			t.Errorf("the browser logged: %s", l)
+		}
+	}
+}

@@ -24,7 +24,10 @@ var pageTmpl = template.Must(template.New("page").Parse(pageText))
 // style and script are constants, allowed by their hashes in the page's
 // Content-Security-Policy: nothing else runs, nothing is fetched. The
 // script reads no job text (only the DOM the template escaped) and marks
-// the page rendered, for the browser test.
+// the page rendered, for the browser test. Framed by an MCP Apps host
+// (SEP-1865), it says hello as a View does (ui/initialize, then
+// initialized and its size once the host answers): the messages carry
+// nothing of the job, so they go to any parent ('*').
 const style = `
 body{font:13px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 24px 24px;color:#1d2330;background:#fff}
 header{border-bottom:1px solid #dde;padding:8px 0 6px}
@@ -74,6 +77,19 @@ m.setAttribute('data-culprits',String(document.querySelectorAll('#g .node.culpri
 m.setAttribute('data-errors',String(errs));
 document.body.appendChild(m);
 window.addEventListener('load',function(){m.setAttribute('data-load-ms',String(Math.round(performance.now())));});
+if(window.parent&&window.parent!==window){
+var id=1,done=false;
+var send=function(msg){try{window.parent.postMessage(msg,'*');}catch(e){}};
+var size=function(){send({jsonrpc:'2.0',method:'ui/notifications/size-changed',params:{width:document.documentElement.scrollWidth,height:document.documentElement.scrollHeight}});};
+window.addEventListener('message',function(ev){
+var d=ev.data;
+if(ev.source!==window.parent||done||!d||d.jsonrpc!=='2.0'||d.id!==id){return;}
+done=true;
+send({jsonrpc:'2.0',method:'ui/notifications/initialized',params:{}});
+size();
+});
+send({jsonrpc:'2.0',id:id,method:'ui/initialize',params:{protocolVersion:'2026-01-26',appInfo:{name:'probing-mcp diagnosis',version:'1'},appCapabilities:{}}});
+}
 })();`
 
 // severity colours a state: a hang or a Flight Recorder problem is bad,
