@@ -154,8 +154,13 @@ func TestMCPAppHandshake(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// Site isolation off: the framed page runs in the host's renderer, so
+	// the virtual time budget covers its messages and the dump sees the
+	// whole exchange, however busy the machine (with the frame in a
+	// process of its own it raced the dump).
 	cmd := exec.CommandContext(ctx, bin, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
 		"--user-data-dir="+t.TempDir(), "--enable-logging=stderr", "--v=0", "--allow-file-access-from-files",
+		"--disable-site-isolation-trials", "--disable-features=IsolateOrigins,site-per-process",
 		"--virtual-time-budget=5000", "--dump-dom", "file://"+filepath.Join(dir, "host.html"))
 	cmd.Dir = t.TempDir()
 	var stderr strings.Builder
