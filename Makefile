@@ -37,7 +37,8 @@ node_modules/.installed: package.json package-lock.json
 
 # Every step runs whatever an earlier one said, so a Go failure never
 # hides the agent's pytest suite (each failed step is named at the end);
-# the target fails when any step failed.
+# the target fails when any step failed. What the tests keep for a person
+# to look at (the pictures' pages and screenshots) goes to test-artifacts/.
 test: $(VENV)/.installed node_modules/.installed
 	@failed=""; \
 	  unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')); \
@@ -45,7 +46,7 @@ test: $(VENV)/.installed node_modules/.installed
 	  echo "go vet"; \
 	  scripts/with-progress "go vet" $(GO) vet ./... || failed="$$failed go-vet"; \
 	  echo "go test -race ./... (the first run builds the race-instrumented tests: several minutes; each package prints ok as it ends)"; \
-	  PROBING_E2E_PYTHON=$(CURDIR)/$(VENV)/bin/python PROBING_E2E_REQUIRED=1 scripts/with-progress "go test" $(GO) test -race -count=1 ./... || failed="$$failed go-test"; \
+	  PROBING_TEST_ARTIFACTS=$(CURDIR)/test-artifacts PROBING_E2E_PYTHON=$(CURDIR)/$(VENV)/bin/python PROBING_E2E_REQUIRED=1 scripts/with-progress "go test" $(GO) test -race -count=1 ./... || failed="$$failed go-test"; \
 	  echo "the agent's pytest suite"; \
 	  scripts/with-progress pytest $(VENV)/bin/python -m pytest -q agent/python/tests pypi/tests || failed="$$failed pytest"; \
 	  if [ -n "$$failed" ]; then echo "make test: FAILED:$$failed"; exit 1; fi; \

@@ -172,6 +172,8 @@ type Report struct {
 
 	// doing is each rank's line, for the paged per-rank listing.
 	doing map[int]string
+	// pic is what the verdict was drawn from, for a picture (picture.go).
+	pic *WaitPicture
 }
 
 // RankGroup is the ranks that do the same thing.
@@ -186,6 +188,7 @@ type RankGroup struct {
 // hold every verdict at medium confidence at most, and are said.
 func Diagnose(in Input) Report {
 	rep := diagnose(in)
+	withPicture(&rep, in)
 	if len(in.Conflicts) > 0 {
 		atMostMedium(rep.Hypotheses)
 		for _, c := range in.Conflicts {
@@ -353,6 +356,7 @@ func diagnose(in Input) Report {
 		rep.DataQuality = append(rep.DataQuality, note)
 	}
 	g := WaitFor(m)
+	rep.pic = &WaitPicture{Model: &m, Graph: &g}
 	in.stories = buildStories(m, g, in)
 	rep.doing = storyDoing(in.stories)
 	rep.Ranks = groupDoing(rep.doing)

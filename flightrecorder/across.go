@@ -25,6 +25,8 @@ type Across struct {
 	VictimsText string `json:"victim_ranges,omitempty"`
 	Waiting     int    `json:"waiting_ranks"`
 	Line        string `json:"line"`
+	// waits are the collectives waited in (picture.go), not in the JSON.
+	waits []Wait
 }
 
 // Across kinds.
@@ -130,7 +132,7 @@ func (a *analysis) across(reports []PGReport) *Across {
 		}
 	}
 	slices.Sort(sinks)
-	out := &Across{Waiting: len(waitsIn)}
+	out := &Across{Waiting: len(waitsIn), waits: waitsOf(targets, waitsIn, cur)}
 	waiters := func(except []int) string {
 		var w []int
 		for r := range waitsIn {

@@ -123,6 +123,7 @@ func analyzeGuarded(ctx context.Context, guard *memGuard, dumps []*Dump, opt Opt
 	a := newAnalysis(ctx, dumps, dq, lim, sets)
 	rep.Ranks = a.rankSummary()
 	rep.Created = a.created()
+	rep.Recent = a.recent()
 
 	var kept []*group
 	for _, g := range a.groups.order {

@@ -58,6 +58,9 @@ type Report struct {
 	// collectives no Python wrapper sees (DDP's, FSDP's), for the
 	// diagnosis' progress. Not in the JSON: the dumps are its source.
 	Created map[int][]int64 `json:"-"`
+	// Recent is, per dumped rank, its last few ops (picture.go), nil past
+	// recentMaxRanks dumps. Not in the JSON either.
+	Recent map[int][]RecentOp `json:"-"`
 }
 
 // createdKept bounds Report.Created per rank.

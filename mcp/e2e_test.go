@@ -242,6 +242,7 @@ type e2eCall struct {
 	IsError           bool            `json:"is_error"`
 	Text              string          `json:"text"`
 	StructuredContent json.RawMessage `json:"structured_content"`
+	Meta              map[string]any  `json:"meta"`
 	Error             *e2eError       `json:"error"`
 }
 

@@ -83,6 +83,7 @@ func ServeHTTPListener(ctx context.Context, ln net.Listener, s *server.MCPServer
 		server.WithDisableLocalhostProtection(true),
 		server.WithStreamableHTTPLogger(logger),
 	)
+	cfg.Extra = pictureRoutes(s, cfg.Extra) // mcp/pictures.go: the diagnoses' pages, read only
 	srv := &http.Server{
 		Handler:           NewHTTPHandler(mcpHandler, cfg, logger),
 		ReadHeaderTimeout: min(10*time.Second, cfg.Timeout),

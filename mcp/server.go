@@ -180,6 +180,7 @@ func New(cfg Config, logger *slog.Logger, extra ...tools.Def) (*server.MCPServer
 		server.WithToolHandlerMiddleware(logCalls(logger)),
 		withCallRecords(records),
 		withMetrics(), // mcp/metrics.go
+		withPictures(cfg.Env.History, logger),
 	)
 	for _, d := range reg.enabled {
 		s.AddTool(d.Tool, d.Handler)

@@ -32,7 +32,15 @@ type AnalyzeFlightRecorderResult struct {
 	fr.View
 	// HistoryID is the row of history.diagnoses this verdict was stored as.
 	HistoryID int64 `json:"history_id,omitempty"`
+
+	// analysis is the whole report the view condenses, for a picture of
+	// it (mcp's MCP App page); in neither the JSON nor the schema.
+	analysis *fr.Report
 }
+
+// Analysis is the whole report behind the view (nil when the result was
+// not made here), for a picture of it.
+func (r AnalyzeFlightRecorderResult) Analysis() *fr.Report { return r.analysis }
 
 // The view's parts, by the names this package gave them before they moved.
 type (
@@ -105,6 +113,7 @@ func runAnalyzeFlightRecorder(ctx context.Context, env *Env, p AnalyzeFlightReco
 		return res, &UserError{msg: rep.NoMatch}
 	}
 	res = viewReport(rep, full, p.Offset, p.Limit)
+	res.analysis = rep
 	if p.Offset == 0 { // later pages are the same analysis
 		res.HistoryID = recordDiagnosis(env, p, rep, res)
 	}

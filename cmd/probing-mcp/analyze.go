@@ -15,6 +15,7 @@ import (
 	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/internal/rankset"
 	"github.com/probing-mcp/probing-mcp/mcp"
+	"github.com/probing-mcp/probing-mcp/picture"
 )
 
 // rankFlags collects repeated --rank FILE=N mappings.
@@ -68,6 +69,7 @@ fr_trace reads it); map a file whose name does not end in its rank with --rank F
 	Examples: []string{
 		"probing-mcp analyze testdata/fr/real/missing_rank          # from the repository root",
 		"probing-mcp analyze /tmp/dumps --prefix nccl_trace_rank_ --json",
+		"probing-mcp analyze testdata/fr/real/subgroup_missing --html hang.html",
 		"probing-mcp analyze dumps/host-a.pkl dumps/host-b.pkl --rank dumps/host-a.pkl=0 --rank dumps/host-b.pkl=1",
 	}}
 
@@ -82,6 +84,7 @@ func analyze(args []string, stdout, stderr io.Writer) int {
 	mismatchCap := fs.Int("mismatch-cap", 10, "fr_trace's --mismatch_cap for the side-by-side view")
 	verbose := fs.Bool("verbose", false, "list healthy groups, every warning and fr_trace's transcript")
 	maxMemory := fs.String("max-memory", "", "stop with an error, not the OOM killer, once the analysis holds more than `SIZE` (default $"+fr.EnvMaxMemory+" or 3/4 of the memory this process may use)")
+	htmlFile := fs.String("html", "", "also write the analysis as a page (wait-for graph, lanes, stacks) to `FILE`")
 	showProgress := fs.Bool("progress", false, "report progress on stderr (default: only when stderr is a terminal)")
 	rankMap := rankFlags{}
 	fs.Var(rankMap, "rank", "map a dump `FILE=N` (rank N) when its name does not end in the rank; repeatable; FILE as it is named on the command line or found in a directory given")
@@ -178,6 +181,9 @@ func analyze(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "probing-mcp analyze: %v\n", err)
 		return 1
+	}
+	if *htmlFile != "" {
+		return writePage("analyze", *htmlFile, picture.FromFlightRecorder(rep), stderr)
 	}
 	return 0
 }

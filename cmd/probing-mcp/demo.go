@@ -15,6 +15,7 @@ import (
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
 	"github.com/probing-mcp/probing-mcp/internal/demojob"
+	"github.com/probing-mcp/probing-mcp/picture"
 	"github.com/probing-mcp/probing-mcp/stacks"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -38,6 +39,7 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	useTorch := fs.String("torch", "auto", "use real torch.distributed (gloo): auto, yes or no")
 	exit := fs.Bool("exit", false, "stop the job after printing the diagnosis instead of waiting for Ctrl-C")
 	ranks := fs.Int("ranks", 4, "number of ranks (2-64)")
+	htmlFile := fs.String("html", "", "also write the diagnosis as a page (wait-for graph, lanes, stacks) to `FILE`")
 	pos, code, done := parseCommand(fs, demoDoc, args, true, stdout, stderr)
 	if done {
 		return code
@@ -126,6 +128,12 @@ func demo(args []string, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	fmt.Fprint(out, indent(rep.Text(), "  "))
+	if *htmlFile != "" {
+		if err := picture.WriteFile(*htmlFile, picture.FromDiagnosis(&rep), picture.Options{Made: time.Now()}); err != nil {
+			return fail(fmt.Errorf("--html %s: %v", *htmlFile, err))
+		}
+		fmt.Fprintf(out, "\nThe diagnosis as a page: %s (open it in a browser).\n", *htmlFile)
+	}
 
 	cli := cliFor(*exit, job.Dir, repo)
 	if err := demoSQL(out, job, cli, *exit); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/gpu"
 	"github.com/probing-mcp/probing-mcp/mcp"
+	"github.com/probing-mcp/probing-mcp/picture"
 	"github.com/probing-mcp/probing-mcp/tools"
 )
 
@@ -24,6 +25,7 @@ PROBING_CTRL_ROOT): live agents, or what a dead job left.`,
 		"probing-mcp diagnose",
 		"probing-mcp diagnose --ranks --stall-seconds 60",
 		"PROBING_DATA_DIR=/dev/shm/probing probing-mcp diagnose --json",
+		"probing-mcp diagnose --html hang.html",
 	}}
 
 func diagnose(args []string, stdout, stderr io.Writer) int {
@@ -31,6 +33,7 @@ func diagnose(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print the verdict as JSON (the diagnose_hang tool's structured content)")
 	stall := fs.Int("stall-seconds", 0, "no progress for at least `N` seconds counts as a stall (default: 10 typical steps, at least 30 s)")
 	ranks := fs.Bool("ranks", false, "also list what every rank is doing")
+	htmlFile := fs.String("html", "", "also write the verdict as a page (wait-for graph, lanes, stacks) to `FILE`")
 	pos, code, done := parseCommand(fs, diagnoseDoc, args, true, stdout, stderr)
 	if done {
 		return code
@@ -83,6 +86,9 @@ func diagnose(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "probing-mcp diagnose: %v\n", err)
 		return 1
+	}
+	if *htmlFile != "" {
+		return writePage("diagnose", *htmlFile, picture.FromDiagnosis(&res.Report), stderr)
 	}
 	return 0
 }

@@ -105,6 +105,7 @@ async def call_tools(session: ClientSession, calls: list[tuple[str, Any]], out: 
         rec["is_error"] = res.is_error
         rec["text"] = texts(res.content)
         rec["structured_content"] = res.structured_content
+        rec["meta"] = res.meta  # _meta: e.g. an MCP App's ui.resourceUri
 
 
 async def get_prompt(session: ClientSession, name: str, arguments: dict[str, str] | None, out: dict[str, Any]) -> None:
