@@ -9,6 +9,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
 	"github.com/probing-mcp/probing-mcp/internal/rankset"
+	"github.com/probing-mcp/probing-mcp/storage/jsonrow"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
@@ -220,32 +221,32 @@ func countOlder(ctx context.Context, q Querier, rg [2]int, sinceUS, us int64) (i
 	if len(v) == 0 {
 		return 0, nil
 	}
-	return int(asInt(v[0])), nil
+	return int(jsonrow.Int(v[0])), nil
 }
 
 // ringCall reads one row (cols' order) and a key that tells the rows of
 // one microsecond apart.
 func ringCall(v []any, cols ringCols) (Call, string) {
-	c := Call{Rank: int(asInt(v[0])), Host: asString(v[1]), StartUS: asInt(v[2]), Op: asString(v[3]),
-		Seq: asInt(v[5]), Peer: -1, Source: "comm_rings"}
-	raw := asString(v[4])
+	c := Call{Rank: int(jsonrow.Int(v[0])), Host: jsonrow.String(v[1]), StartUS: jsonrow.Int(v[2]), Op: jsonrow.String(v[3]),
+		Seq: jsonrow.Int(v[5]), Peer: -1, Source: "comm_rings"}
+	raw := jsonrow.String(v[4])
 	// A group is named by its members (group_ranks); a member list that
 	// does not read as ranks is shown as written.
 	if c.Members = membersOf(raw); c.Members == "" {
 		c.Group = raw
 	}
-	dur := asFloat(v[6])
+	dur := jsonrow.Float(v[6])
 	c.DurUS = dur * 1000
 	if dur < 0 {
 		c.DurUS = -1
 	}
 	i := 7
 	if cols.tensors && len(v) >= i+3 {
-		c.Shape, c.Dtype, c.Bytes = asString(v[i]), asString(v[i+1]), asInt(v[i+2])
+		c.Shape, c.Dtype, c.Bytes = jsonrow.String(v[i]), jsonrow.String(v[i+1]), jsonrow.Int(v[i+2])
 		i += 3
 	}
 	if cols.peer && len(v) > i && v[i] != nil {
-		if p := asInt(v[i]); p >= 0 && p <= evidence.MaxWorld {
+		if p := jsonrow.Int(v[i]); p >= 0 && p <= evidence.MaxWorld {
 			c.Peer = int(p)
 		}
 	}
@@ -289,34 +290,4 @@ func toRanges(ranks []int) [][2]int {
 		out = append(out, [2]int{r, r})
 	}
 	return out
-}
-
-func asInt(v any) int64 {
-	switch x := v.(type) {
-	case int64:
-		return x
-	case float64:
-		return int64(x)
-	}
-	return 0
-}
-
-func asFloat(v any) float64 {
-	switch x := v.(type) {
-	case float64:
-		return x
-	case int64:
-		return float64(x)
-	}
-	return 0
-}
-
-func asString(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case []byte:
-		return string(x)
-	}
-	return ""
 }

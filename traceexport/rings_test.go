@@ -12,6 +12,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diagnosis"
 	"github.com/probing-mcp/probing-mcp/diagnosis/evidence"
+	"github.com/probing-mcp/probing-mcp/storage/jsonrow"
 	"github.com/probing-mcp/probing-mcp/storage/memt"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
@@ -286,7 +287,7 @@ func (c *copying) Query(ctx context.Context, sql string, limit int) (*sqlengine.
 		res, err := c.e.Query(ctx, "SELECT count(*) AS n"+where, 1)
 		if err == nil {
 			c.pages++
-			c.total += int(asInt(res.Rows[0].Values()[0]))
+			c.total += int(jsonrow.Int(res.Rows[0].Values()[0]))
 		}
 	}
 	return c.e.Query(ctx, sql, limit)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/probing-mcp/probing-mcp/storage/jsonrow"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
@@ -145,49 +146,19 @@ func readComm(ctx context.Context, e *sqlengine.Engine, perRank int, want commCo
   FROM python.comm_collective WHERE _rank >= 0 AND timestamp >= %d)
 WHERE rn <= %d ORDER BY _rank, timestamp`, cols, cols, sinceUS, perRank)
 	err := pages(ctx, e, q, func(v []any) {
-		r := CommRow{Rank: int(asInt(v[0])), TimestampUS: asInt(v[1]), Op: asString(v[2]),
-			Ranks: asString(v[3]), GroupSeq: asInt(v[4]), DurationMS: asFloat(v[5]), Peer: -1}
+		r := CommRow{Rank: int(jsonrow.Int(v[0])), TimestampUS: jsonrow.Int(v[1]), Op: jsonrow.String(v[2]),
+			Ranks: jsonrow.String(v[3]), GroupSeq: jsonrow.Int(v[4]), DurationMS: jsonrow.Float(v[5]), Peer: -1}
 		if want.tensors && len(v) >= 9 {
-			r.Shape, r.Dtype, r.Bytes = asString(v[6]), asString(v[7]), asInt(v[8])
+			r.Shape, r.Dtype, r.Bytes = jsonrow.String(v[6]), jsonrow.String(v[7]), jsonrow.Int(v[8])
 		}
 		// A ring without the column (an older agent's, beside newer ones)
 		// gives NULL: no peer, not rank 0.
 		if want.peer && len(v) >= 10 && v[9] != nil {
-			if p := asInt(v[9]); p >= 0 && p <= MaxWorld {
+			if p := jsonrow.Int(v[9]); p >= 0 && p <= MaxWorld {
 				r.Peer = int(p)
 			}
 		}
 		out = append(out, r)
 	})
 	return out, err
-}
-
-func asInt(v any) int64 {
-	switch x := v.(type) {
-	case int64:
-		return x
-	case float64:
-		return int64(x)
-	}
-	return 0
-}
-
-func asFloat(v any) float64 {
-	switch x := v.(type) {
-	case float64:
-		return x
-	case int64:
-		return float64(x)
-	}
-	return 0
-}
-
-func asString(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case []byte:
-		return string(x)
-	}
-	return ""
 }

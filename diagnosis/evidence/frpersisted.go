@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/agent"
+	"github.com/probing-mcp/probing-mcp/storage/jsonrow"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
@@ -66,19 +67,19 @@ FROM python.torch_nccl_pg_status WHERE _pid IN (%s)
   AND snapshot_id = (SELECT max(snapshot_id) FROM python.torch_nccl_pg_status p2 WHERE p2._pid = python.torch_nccl_pg_status._pid)
 ORDER BY _pid, pg_id`, strings.Join(pids, ","))
 	err := pages(ctx, e, q, func(v []any) {
-		pid := int(asInt(v[0]))
+		pid := int(jsonrow.Int(v[0]))
 		a := byPID[pid]
 		if a == nil {
 			return
 		}
 		s := snaps[pid]
 		if s == nil {
-			s = &persistedSnap{pid: pid, rank: a.Rank(), id: asInt(v[1])}
+			s = &persistedSnap{pid: pid, rank: a.Rank(), id: jsonrow.Int(v[1])}
 			snaps[pid] = s
 		}
 		if len(s.pgs) < 4096 {
-			s.pgs = append(s.pgs, map[string]any{"pg_id": asString(v[2]), "name": asString(v[3]), "desc": asString(v[4]), "ranks": asString(v[5]),
-				"last_enqueued_collective": asInt(v[6]), "last_started_collective": asInt(v[7]), "last_completed_collective": asInt(v[8])})
+			s.pgs = append(s.pgs, map[string]any{"pg_id": jsonrow.String(v[2]), "name": jsonrow.String(v[3]), "desc": jsonrow.String(v[4]), "ranks": jsonrow.String(v[5]),
+				"last_enqueued_collective": jsonrow.Int(v[6]), "last_started_collective": jsonrow.Int(v[7]), "last_completed_collective": jsonrow.Int(v[8])})
 		}
 	})
 	if err != nil {
@@ -157,24 +158,24 @@ FROM python.torch_nccl_flight_record WHERE _pid = %d AND snapshot_id = %d ORDER 
 		if n++; n > maxPersistedEntries {
 			return
 		}
-		pgID, err := strconv.ParseInt(asString(v[1]), 10, 64)
+		pgID, err := strconv.ParseInt(jsonrow.String(v[1]), 10, 64)
 		if err != nil {
 			pgID = -1 // the agent wrote the group's name for a missing id
 		}
-		ent := map[string]any{"record_id": asInt(v[0]), "pg_id": pgID,
-			"process_group":     []string{asString(v[2]), asString(v[3])},
-			"collective_seq_id": asInt(v[4]), "p2p_seq_id": asInt(v[5]), "op_id": asInt(v[6]),
-			"profiling_name": asString(v[7]), "state": asString(v[8]),
-			"time_created_ns": max(asInt(v[13]), 0), "time_discovered_started_ns": max(asInt(v[14]), 0),
-			"time_discovered_completed_ns": max(asInt(v[15]), 0), "timeout_ms": max(asInt(v[17]), 0),
-			"retired": asInt(v[18]) != 0, "is_p2p": asInt(v[19]) != 0}
-		if d := asInt(v[16]); d >= 0 {
+		ent := map[string]any{"record_id": jsonrow.Int(v[0]), "pg_id": pgID,
+			"process_group":     []string{jsonrow.String(v[2]), jsonrow.String(v[3])},
+			"collective_seq_id": jsonrow.Int(v[4]), "p2p_seq_id": jsonrow.Int(v[5]), "op_id": jsonrow.Int(v[6]),
+			"profiling_name": jsonrow.String(v[7]), "state": jsonrow.String(v[8]),
+			"time_created_ns": max(jsonrow.Int(v[13]), 0), "time_discovered_started_ns": max(jsonrow.Int(v[14]), 0),
+			"time_discovered_completed_ns": max(jsonrow.Int(v[15]), 0), "timeout_ms": max(jsonrow.Int(v[17]), 0),
+			"retired": jsonrow.Int(v[18]) != 0, "is_p2p": jsonrow.Int(v[19]) != 0}
+		if d := jsonrow.Int(v[16]); d >= 0 {
 			ent["duration_ms"] = float64(d) / 1e6
 		}
 		// The JSON columns as the agent wrote them, kept only when they
 		// are JSON (the decoder checks their shapes).
 		for i, k := range map[int]string{9: "input_sizes", 10: "input_dtypes", 11: "output_sizes", 12: "output_dtypes", 20: "frames"} {
-			if raw := asString(v[i]); raw != "" && json.Valid([]byte(raw)) {
+			if raw := jsonrow.String(v[i]); raw != "" && json.Valid([]byte(raw)) {
 				ent[k] = json.RawMessage(raw)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/storage/jsonrow"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
@@ -75,10 +76,10 @@ func ReadGPURings(ctx context.Context, e *sqlengine.Engine) (gpu.Report, error) 
 	var notes []string
 	interval := 0
 	err := rows(ctx, e, "SELECT _pid, ts, state, reason, driver, devices, interval_ms, notes FROM gpu.sampler ORDER BY ts DESC LIMIT 1", func(v []any) {
-		stPID, stTS = int(asInt(v[0])), asInt(v[1])
-		st = gpu.Status{State: gpu.State(asString(v[2])), Reason: asString(v[3]), Driver: asString(v[4]), Devices: int(asInt(v[5]))}
-		interval = int(asInt(v[6]))
-		if n := asString(v[7]); n != "" {
+		stPID, stTS = int(jsonrow.Int(v[0])), jsonrow.Int(v[1])
+		st = gpu.Status{State: gpu.State(jsonrow.String(v[2])), Reason: jsonrow.String(v[3]), Driver: jsonrow.String(v[4]), Devices: int(jsonrow.Int(v[5]))}
+		interval = int(jsonrow.Int(v[6]))
+		if n := jsonrow.String(v[7]); n != "" {
 			notes = strings.Split(n, "; ")
 		}
 	})
@@ -88,7 +89,7 @@ func ReadGPURings(ctx context.Context, e *sqlengine.Engine) (gpu.Report, error) 
 	var pid int
 	var ts int64
 	if err := rows(ctx, e, "SELECT _pid, ts FROM gpu.nvml ORDER BY ts DESC LIMIT 1", func(v []any) {
-		pid, ts = int(asInt(v[0])), asInt(v[1])
+		pid, ts = int(jsonrow.Int(v[0])), jsonrow.Int(v[1])
 	}); err != nil {
 		return none, err
 	}
@@ -104,9 +105,9 @@ func ReadGPURings(ctx context.Context, e *sqlengine.Engine) (gpu.Report, error) 
 		// after this one stopped); the devices' own sampler's is wanted.
 		st, notes = gpu.Status{State: gpu.StateOK, Devices: 0}, nil
 		_ = rows(ctx, e, fmt.Sprintf("SELECT state, reason, driver, devices, interval_ms, notes FROM gpu.sampler WHERE _pid = %d ORDER BY ts DESC LIMIT 1", pid), func(v []any) {
-			st = gpu.Status{State: gpu.State(asString(v[0])), Reason: asString(v[1]), Driver: asString(v[2]), Devices: int(asInt(v[3]))}
-			interval = int(asInt(v[4]))
-			if n := asString(v[5]); n != "" {
+			st = gpu.Status{State: gpu.State(jsonrow.String(v[0])), Reason: jsonrow.String(v[1]), Driver: jsonrow.String(v[2]), Devices: int(jsonrow.Int(v[3]))}
+			interval = int(jsonrow.Int(v[4]))
+			if n := jsonrow.String(v[5]); n != "" {
 				notes = strings.Split(n, "; ")
 			}
 		})
@@ -118,7 +119,7 @@ func ReadGPURings(ctx context.Context, e *sqlengine.Engine) (gpu.Report, error) 
 		s := snapshotFromRow(v)
 		s.Time = at
 		snaps = append(snaps, s)
-		sigs = append(sigs, gpu.DeviceState{Signature: gpu.Signature(asString(v[30])), Why: asString(v[31])})
+		sigs = append(sigs, gpu.DeviceState{Signature: gpu.Signature(jsonrow.String(v[30])), Why: jsonrow.String(v[31])})
 	})
 	if err != nil {
 		return none, err
@@ -128,22 +129,22 @@ func ReadGPURings(ctx context.Context, e *sqlengine.Engine) (gpu.Report, error) 
 		byIndex[s.Index] = i
 	}
 	err = rows(ctx, e, fmt.Sprintf("SELECT device_id, pid, used_memory_bytes, gpu_instance, rank, local_rank, role, rank_why FROM gpu.processes WHERE _pid = %d AND ts = %d LIMIT %d", pid, ts, gpu.MaxDevices*gpu.MaxProcesses), func(v []any) {
-		i, ok := byIndex[int(asInt(v[0]))]
+		i, ok := byIndex[int(jsonrow.Int(v[0]))]
 		if !ok {
 			return
 		}
-		snaps[i].Processes = append(snaps[i].Processes, gpu.Process{PID: uint32(asInt(v[1])), UsedMemory: uint64(max(asInt(v[2]), 0)),
-			GPUInstance: int(asInt(v[3])), Rank: int(asInt(v[4])), LocalRank: int(asInt(v[5])), Role: asString(v[6]), RankWhy: asString(v[7])})
+		snaps[i].Processes = append(snaps[i].Processes, gpu.Process{PID: uint32(jsonrow.Int(v[1])), UsedMemory: uint64(max(jsonrow.Int(v[2]), 0)),
+			GPUInstance: int(jsonrow.Int(v[3])), Rank: int(jsonrow.Int(v[4])), LocalRank: int(jsonrow.Int(v[5])), Role: jsonrow.String(v[6]), RankWhy: jsonrow.String(v[7])})
 	})
 	if err != nil {
 		return none, err
 	}
 	var xids []gpu.XidEvent
 	err = rows(ctx, e, fmt.Sprintf("SELECT kind, xid, meaning, device_id, uuid, pci_bus_id, pid, process, message, source, event_ts, since_boot_ns FROM gpu.xid ORDER BY ts DESC LIMIT %d", gpu.MaxXidEvents), func(v []any) {
-		x := gpu.XidEvent{Kind: asString(v[0]), Xid: uint64(max(asInt(v[1]), 0)), Meaning: asString(v[2]), GPU: int(asInt(v[3])), UUID: asString(v[4]),
-			PCIBusID: asString(v[5]), PID: int(asInt(v[6])), Process: asString(v[7]), Message: asString(v[8]), Source: asString(v[9]),
-			Boot: time.Duration(asInt(v[11]))}
-		if t := asInt(v[10]); t > 0 {
+		x := gpu.XidEvent{Kind: jsonrow.String(v[0]), Xid: uint64(max(jsonrow.Int(v[1]), 0)), Meaning: jsonrow.String(v[2]), GPU: int(jsonrow.Int(v[3])), UUID: jsonrow.String(v[4]),
+			PCIBusID: jsonrow.String(v[5]), PID: int(jsonrow.Int(v[6])), Process: jsonrow.String(v[7]), Message: jsonrow.String(v[8]), Source: jsonrow.String(v[9]),
+			Boot: time.Duration(jsonrow.Int(v[11]))}
+		if t := jsonrow.Int(v[10]); t > 0 {
 			x.Time = time.UnixMicro(t)
 		}
 		xids = append(xids, x)
@@ -169,47 +170,47 @@ func ReadGPURings(ctx context.Context, e *sqlengine.Engine) (gpu.Report, error) 
 // snapshotFromRow rebuilds a Snapshot from a gpu.nvml row (gpuNVMLCols);
 // -1 is a field NVML did not answer, and missing says why.
 func snapshotFromRow(v []any) gpu.Snapshot {
-	s := gpu.Snapshot{Index: int(asInt(v[0])), Name: asString(v[1]), UUID: asString(v[2]), PCIBusID: asString(v[3])}
+	s := gpu.Snapshot{Index: int(jsonrow.Int(v[0])), Name: jsonrow.String(v[1]), UUID: jsonrow.String(v[2]), PCIBusID: jsonrow.String(v[3])}
 	u64 := func(i int) *uint64 {
-		if x := asInt(v[i]); x >= 0 {
+		if x := jsonrow.Int(v[i]); x >= 0 {
 			y := uint64(x)
 			return &y
 		}
 		return nil
 	}
 	u32 := func(i int) *uint32 {
-		if x := asInt(v[i]); x >= 0 {
+		if x := jsonrow.Int(v[i]); x >= 0 {
 			y := uint32(x)
 			return &y
 		}
 		return nil
 	}
 	f := func(i int) *float64 {
-		if x := asFloat(v[i]); x >= 0 {
+		if x := jsonrow.Float(v[i]); x >= 0 {
 			return &x
 		}
 		return nil
 	}
-	if g, m := asInt(v[4]), asInt(v[5]); g >= 0 {
+	if g, m := jsonrow.Int(v[4]), jsonrow.Int(v[5]); g >= 0 {
 		s.Utilization = &gpu.Utilization{GPU: uint32(g), Memory: uint32(max(m, 0))}
 	}
 	s.MemoryUsed, s.MemoryTotal = u64(6), u64(7)
 	s.PowerW, s.PowerLimitW = f(8), f(9)
 	s.TempC, s.ClockSMMHz, s.ClockMemMHz = u32(10), u32(11), u32(12)
-	if ev := asString(v[13]); ev != "" {
+	if ev := jsonrow.String(v[13]); ev != "" {
 		s.ClockEvents = strings.Split(ev, ",")
 	}
 	s.ClockEventMask = u64(14)
 	if ecc := (gpu.ECC{VolatileSingle: u64(15), VolatileDouble: u64(16), AggregateSingle: u64(17), AggregateDouble: u64(18)}); ecc != (gpu.ECC{}) {
 		s.ECC = &ecc
 	}
-	if asInt(v[19]) >= 0 {
-		s.RemappedRows = &gpu.RemappedRows{Correctable: int(asInt(v[19])), Uncorrectable: int(max(asInt(v[20]), 0)),
-			Pending: asInt(v[21]) == 1, Failure: asInt(v[22]) == 1}
+	if jsonrow.Int(v[19]) >= 0 {
+		s.RemappedRows = &gpu.RemappedRows{Correctable: int(jsonrow.Int(v[19])), Uncorrectable: int(max(jsonrow.Int(v[20]), 0)),
+			Pending: jsonrow.Int(v[21]) == 1, Failure: jsonrow.Int(v[22]) == 1}
 	}
-	if n := asInt(v[23]); n >= 0 {
+	if n := jsonrow.Int(v[23]); n >= 0 {
 		s.NVLinkActive = int(min(n, gpu.MaxLinks))
-		for _, d := range strings.Split(asString(v[25]), "; ") {
+		for _, d := range strings.Split(jsonrow.String(v[25]), "; ") {
 			var l gpu.LinkErrors
 			if _, err := fmt.Sscanf(d, "link %d: replay %d recovery %d crc_flit %d crc_data %d", &l.Link, &l.Replay, &l.Recovery, &l.CRCFlit, &l.CRCData); err == nil {
 				if _, why, ok := strings.Cut(d, " ("); ok {
@@ -219,14 +220,14 @@ func snapshotFromRow(v []any) gpu.Snapshot {
 			}
 		}
 	}
-	if asInt(v[26]) >= 0 {
-		s.MIG = &gpu.MIG{Enabled: asInt(v[26]) == 1, Pending: asInt(v[27]) == 1}
-		for i := 0; i < int(min(max(asInt(v[28]), 0), gpu.MaxMIGDevices)); i++ {
+	if jsonrow.Int(v[26]) >= 0 {
+		s.MIG = &gpu.MIG{Enabled: jsonrow.Int(v[26]) == 1, Pending: jsonrow.Int(v[27]) == 1}
+		for i := 0; i < int(min(max(jsonrow.Int(v[28]), 0), gpu.MaxMIGDevices)); i++ {
 			s.MIG.Devices = append(s.MIG.Devices, gpu.MIGDevice{Index: i})
 		}
 	}
-	s.Lost = asInt(v[29]) == 1
-	if m := asString(v[32]); m != "" {
+	s.Lost = jsonrow.Int(v[29]) == 1
+	if m := jsonrow.String(v[32]); m != "" {
 		_ = json.Unmarshal([]byte(m), &s.Missing)
 	}
 	return s

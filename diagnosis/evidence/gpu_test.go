@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/probing-mcp/probing-mcp/gpu"
+	"github.com/probing-mcp/probing-mcp/storage/jsonrow"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
@@ -92,10 +93,10 @@ func TestGPURingsRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := res.Rows[0].Values(); asInt(v[0]) != 0 || asFloat(v[1]) != 0 || asFloat(v[2]) != 112.5 || asString(v[3]) != "cuda" {
+	if v := res.Rows[0].Values(); jsonrow.Int(v[0]) != 0 || jsonrow.Float(v[1]) != 0 || jsonrow.Float(v[2]) != 112.5 || jsonrow.String(v[3]) != "cuda" {
 		t.Errorf("gpu.utilization row %v", v)
 	}
-	if v := res.Rows[1].Values(); asFloat(v[1]) != -1 || asFloat(v[2]) != -1 {
+	if v := res.Rows[1].Values(); jsonrow.Float(v[1]) != -1 || jsonrow.Float(v[2]) != -1 {
 		t.Errorf("a lost GPU's utilization must read -1 (n/a), got %v", v)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/probing-mcp/probing-mcp/storage/jsonrow"
 	"github.com/probing-mcp/probing-mcp/storage/sqlengine"
 )
 
@@ -28,8 +29,8 @@ func ReadActivity(ctx context.Context, e *sqlengine.Engine, steps int) (map[int]
 	q := `SELECT _rank, max(timestamp), max(CASE WHEN duration_ms >= 0 THEN timestamp + CAST(duration_ms * 1000 AS INTEGER) END)
 FROM python.comm_collective WHERE _rank >= 0 GROUP BY _rank ORDER BY _rank`
 	if err := pages(ctx, e, q, func(v []any) {
-		a := activityOf(out, int(asInt(v[0])))
-		a.LastComm, a.LastCommDone = asInt(v[1]), asInt(v[2])
+		a := activityOf(out, int(jsonrow.Int(v[0])))
+		a.LastComm, a.LastCommDone = jsonrow.Int(v[1]), jsonrow.Int(v[2])
 	}); err != nil {
 		errs = append(errs, fmt.Errorf("reading python.comm_collective: %w", err))
 	}
@@ -70,7 +71,10 @@ func readSteps(ctx context.Context, e *sqlengine.Engine, steps int) (map[int]*Ra
   SELECT _rank, timestamp, row_number() OVER (PARTITION BY _rank ORDER BY timestamp DESC) AS rn
   FROM python.torch_step_timing WHERE _rank >= 0)
 WHERE rn <= %d ORDER BY _rank, timestamp`, steps)
-	if err := pages(ctx, e, q, func(v []any) { a := activityOf(out, int(asInt(v[0]))); a.Steps = append(a.Steps, asInt(v[1])) }); err != nil {
+	if err := pages(ctx, e, q, func(v []any) {
+		a := activityOf(out, int(jsonrow.Int(v[0])))
+		a.Steps = append(a.Steps, jsonrow.Int(v[1]))
+	}); err != nil {
 		errs = append(errs, fmt.Errorf("reading python.torch_step_timing: %w", err))
 	}
 	return out, errors.Join(errs...)

@@ -76,3 +76,38 @@ func (r *Row) UnmarshalJSON(data []byte) error {
 	_, err := dec.Token()
 	return err
 }
+
+// Int, Float and String read one cell of a SQL answer as the engine gives
+// it (int64, float64, string or []byte): the other kinds, NULL included,
+// read as the zero value.
+func Int(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case float64:
+		return int64(x)
+	}
+	return 0
+}
+
+// Float: see Int.
+func Float(v any) float64 {
+	switch x := v.(type) {
+	case float64:
+		return x
+	case int64:
+		return float64(x)
+	}
+	return 0
+}
+
+// String: see Int.
+func String(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	}
+	return ""
+}

@@ -31,3 +31,15 @@ func TestRoundTripKeepsOrder(t *testing.T) {
 		t.Fatal("an array is not a row")
 	}
 }
+
+func TestCells(t *testing.T) {
+	if Int(int64(7)) != 7 || Int(7.9) != 7 || Int("7") != 0 || Int(nil) != 0 {
+		t.Error("Int")
+	}
+	if Float(int64(2)) != 2 || Float(2.5) != 2.5 || Float([]byte("2")) != 0 {
+		t.Error("Float")
+	}
+	if String("a") != "a" || String([]byte("b")) != "b" || String(int64(1)) != "" || String(nil) != "" {
+		t.Error("String")
+	}
+}
