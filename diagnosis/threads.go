@@ -360,7 +360,12 @@ func gilHeld(f *RankFacts) *threadFinding {
 	}
 	tf := &threadFinding{Category: CatGILHeld}
 	tf.Evidence = []Evidence{{"agent", fmt.Sprintf("rank %d's agent did not answer in time while the process is alive: a thread holds the GIL", f.Rank)}}
-	holdsMain := osMain != nil && !inFutex(osMain)
+	// A main thread parked in one of the standard library's blocking
+	// waits (Thread.join, Event.wait, queue.get: stacks.IsIdle) waits
+	// without the GIL whatever /proc says: the signal that took the
+	// faulthandler dump runs on it, so /proc can catch it running.
+	mainWaits := main != nil && stacks.IsIdle(main.Frames)
+	holdsMain := osMain != nil && !inFutex(osMain) && !mainWaits
 	// Asleep in the kernel outside a futex (a socket, a pipe, a poll):
 	// Python releases the GIL around most such calls, so /proc contradicts
 	// the timeout, which a loaded node explains as well (the agent was
