@@ -74,7 +74,7 @@ func orderDeaths(hs []Hypothesis, in Input) []Hypothesis {
 		for _, r := range d.culprits {
 			collateral[r] = true
 		}
-		for _, r := range mustParse(d.Collateral) {
+		for _, r := range rankset.Known(d.Collateral) {
 			collateral[r] = true
 		}
 	}
@@ -140,17 +140,6 @@ func inHyps(hs []Hypothesis, r int) bool {
 		}
 	}
 	return false
-}
-
-func mustParse(s string) []int {
-	if s == "" {
-		return nil
-	}
-	rs, err := rankset.Parse(s)
-	if err != nil {
-		return nil
-	}
-	return rs
 }
 
 func whenWords(ns, since int64) string {

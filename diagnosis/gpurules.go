@@ -363,7 +363,7 @@ func gpuFaultHypothesis(hs []Hypothesis, proofs []gpuFault, faulty []int, v *gpu
 			for _, r := range o.collateral {
 				coll[r] = true
 			}
-			for _, r := range mustParse(o.Collateral) {
+			for _, r := range rankset.Known(o.Collateral) {
 				coll[r] = true
 			}
 			if h.whereThread == nil {

@@ -24,10 +24,10 @@ func FromDiagnosis(rep *diagnosis.Report) Page {
 	}
 	culprit, victim := map[int]bool{}, map[int]bool{}
 	if top != nil {
-		for _, r := range rankSet(top.Culprits) {
+		for _, r := range rankset.Known(top.Culprits) {
 			culprit[r] = true
 		}
-		for _, r := range rankSet(top.Collateral) {
+		for _, r := range rankset.Known(top.Collateral) {
 			victim[r] = true
 		}
 	}
@@ -53,7 +53,7 @@ func FromDiagnosis(rep *diagnosis.Report) Page {
 		// Read back from JSON: the report's own (bounded) rank groups.
 		p.From = "a recorded verdict (its rank groups and hypotheses; the collectives of each wait were not recorded)"
 		for _, g := range rep.Ranks {
-			for _, r := range rankSet(g.Ranks) {
+			for _, r := range rankset.Known(g.Ranks) {
 				doing[r] = g.Doing
 			}
 		}
@@ -78,8 +78,8 @@ func FromDiagnosis(rep *diagnosis.Report) Page {
 			}
 		}
 	case top != nil:
-		if cs := rankSet(top.Culprits); len(cs) > 0 {
-			for _, r := range rankSet(top.Collateral) {
+		if cs := rankset.Known(top.Culprits); len(cs) > 0 {
+			for _, r := range rankset.Known(top.Collateral) {
 				if f, ok := of[r]; ok {
 					es.add(f, of[cs[0]], "waits for (from the verdict)")
 				}

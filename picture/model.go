@@ -304,19 +304,6 @@ func scc(n int, out [][]int) []int {
 	return comp
 }
 
-// rankSet parses a rank set of a report ("0-3,7"); an unreadable one is
-// no ranks.
-func rankSet(s string) []int {
-	if s == "" {
-		return nil
-	}
-	rs, err := rankset.Parse(s)
-	if err != nil {
-		return nil
-	}
-	return rs
-}
-
 // lines clips a list of lines to MaxLines and MaxText each, saying what
 // was left out.
 func lines(in []string) []string {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/probing-mcp/probing-mcp/diagnosis"
 	fr "github.com/probing-mcp/probing-mcp/flightrecorder"
+	"github.com/probing-mcp/probing-mcp/internal/rankset"
 )
 
 // maxRecordedBytes bounds a recorded report read back for a page (the
@@ -56,11 +57,11 @@ func FromView(v fr.View) Page {
 		top = &v.ProcessGroups[0]
 	}
 	if v.Across != nil && v.Across.Culprits != "" {
-		for _, r := range rankSet(v.Across.Culprits) {
+		for _, r := range rankset.Known(v.Across.Culprits) {
 			culprit[r] = true
 		}
 	} else if top != nil {
-		for _, r := range rankSet(top.CulpritRanks) {
+		for _, r := range rankset.Known(top.CulpritRanks) {
 			culprit[r] = true
 		}
 	}
@@ -68,7 +69,7 @@ func FromView(v fr.View) Page {
 	label := ""
 	if top != nil {
 		label = clip(opName(top.ProfilingName)+" #"+strconv.FormatInt(top.CollectiveSeqID, 10)+" pg "+top.PGName, 80)
-		for _, r := range rankSet(top.Ranks) {
+		for _, r := range rankset.Known(top.Ranks) {
 			member[r] = true
 			doing[r] = "in pg " + clip(top.PGName, 40) + " (" + strings.ToLower(top.Kind) + ")"
 		}

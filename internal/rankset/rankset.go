@@ -129,6 +129,13 @@ func Parse(s string) ([]int, error) {
 	return slices.Compact(slices.Sorted(slices.Values(out))), nil
 }
 
+// Known reads a set this program wrote itself (a report's culprits): its
+// ranks, or nil for an empty or unreadable one.
+func Known(s string) []int {
+	rs, _ := Parse(s)
+	return rs
+}
+
 // MaxText is how much of a rank set a text rendering shows: a large job's
 // sets with holes (every tenth node down) run to kilobytes.
 const MaxText = 120

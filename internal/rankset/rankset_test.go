@@ -116,3 +116,12 @@ func TestWordsAndShortSets(t *testing.T) {
 		t.Errorf("a set within MaxText is kept: %q", got)
 	}
 }
+
+func TestKnown(t *testing.T) {
+	if got := Known("0-2,5"); len(got) != 4 || got[3] != 5 {
+		t.Errorf("%v", got)
+	}
+	if Known("") != nil || Known("x-") != nil {
+		t.Error("an empty or unreadable set is no ranks")
+	}
+}
